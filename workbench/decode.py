@@ -1,0 +1,126 @@
+"""The public decode entry point: argument checks, split planning, kernel dispatch, warmup."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from .kernels.combine import launch_combine
+from .kernels.common import INTERPRET
+from .kernels.mma import launch_mma_partial
+from .kernels.simt import launch_simt
+from .layout import MODEL1
+from .reference import sparse_mla_decode_reference
+from .validate import check_decode_args
+
+IMPLS = ("mma", "simt", "reference")
+MAX_SPLITS_PER_SCOPE = 64   # fixed bound: grid and scratch stay stable under CUDA graphs
+SPLIT_GRANULE = 16          # tokens; the smallest BLOCK_T
+WAVES = 2                   # programs per SM the split count aims for
+NOMINAL_BLOCK_H = 64        # head-group size assumed when planning splits (independent of config)
+INTERPRETER_SMS = 4
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    num_splits: int
+    tokens_per_split: int
+
+
+def plan_splits(*, queries: int, heads: int, topk: int, num_sms: int) -> SplitPlan:
+    """Split one scope's topk so that queries*head_groups*splits programs fill about WAVES x num_sms."""
+    base = queries * triton.cdiv(heads, NOMINAL_BLOCK_H)
+    want = max(1, round(WAVES * num_sms / base))
+    g = SPLIT_GRANULE
+    tps = max(g, triton.cdiv(triton.cdiv(topk, want), g) * g)
+    tps = max(tps, triton.cdiv(triton.cdiv(topk, MAX_SPLITS_PER_SCOPE), g) * g)
+    return SplitPlan(triton.cdiv(topk, tps), tps)
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return INTERPRETER_SMS
+
+
+def _check_runnable(q: torch.Tensor, impl: str) -> None:
+    if q.device.type != "cuda" and not INTERPRET:
+        raise RuntimeError(f"impl={impl!r} runs Triton kernels: it needs CUDA tensors, or TRITON_INTERPRET=1 "
+                           f"set before `import workbench` to run them on the CPU (q is on {q.device})")
+
+
+def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_length=None,
+                      extra_cache=None, extra_indices=None, extra_topk_length=None, impl="mma", config=None):
+    """Sparse MLA decode over a MODEL1 paged FP8 KV cache (DeepSeek-V4).
+
+    q: [b, s_q, h, 512] bf16; cache: [num_blocks, block_size, 1, 584] uint8/fp8 view;
+    indices: [b, s_q, topk] int32 (``page*block_size + offset``, -1 or out of range = invalid);
+    attn_sink: [h] fp32; topk_length: [b] int32; extra_*: a second scope in the same softmax.
+    impl: "mma" (head-batched tensor-core kernel), "simt" (per-head baseline) or "reference" (fp32 torch).
+    config: one kernel config (dict) to run without autotuning, e.g. for CUDA graph capture:
+    mma: {"BLOCK_H", "BLOCK_T", "num_warps", "num_stages"}; simt: {"BLOCK_T", "num_warps"}.
+
+    Returns (out [b, s_q, h, 512] bf16, lse [b, h, s_q] fp32): natural-log LSE without the sink;
+    a query with no valid token gives out = 0 and lse = +inf.
+    """
+    if impl not in IMPLS:
+        raise ValueError(f"impl: expected one of {IMPLS}, got {impl!r}")
+    dims = check_decode_args(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink, topk_length=topk_length,
+                             extra_cache=extra_cache, extra_indices=extra_indices,
+                             extra_topk_length=extra_topk_length)
+    sm_scale = MODEL1.d ** -0.5 if sm_scale is None else float(sm_scale)
+    if impl == "reference":
+        if config is not None:
+            raise ValueError("config: the reference has no kernel config")
+        out, lse = sparse_mla_decode_reference(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink,
+                                               topk_length=topk_length, extra_cache=extra_cache,
+                                               extra_indices=extra_indices, extra_topk_length=extra_topk_length)
+        return out.to(torch.bfloat16), lse
+    _check_runnable(q, impl)
+    q = q if q.stride(-1) == 1 else q.contiguous()
+    indices = indices if indices.stride(-1) == 1 else indices.contiguous()
+    if extra_indices is not None and extra_indices.stride(-1) != 1:
+        extra_indices = extra_indices.contiguous()
+    b, s_q, h = dims["b"], dims["s_q"], dims["h"]
+    out = torch.empty(b, s_q, h, MODEL1.d, dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
+    if impl == "simt":
+        launch_simt(q=q, cache=cache, indices=indices, topk_length=topk_length, extra_cache=extra_cache,
+                    extra_indices=extra_indices, extra_topk_length=extra_topk_length, attn_sink=attn_sink,
+                    sm_scale=sm_scale, out=out, lse=lse, config=config)
+        return out, lse
+
+    sms = _num_sms(q.device)
+    scopes = [(cache, indices, topk_length)]
+    if extra_cache is not None:
+        scopes.append((extra_cache, extra_indices, extra_topk_length))
+    plans = [plan_splits(queries=b * s_q, heads=h, topk=ix.shape[2], num_sms=sms) for _, ix, _ in scopes]
+    s_total = sum(p.num_splits for p in plans)
+    part_out = torch.empty(b * s_q, h, s_total, MODEL1.d, dtype=torch.float32, device=q.device)
+    part_lse = torch.empty(b * s_q, h, s_total, dtype=torch.float32, device=q.device)
+    offset = 0
+    for (c, ix, tl_), plan in zip(scopes, plans):
+        launch_mma_partial(q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,
+                           split_offset=offset, num_splits=plan.num_splits, tokens_per_split=plan.tokens_per_split,
+                           sm_scale=sm_scale, config=config)
+        offset += plan.num_splits
+    launch_combine(part_out=part_out, part_lse=part_lse, attn_sink=attn_sink, out=out, lse=lse,
+                   pinned=INTERPRET or config is not None)
+    return out, lse
+
+
+def warmup(cases, impl: str = "mma") -> int:
+    """Run every case once so each autotune key a server will see is tuned before CUDA graph capture.
+
+    cases: iterable of :class:`workbench.cache.DecodeCase` (or dicts of decode keyword arguments).
+    Returns the number of calls made. With a fixed ``config`` no warmup is needed at all.
+    """
+    n = 0
+    for case in cases:
+        kw = case if isinstance(case, dict) else case.kwargs()
+        sparse_mla_decode(**kw, impl=impl)
+        n += 1
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return n

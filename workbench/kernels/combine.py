@@ -1,0 +1,78 @@
+"""Combine kernel: merge per-split partial outputs, apply the sink, write bf16 out and lse.
+
+One program per (query, head). Splits whose base-2 LSE is -inf (empty, or with
+no valid token) carry no weight and their partial output is never read.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .common import INTERPRET, to_bf16
+
+COMBINE_CONFIGS = [triton.Config({}, num_warps=w) for w in (1, 2, 4)]
+
+
+def prune_combine_configs(configs, named_args, **kwargs):
+    """One warp holds 512 fp32 lanes in 16 registers each; many warps only pay off with many splits."""
+    s_total = named_args.get("s_total", 1)
+    kept = [c for c in configs if c.num_warps <= max(1, min(4, s_total))]
+    return kept or configs[:1]
+
+
+@triton.autotune(configs=COMBINE_CONFIGS, key=["H", "S_BUCKET"],
+                 prune_configs_by={"early_config_prune": prune_combine_configs},
+                 do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup=3, rep=15, quantiles=quantiles))
+@triton.jit
+def combine_kernel(
+    part_out_ptr,   # [b*s_q, h, s_total, D] fp32
+    part_lse_ptr,   # [b*s_q, h, s_total] fp32, base 2
+    sink_ptr,       # [h] fp32 (read only when HAS_SINK)
+    out_ptr,        # [b, s_q, h, D] bf16, contiguous
+    lse_ptr,        # [b, h, s_q] fp32, contiguous
+    H, S_Q, s_total, S_BUCKET,
+    HAS_SINK: tl.constexpr, D: tl.constexpr, S_PAD: tl.constexpr, RNE_BY_HAND: tl.constexpr,
+):
+    pid_q = tl.program_id(0)
+    head = tl.program_id(1)
+    row = pid_q * H + head
+    sp = tl.arange(0, S_PAD)
+    lse_s = tl.load(part_lse_ptr + row * s_total + sp, mask=sp < s_total, other=float("-inf"))  # [S_PAD]
+    m = tl.max(lse_s, 0)
+    m_use = tl.where(m == float("-inf"), 0.0, m)
+    w_sum = tl.sum(tl.exp2(lse_s - m_use), 0)
+    d = tl.arange(0, D)
+    acc = tl.zeros([D], tl.float32)
+    for s in range(0, s_total):
+        lse_one = tl.load(part_lse_ptr + row * s_total + s)
+        w = tl.exp2(lse_one - m_use)
+        part = tl.load(part_out_ptr + (row * s_total + s).to(tl.int64) * D + d,
+                       mask=d < tl.where(lse_one > float("-inf"), D, 0), other=0.0)
+        acc += w * part
+    empty = m == float("-inf")
+    lse = tl.where(empty, float("inf"), (m_use + tl.log2(tl.where(empty, 1.0, w_sum))) * 0.6931471805599453)
+    out = tl.where(empty, 0.0, acc / tl.where(empty, 1.0, w_sum))
+    if HAS_SINK:
+        sink = tl.load(sink_ptr + head)
+        # 1/(1+exp(sink-lse)); guarded because sink=+inf with lse=+inf is NaN
+        out = tl.where(empty, 0.0, out * (1.0 / (1.0 + tl.exp(sink - lse))))
+    bi = pid_q // S_Q
+    si = pid_q % S_Q
+    tl.store(out_ptr + row.to(tl.int64) * D + d, to_bf16(out, RNE_BY_HAND))
+    tl.store(lse_ptr + (bi * H + head) * S_Q + si, lse)
+
+
+def launch_combine(*, part_out, part_lse, attn_sink, out, lse, pinned: bool = False):
+    """Merge splits into out [b, s_q, h, D] bf16 and lse [b, h, s_q] fp32 (both preallocated)."""
+    b, s_q, h, d = out.shape
+    s_total = part_lse.shape[-1]
+    args = dict(part_out_ptr=part_out, part_lse_ptr=part_lse,
+                sink_ptr=attn_sink if attn_sink is not None else part_lse, out_ptr=out, lse_ptr=lse,
+                H=h, S_Q=s_q, s_total=s_total, S_BUCKET=triton.next_power_of_2(s_total),
+                HAS_SINK=attn_sink is not None, D=d, S_PAD=triton.next_power_of_2(s_total),
+                RNE_BY_HAND=INTERPRET)
+    grid = (b * s_q, h)
+    if pinned:
+        combine_kernel.fn[grid](**args, num_warps=COMBINE_CONFIGS[0].num_warps)
+    else:
+        combine_kernel[grid](**args)

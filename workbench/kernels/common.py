@@ -1,0 +1,165 @@
+"""Pieces every decode kernel shares: the KV-tile gather/dequant, the dot wrapper,
+the interpreter switch, and the pruning record.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from ..layout import MODEL1
+from ..targets import GpuTarget, get_target, target_for_capability
+
+# Must be read when the kernels are decorated: TRITON_INTERPRET is fixed at import.
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+L = MODEL1
+D_NOPE, NOPE_PAD, D_ROPE = L.d_nope, L.nope_pad, L.d_rope
+TILE, DATA_BYTES, SCALE_BYTES, NUM_TILES = L.tile, L.data_bytes_per_token, L.scale_bytes_per_token, L.num_tiles
+assert NOPE_PAD // TILE == SCALE_BYTES, "padded nope columns must map onto the pad scale byte"
+
+
+@triton.jit
+def gather_kv_tile(cache_f8, cache_u8, cache_bf16, idx, valid, stride_page, block_size,
+                   D_NOPE: tl.constexpr, NOPE_PAD: tl.constexpr, D_ROPE: tl.constexpr,
+                   TILE: tl.constexpr, NUM_TILES: tl.constexpr,
+                   DATA_BYTES: tl.constexpr, SCALE_BYTES: tl.constexpr, BLOCK_T: tl.constexpr):
+    """Gather and dequantise BLOCK_T tokens.
+
+    idx, valid: [BLOCK_T]. Returns (k_nope [BLOCK_T, NOPE_PAD] fp32, k_rope [BLOCK_T, D_ROPE] fp32).
+    Invalid tokens and padded columns are zero: they are never read, so NaN in
+    an unselected page cannot reach the output.
+    """
+    safe = tl.where(valid, idx, 0)
+    page = (safe // block_size).to(tl.int64)
+    off = (safe % block_size).to(tl.int64)
+    row = tl.multiple_of(page * stride_page + off * DATA_BYTES, 16)  # [BLOCK_T] byte offset of the token
+    d = tl.arange(0, NOPE_PAD)
+    k8 = tl.load(cache_f8 + row[:, None] + d[None, :],
+                 mask=valid[:, None] & (d < D_NOPE)[None, :], other=0.0)  # [BLOCK_T, NOPE_PAD] fp8
+    g = tl.arange(0, SCALE_BYTES)
+    srow = page * stride_page + block_size * DATA_BYTES + off * SCALE_BYTES
+    # group NUM_TILES is the pad byte: masked so padded columns get scale 0, never a stray byte
+    sbyte = tl.load(cache_u8 + srow[:, None] + g[None, :],
+                    mask=valid[:, None] & (g < NUM_TILES)[None, :], other=0)  # [BLOCK_T, SCALE_BYTES] u8
+    # UE8M0 byte e is 2**(e-127): put it straight into the fp32 exponent field
+    scale = (sbyte.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+    k = tl.reshape(k8.to(tl.float32), (BLOCK_T, SCALE_BYTES, TILE)) * scale[:, :, None]
+    k_nope = tl.reshape(k, (BLOCK_T, NOPE_PAD))
+    r = tl.arange(0, D_ROPE)
+    rrow = (page * stride_page + off * DATA_BYTES + D_NOPE) // 2  # bf16 element offset
+    k_rope = tl.load(cache_bf16 + rrow[:, None] + r[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+    return k_nope, k_rope
+
+
+@triton.jit
+def mma(a, b, DOT_FP32: tl.constexpr):
+    """a @ b with fp32 accumulation; DOT_FP32 upcasts for the interpreter, whose bf16 dot is wrong."""
+    if DOT_FP32:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a, b)
+
+
+@triton.jit
+def to_bf16(x, RNE_BY_HAND: tl.constexpr):
+    """fp32 -> bf16, round to nearest even.
+
+    The interpreter truncates on this cast (0.2089 -> 0.2080); RNE_BY_HAND rounds
+    the bits first so the cast is exact and CPU numerics match the GPU's.
+    """
+    if RNE_BY_HAND:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True).to(tl.bfloat16)
+    else:
+        return x.to(tl.bfloat16)
+
+
+def layout_constexprs() -> dict:
+    return dict(D_NOPE=D_NOPE, NOPE_PAD=NOPE_PAD, D_ROPE=D_ROPE, TILE=TILE, NUM_TILES=NUM_TILES,
+                DATA_BYTES=DATA_BYTES, SCALE_BYTES=SCALE_BYTES)
+
+
+def cache_views(cache: torch.Tensor):
+    """(fp8, uint8, bf16) flat views of one cache's storage, for the three kinds of load."""
+    nb, _, _, _ = cache.shape
+    u8 = cache.view(torch.uint8) if cache.dtype != torch.uint8 else cache
+    flat = u8.as_strided((nb * cache.stride(0),), (1,), u8.storage_offset())
+    return flat.view(torch.float8_e4m3fn), flat, flat.view(torch.bfloat16)
+
+
+_TARGET_OVERRIDE: list[GpuTarget] = []
+
+
+def current_target() -> GpuTarget:
+    """The target pruning budgets for: the active override, else the current GPU, else sm_90."""
+    if _TARGET_OVERRIDE:
+        return _TARGET_OVERRIDE[-1]
+    if torch.cuda.is_available() and not INTERPRET:
+        return target_for_capability(*torch.cuda.get_device_capability())
+    return get_target(os.environ.get("WORKBENCH_TARGET", "sm_90"))
+
+
+class target_override:
+    """Context manager: budget pruning for another target (the resource lab uses it)."""
+
+    def __init__(self, arch: str):
+        self.target = get_target(arch)
+
+    def __enter__(self):
+        _TARGET_OVERRIDE.append(self.target)
+        return self.target
+
+    def __exit__(self, *exc):
+        _TARGET_OVERRIDE.pop()
+
+
+@dataclass(frozen=True)
+class PruneDecision:
+    kernel: str
+    arch: str
+    config: dict
+    kept: bool
+    estimated_shared_bytes: int
+    limit_bytes: int
+    reason: str
+
+
+PRUNE_RECORD: list[PruneDecision] = []
+
+
+def config_dict(cfg: triton.Config) -> dict:
+    return {**cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+
+
+def record_prune(kernel: str, target: GpuTarget, cfg: triton.Config, est: int, reason: str | None) -> bool:
+    d = PruneDecision(kernel, target.arch, config_dict(cfg), reason is None, est, target.smem_per_block,
+                      reason or "fits")
+    if d not in PRUNE_RECORD:
+        PRUNE_RECORD.append(d)
+    return reason is None
+
+
+def normalize_config(config, allowed: dict, kernel: str) -> triton.Config:
+    """Turn a user config (dict or triton.Config) into a triton.Config, or raise ValueError."""
+    if isinstance(config, triton.Config):
+        config = config_dict(config)
+    if not isinstance(config, dict):
+        raise TypeError(f"config: expected a dict or triton.Config, got {type(config).__name__}")
+    unknown = set(config) - set(allowed)
+    if unknown:
+        raise ValueError(f"config: unknown keys {sorted(unknown)} for the {kernel} kernel; "
+                         f"expected {sorted(allowed)}")
+    missing = {k for k in allowed if k not in config and k not in ("num_warps", "num_stages")}
+    if missing:
+        raise ValueError(f"config: missing {sorted(missing)} for the {kernel} kernel")
+    for k, v in config.items():
+        if v not in allowed[k]:
+            raise ValueError(f"config: {k}={v!r} is not supported by the {kernel} kernel; "
+                             f"expected one of {list(allowed[k])}")
+    meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
+    return triton.Config(meta, num_warps=config.get("num_warps", 4), num_stages=config.get("num_stages", 1))

@@ -1,0 +1,179 @@
+"""Head-batched MMA decode kernel: one program per (query, BLOCK_H heads, split).
+
+Each tile of BLOCK_T selected tokens is gathered and dequantised once and shared
+by every head of the group through tl.dot, for QK (nope 512-padded + rope 64)
+and PV. Each split writes an fp32 partial output and a base-2 LSE; the combine
+kernel merges them.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .common import (INTERPRET, NOPE_PAD, D_ROPE, cache_views, current_target, gather_kv_tile, layout_constexprs,
+                     mma, normalize_config, record_prune, to_bf16)
+
+ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(16, 32, 64), num_warps=(4, 8), num_stages=(1, 2))
+MMA_CONFIGS = [
+    triton.Config({"BLOCK_H": bh, "BLOCK_T": bt}, num_warps=w, num_stages=s)
+    for bh in ALLOWED["BLOCK_H"] for bt in ALLOWED["BLOCK_T"]
+    for w in ALLOWED["num_warps"] for s in ALLOWED["num_stages"]
+]
+
+
+def estimate_mma_shared_bytes(BLOCK_H: int, BLOCK_T: int, num_warps: int, num_stages: int) -> int:
+    """Shared-memory model: dot operands staged through shared memory (bf16).
+
+    q tile [BLOCK_H, 512+64], the K tile once for QK^T and once for PV
+    ([BLOCK_T, 512+64] each), and P [BLOCK_H, BLOCK_T]; extra stages buffer the
+    raw fp8+rope bytes of further tiles.
+    """
+    q = BLOCK_H * (NOPE_PAD + D_ROPE) * 2
+    k = 2 * BLOCK_T * (NOPE_PAD + D_ROPE) * 2
+    p = BLOCK_H * BLOCK_T * 2
+    staged = (num_stages - 1) * BLOCK_T * (NOPE_PAD + 2 * D_ROPE + 8)
+    return q + k + p + staged
+
+
+def mma_prune_reason(cfg: triton.Config, heads: int, target) -> tuple[int, str | None]:
+    """(estimated shared bytes, reason to prune or None) for one config."""
+    kw = cfg.kwargs
+    est = estimate_mma_shared_bytes(kw["BLOCK_H"], kw["BLOCK_T"], cfg.num_warps, cfg.num_stages)
+    if est > target.smem_per_block:
+        return est, f"shared memory ~{est} B > {target.smem_per_block} B per block on {target.arch}"
+    if heads and kw["BLOCK_H"] > max(16, triton.next_power_of_2(heads)):
+        return est, f"BLOCK_H={kw['BLOCK_H']} wastes rows: only {heads} heads"
+    return est, None
+
+
+def prune_mma_configs(configs, named_args, **kwargs):
+    """Drop configs the target cannot hold before any of them is compiled, recording why."""
+    target = current_target()
+    heads = named_args.get("H", 0)
+    kept = [c for c in configs if record_prune("mma", target, c, *mma_prune_reason(c, heads, target))]
+    if not kept:
+        raise ValueError(f"no MMA config fits {target.arch} for {heads} heads")
+    return kept
+
+
+@triton.autotune(configs=MMA_CONFIGS, key=["H", "TOKENS_BUCKET", "QUERIES_BUCKET"],
+                 prune_configs_by={"early_config_prune": prune_mma_configs},
+                 do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup=3, rep=15, quantiles=quantiles))
+@triton.jit
+def mma_partial_kernel(
+    q_ptr,            # [b, s_q, h, 512] bf16, last stride 1
+    stride_qb, stride_qs, stride_qh,
+    cache_f8, cache_u8, cache_bf16,  # flat views of one cache
+    stride_page, block_size, num_tokens,
+    idx_ptr,          # [b, s_q, topk] int32
+    stride_ib, stride_is,
+    topk_len_ptr,     # [b] int32 (read only when HAS_TOPK_LEN)
+    part_out_ptr,     # [b*s_q, h, s_total, 512] fp32
+    part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2
+    sm_scale_log2,
+    H, S_Q, TOPK, split_offset, tokens_per_split, s_total,
+    TOKENS_BUCKET, QUERIES_BUCKET,
+    HAS_TOPK_LEN: tl.constexpr, DOT_FP32: tl.constexpr,
+    D_NOPE: tl.constexpr, NOPE_PAD: tl.constexpr, D_ROPE: tl.constexpr, TILE: tl.constexpr,
+    NUM_TILES: tl.constexpr, DATA_BYTES: tl.constexpr, SCALE_BYTES: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
+):
+    pid_h = tl.program_id(0)
+    split = tl.program_id(1)
+    pid_q = tl.program_id(2)
+    bi = pid_q // S_Q
+    si = pid_q % S_Q
+
+    heads = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    hmask = heads < H
+    d = tl.arange(0, NOPE_PAD)
+    r = tl.arange(0, D_ROPE)
+    q_row = q_ptr + bi * stride_qb + si * stride_qs + heads[:, None] * stride_qh
+    q_nope = tl.load(q_row + d[None, :], mask=hmask[:, None] & (d < D_NOPE)[None, :], other=0.0)  # [BLOCK_H, NOPE_PAD]
+    q_rope = tl.load(q_row + D_NOPE + r[None, :], mask=hmask[:, None], other=0.0)  # [BLOCK_H, D_ROPE]
+
+    end_all = TOPK
+    if HAS_TOPK_LEN:
+        end_all = tl.minimum(tl.load(topk_len_ptr + bi), TOPK)
+    start = split * tokens_per_split
+    end = tl.minimum(start + tokens_per_split, end_all)
+
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc_nope = tl.zeros([BLOCK_H, NOPE_PAD], tl.float32)
+    acc_rope = tl.zeros([BLOCK_H, D_ROPE], tl.float32)
+    idx_row = idx_ptr + bi * stride_ib + si * stride_is
+    for t0 in range(start, end, BLOCK_T):
+        offs = t0 + tl.arange(0, BLOCK_T)
+        tmask = offs < end
+        idx = tl.load(idx_row + offs, mask=tmask, other=-1)  # [BLOCK_T]
+        valid = tmask & (idx >= 0) & (idx < num_tokens)
+        k_nope, k_rope = gather_kv_tile(cache_f8, cache_u8, cache_bf16, idx, valid, stride_page, block_size,
+                                        D_NOPE, NOPE_PAD, D_ROPE, TILE, NUM_TILES, DATA_BYTES, SCALE_BYTES, BLOCK_T)
+        k_nope = k_nope.to(tl.bfloat16)  # exact: fp8 times a power of two
+        k_rope = k_rope.to(tl.bfloat16)
+        s = mma(q_nope, tl.trans(k_nope), DOT_FP32) + mma(q_rope, tl.trans(k_rope), DOT_FP32)  # [BLOCK_H, BLOCK_T]
+        s = tl.where(valid[None, :], s * sm_scale_log2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
+        alpha = tl.exp2(m_i - m_use)
+        p = tl.exp2(s - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        p16 = to_bf16(p, DOT_FP32)
+        acc_nope = acc_nope * alpha[:, None] + mma(p16, k_nope, DOT_FP32)
+        acc_rope = acc_rope * alpha[:, None] + mma(p16, k_rope, DOT_FP32)
+        m_i = m_new
+
+    live = l_i > 0
+    inv_l = tl.where(live, 1.0 / l_i, 0.0)
+    lse2 = tl.where(live, m_i + tl.log2(l_i), float("-inf"))
+    slot = (pid_q * H + heads) * s_total + split_offset + split  # [BLOCK_H]
+    tl.store(part_lse_ptr + slot, lse2, mask=hmask)
+    out_row = part_out_ptr + slot[:, None].to(tl.int64) * (D_NOPE + D_ROPE)
+    # an empty split writes only its -inf LSE; the combine never reads its out
+    tl.store(out_row + d[None, :], acc_nope * inv_l[:, None], mask=(hmask & live)[:, None] & (d < D_NOPE)[None, :])
+    tl.store(out_row + D_NOPE + r[None, :], acc_rope * inv_l[:, None], mask=(hmask & live)[:, None])
+
+
+def interpreter_config(heads: int) -> triton.Config:
+    """The one config the CPU interpreter runs: big tiles mean few (slow) interpreted programs."""
+    return triton.Config({"BLOCK_H": min(64, max(16, triton.next_power_of_2(heads))), "BLOCK_T": 64},
+                         num_warps=4, num_stages=1)
+
+
+def check_mma_config(config, heads: int) -> triton.Config:
+    cfg = normalize_config(config, ALLOWED, "mma")
+    target = current_target()
+    est, reason = mma_prune_reason(cfg, 0, target)
+    if reason:
+        raise ValueError(f"config {config}: {reason}")
+    return cfg
+
+
+def launch_mma_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
+                       tokens_per_split, sm_scale, config=None):
+    """Run the partial kernel for one KV scope into splits [split_offset, split_offset+num_splits)."""
+    b, s_q, h, _ = q.shape
+    f8, u8, bf = cache_views(cache)
+    args = dict(
+        q_ptr=q, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
+        cache_f8=f8, cache_u8=u8, cache_bf16=bf,
+        stride_page=cache.stride(0), block_size=cache.shape[1], num_tokens=cache.shape[0] * cache.shape[1],
+        idx_ptr=indices, stride_ib=indices.stride(0), stride_is=indices.stride(1),
+        topk_len_ptr=topk_length if topk_length is not None else indices,
+        part_out_ptr=part_out, part_lse_ptr=part_lse,
+        sm_scale_log2=sm_scale * 1.4426950408889634,
+        H=h, S_Q=s_q, TOPK=indices.shape[2], split_offset=split_offset, tokens_per_split=tokens_per_split,
+        s_total=part_lse.shape[-1],
+        TOKENS_BUCKET=triton.next_power_of_2(tokens_per_split), QUERIES_BUCKET=triton.next_power_of_2(b * s_q),
+        HAS_TOPK_LEN=topk_length is not None, DOT_FP32=INTERPRET, **layout_constexprs(),
+    )
+    if INTERPRET and config is None:
+        config = interpreter_config(h)
+    if config is None:
+        grid = lambda META: (triton.cdiv(h, META["BLOCK_H"]), num_splits, b * s_q)  # noqa: E731
+        mma_partial_kernel[grid](**args)
+        return
+    cfg = config if isinstance(config, triton.Config) else check_mma_config(config, h)
+    grid = (triton.cdiv(h, cfg.kwargs["BLOCK_H"]), num_splits, b * s_q)
+    mma_partial_kernel.fn[grid](**args, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)

@@ -1,0 +1,100 @@
+"""Argument checks shared by the reference, the kernels and the benchmarks.
+
+Bad input must fail here with a message naming the argument, never deep inside
+torch or Triton.
+"""
+from __future__ import annotations
+
+import torch
+
+from .layout import MODEL1, CacheLayout
+
+CACHE_DTYPES = (torch.uint8, torch.float8_e4m3fn)
+
+
+def _fail(cls, name: str, expected: str, got) -> None:
+    raise cls(f"{name}: expected {expected}, got {got}")
+
+
+def check_tensor(name: str, t, *, dtype=None, ndim=None) -> None:
+    if not isinstance(t, torch.Tensor):
+        _fail(TypeError, name, "a torch.Tensor", type(t).__name__)
+    if dtype is not None:
+        dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
+        if t.dtype not in dtypes:
+            _fail(TypeError, name, "dtype " + " or ".join(str(d) for d in dtypes), t.dtype)
+    if ndim is not None and t.dim() != ndim:
+        _fail(ValueError, name, f"{ndim} dimensions", f"shape {tuple(t.shape)}")
+
+
+def check_cache(name: str, cache, layout: CacheLayout = MODEL1) -> tuple[int, int, int]:
+    """Check a paged cache view; return (num_blocks, block_size, page_stride_bytes)."""
+    check_tensor(name, cache, dtype=CACHE_DTYPES, ndim=4)
+    nb, bs, one, w = cache.shape
+    if w != layout.bytes_per_token or one != 1:
+        _fail(ValueError, name, f"shape [num_blocks, block_size, 1, {layout.bytes_per_token}]",
+              f"shape {tuple(cache.shape)}")
+    if nb < 1 or bs < 1:
+        _fail(ValueError, name, "at least one page of at least one token", f"shape {tuple(cache.shape)}")
+    s0, s1, s2, s3 = cache.stride()
+    if (s1, s3) != (layout.bytes_per_token, 1) or (s2 != layout.bytes_per_token and one != 1):
+        _fail(ValueError, name, f"strides (page_bytes, {layout.bytes_per_token}, "
+              f"{layout.bytes_per_token}, 1)", cache.stride())
+    if s0 < bs * layout.bytes_per_token or s0 % layout.page_alignment:
+        _fail(ValueError, name, f"a page stride that is a multiple of {layout.page_alignment} and at least "
+              f"block_size*{layout.bytes_per_token}={bs * layout.bytes_per_token} "
+              f"(layout: {layout.page_bytes(bs)})", f"stride(0)={s0}")
+    return nb, bs, s0
+
+
+def check_indices(name: str, indices, b: int, s_q: int) -> int:
+    check_tensor(name, indices, dtype=torch.int32, ndim=3)
+    if tuple(indices.shape[:2]) != (b, s_q) or indices.shape[2] < 1:
+        _fail(ValueError, name, f"shape [{b}, {s_q}, topk>=1] (from q)", f"shape {tuple(indices.shape)}")
+    return indices.shape[2]
+
+
+def check_topk_length(name: str, topk_length, b: int):
+    if topk_length is None:
+        return
+    check_tensor(name, topk_length, dtype=torch.int32, ndim=1)
+    if topk_length.shape[0] != b:
+        _fail(ValueError, name, f"shape [{b}] (batch of q)", f"shape {tuple(topk_length.shape)}")
+
+
+def check_decode_args(q, cache, indices, *, sm_scale, attn_sink, topk_length,
+                      extra_cache, extra_indices, extra_topk_length,
+                      layout: CacheLayout = MODEL1) -> dict:
+    """Validate a decode call; return the problem's sizes."""
+    check_tensor("q", q, dtype=torch.bfloat16, ndim=4)
+    b, s_q, h, d = q.shape
+    if d != layout.d:
+        _fail(ValueError, "q", f"last dimension {layout.d}", f"shape {tuple(q.shape)}")
+    if b < 1 or s_q < 1 or h < 1:
+        _fail(ValueError, "q", "non-empty batch, s_q and heads", f"shape {tuple(q.shape)}")
+    nb, bs, stride0 = check_cache("cache", cache, layout)
+    topk = check_indices("indices", indices, b, s_q)
+    check_topk_length("topk_length", topk_length, b)
+    if sm_scale is not None and not (isinstance(sm_scale, (int, float)) and sm_scale > 0):
+        _fail(ValueError, "sm_scale", "a positive float", repr(sm_scale))
+    if attn_sink is not None:
+        check_tensor("attn_sink", attn_sink, dtype=torch.float32, ndim=1)
+        if attn_sink.shape[0] != h:
+            _fail(ValueError, "attn_sink", f"shape [{h}] (heads of q)", f"shape {tuple(attn_sink.shape)}")
+    has_extra = extra_cache is not None or extra_indices is not None or extra_topk_length is not None
+    extra = None
+    if has_extra:
+        if extra_cache is None or extra_indices is None:
+            raise ValueError("extra_cache and extra_indices: give both or neither "
+                             f"(got extra_cache={'set' if extra_cache is not None else None}, "
+                             f"extra_indices={'set' if extra_indices is not None else None})")
+        enb, ebs, estride0 = check_cache("extra_cache", extra_cache, layout)
+        etopk = check_indices("extra_indices", extra_indices, b, s_q)
+        check_topk_length("extra_topk_length", extra_topk_length, b)
+        extra = dict(num_blocks=enb, block_size=ebs, stride0=estride0, topk=etopk)
+    devs = {t.device for t in (q, cache, indices, attn_sink, topk_length, extra_cache,
+                               extra_indices, extra_topk_length) if t is not None}
+    if len(devs) > 1:
+        _fail(ValueError, "tensors", "all on one device", sorted(str(x) for x in devs))
+    return dict(b=b, s_q=s_q, h=h, num_blocks=nb, block_size=bs, stride0=stride0,
+                topk=topk, extra=extra)
