@@ -138,14 +138,14 @@ class DecodeCase:
 
 
 def _build_scope(g, *, b, s_q, topk, seq_len, block_size, orphan_pages, invalid_frac,
-                 with_topk_length, all_invalid_queries, nan_unselected, layout, device):
+                 with_topk_length, all_invalid_queries, nan_unselected, kv_decades, layout, device):
     pages_per_seq = -(-seq_len // block_size)
     num_blocks = b * pages_per_seq + orphan_pages
     perm = torch.randperm(num_blocks, generator=g).to(torch.int32)
     block_table = perm[: b * pages_per_seq].view(b, pages_per_seq).contiguous()
 
     # tiles of very different magnitudes: each (token, 64-wide tile) gets its own decade
-    mag = torch.pow(10.0, torch.empty(num_blocks, block_size, layout.num_tiles + 1).uniform_(-3, 2, generator=g))
+    mag = torch.pow(10.0, torch.empty(num_blocks, block_size, layout.num_tiles + 1).uniform_(*kv_decades, generator=g))
     kv = torch.randn(num_blocks, block_size, layout.d, generator=g)
     kv[..., : layout.d_nope] *= mag[..., : layout.num_tiles].repeat_interleave(layout.tile, dim=-1)
     kv[..., layout.d_nope:] *= mag[..., layout.num_tiles:]
@@ -199,7 +199,8 @@ def build_case(*, batch: int = 2, s_q: int = 1, heads: int = 16, topk: int = 64,
                block_size: int = 64, sink: bool | str = False, topk_length: bool = False,
                invalid_frac: float = 0.1, all_invalid_queries: int = 0, nan_unselected: bool = False,
                extra_topk: int = 0, extra_block_size: int = 64, extra_seq_len: int | None = None,
-               extra_topk_length: bool = False, sm_scale: float | None = None, orphan_pages: int | None = None,
+               extra_topk_length: bool = False, kv_decades: tuple[float, float] = (-3.0, 2.0),
+               sm_scale: float | None = None, orphan_pages: int | None = None,
                seed: int = 0, device: str | torch.device = "cpu", layout: CacheLayout = MODEL1) -> DecodeCase:
     """Build a hostile synthetic decode case.
 
@@ -207,6 +208,7 @@ def build_case(*, batch: int = 2, s_q: int = 1, heads: int = 16, topk: int = 64,
     invalid_frac: share of indices replaced by -1 or by out-of-range values (both sides).
     nan_unselected: fill every page that no valid index selects with 0xFF bytes (NaN/inf).
     extra_topk > 0 adds an extra KV scope with its own page size and indices.
+    kv_decades: each (token, 64-wide tile) is scaled by 10**u, u uniform in this range.
     """
     for name, v in dict(batch=batch, s_q=s_q, heads=heads, topk=topk, block_size=block_size).items():
         if not isinstance(v, int) or v < 1:
@@ -217,7 +219,7 @@ def build_case(*, batch: int = 2, s_q: int = 1, heads: int = 16, topk: int = 64,
     seq_len = seq_len or max(topk + topk // 2, 2 * block_size)
     orphan = orphan_pages if orphan_pages is not None else max(1, (batch * -(-seq_len // block_size)) // 8)
     common = dict(b=batch, s_q=s_q, invalid_frac=invalid_frac, all_invalid_queries=all_invalid_queries,
-                  nan_unselected=nan_unselected, layout=layout, device=device)
+                  nan_unselected=nan_unselected, kv_decades=kv_decades, layout=layout, device=device)
     main = _build_scope(g, topk=topk, seq_len=seq_len, block_size=block_size, orphan_pages=orphan,
                         with_topk_length=topk_length, **common)
     extra = None

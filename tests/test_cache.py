@@ -1,0 +1,110 @@
+"""Cache bytes against FlashMLA's golden cases; quantisation round trip; index helpers; the builder."""
+import math
+
+import pytest
+import torch
+
+from workbench.cache import (build_case, dequantize_kv, indices_to_positions, positions_to_indices, quantize_kv,
+                             raw_scale_bytes)
+from workbench.golden import golden_names, load_golden
+from workbench.layout import MODEL1
+
+
+def _page_bytes(cache):
+    nb, bs = cache.shape[:2]
+    return cache.as_strided((nb, bs * 584), (cache.stride(0), 1))
+
+
+@pytest.mark.parametrize("name", golden_names())
+def test_quantize_matches_golden_bytes(name):
+    g = load_golden(name)
+    scopes = [("", "kv_bf16")] + ([("extra_", "extra_kv_bf16")] if "extra_kv_bf16" in g else [])
+    for prefix, key in scopes:
+        cache = quantize_kv(g[key])
+        assert cache.stride() == (g[f"{prefix}cache_block_stride"], 584, 584, 1)
+        assert cache.stride(0) == MODEL1.page_bytes(g[f"{prefix}block_size"] if prefix == "" else g["extra_block_size"])
+        got = _page_bytes(cache)
+        assert torch.equal(got, g[f"{prefix}cache_bytes"]), f"{name} {prefix or 'main'}: " \
+            f"{int((got != g[f'{prefix}cache_bytes']).sum())} bytes differ"
+        # page padding past bs*584 is zero
+        nb = cache.shape[0]
+        flat = cache.as_strided((nb, cache.stride(0)), (cache.stride(0), 1))
+        assert int(flat[:, cache.shape[1] * 584:].sum()) == 0
+
+
+def test_roundtrip_within_fp8_step():
+    g = torch.Generator().manual_seed(1)
+    mag = torch.pow(10.0, torch.empty(5, 61, 8).uniform_(-4, 3, generator=g))
+    x = (torch.randn(5, 61, 512, generator=g) * mag.repeat_interleave(64, dim=-1)).to(torch.bfloat16)
+    cache = quantize_kv(x)
+    y = dequantize_kv(cache)
+    assert y.dtype == torch.bfloat16 and y.shape == x.shape
+    assert torch.equal(y[..., 448:], x[..., 448:]), "rope must be stored exactly"
+    sb = raw_scale_bytes(cache)
+    scale = torch.exp2(sb[..., :7].double() - 127).repeat_interleave(64, dim=-1)
+    v = (x[..., :448].double() / scale).abs()
+    # half the e4m3 spacing at |v|: 2**(floor(log2 v) - 3) / 2, subnormal spacing 2**-9
+    half_step = torch.exp2(torch.clamp(torch.floor(torch.log2(v.clamp_min(1e-30))), min=-6) - 3) / 2
+    err = (y[..., :448].double() - x[..., :448].double()).abs()
+    assert bool((err <= half_step * scale * (1 + 1e-9)).all())
+
+
+@pytest.mark.parametrize("amax,byte", [(448.0, 127), (450.0, 128), (224.0, 126), (1.0, 119), (0.0, 114)],
+                         ids=["448", "450", "224", "1", "zero-tile"])
+def test_scale_bytes_are_exact_powers_of_two(amax, byte):
+    # s = 2**ceil(log2(max(amax/448, 1e-4))): 448 -> 2**0, 450 (449 is no bf16) -> 2**1, 224 -> 2**-1,
+    # 1 -> 2**ceil(log2(1/448)) = 2**-8, 0 -> 2**ceil(log2(1e-4)) = 2**-13
+    x = torch.zeros(1, 1, 512, dtype=torch.bfloat16)
+    x[0, 0, 5] = amax
+    sb = raw_scale_bytes(quantize_kv(x))
+    assert int(sb[0, 0, 0]) == byte
+    assert int(sb[0, 0, 7]) == 0, "pad byte must be zero"
+    assert 2.0 ** (byte - 127) == 2 ** math.ceil(math.log2(max(amax / 448, 1e-4)))
+
+
+def test_positions_to_indices_by_hand():
+    block_table = torch.tensor([[7, 2], [0, 5]], dtype=torch.int32)
+    pos = torch.tensor([[[0, 3, 4, -1]], [[5, 1, -1, 7]]])
+    idx = positions_to_indices(pos, block_table, block_size=4)
+    # seq0: pos0 -> page7*4+0=28, pos3 -> 31, pos4 -> page2*4+0=8 ; seq1: pos5 -> page5*4+1=21, pos1 -> 1, pos7 -> 23
+    assert idx.tolist() == [[[28, 31, 8, -1]], [[21, 1, -1, 23]]]
+    page, off = indices_to_positions(idx, 4)
+    assert page.tolist() == [[[7, 7, 2, -1]], [[5, 0, -1, 5]]]
+    assert off.tolist() == [[[0, 3, 0, -1]], [[1, 1, -1, 3]]]
+    with pytest.raises(ValueError, match="positions"):
+        positions_to_indices(torch.tensor([[[8]], [[0]]]), block_table, block_size=4)
+
+
+@pytest.mark.parametrize("block_size", [2, 61, 69, 256], ids=lambda b: f"bs{b}")
+def test_builder_is_hostile(block_size):
+    c = build_case(batch=3, s_q=2, heads=4, topk=40, block_size=block_size, invalid_frac=0.3,
+                   all_invalid_queries=1, nan_unselected=True, seed=block_size)
+    m = c.main
+    nb = m.cache.shape[0]
+    owned = m.block_table.flatten()
+    assert owned.unique().numel() == owned.numel(), "pages are owned once"
+    assert owned.numel() < nb, "some pages belong to nobody"
+    assert not torch.equal(owned.sort().values, owned), "page table is shuffled"
+    idx = m.indices.long()
+    n = nb * block_size
+    assert bool((idx == -1).any()) and bool((idx >= n).any()) and bool((idx < -1).any())
+    last = idx[-1, -1]
+    assert bool(((last < 0) | (last >= n)).all()), "the last query has no valid index"
+    # NaN only where nothing selects
+    live = idx[(idx >= 0) & (idx < n)]
+    selected = torch.zeros(nb, dtype=torch.bool)
+    selected[live // block_size] = True
+    deq = dequantize_kv(m.cache).float()
+    assert bool(torch.isnan(deq[~selected]).any())
+    assert bool(torch.isfinite(deq[selected]).all())
+
+
+def test_builder_extra_scope_and_sink_modes():
+    c = build_case(batch=2, heads=6, topk=8, extra_topk=12, extra_block_size=2, sink="mixed", topk_length=True,
+                   extra_topk_length=True)
+    assert c.extra is not None and c.extra.block_size == 2 and c.extra.indices.shape == (2, 1, 12)
+    s = c.attn_sink
+    assert bool(torch.isposinf(s[0])) and bool(torch.isneginf(s[1])) and bool(torch.isfinite(s[2]))
+    assert c.main.topk_length.tolist()[:2] == [8, 0]
+    kw = c.kwargs()
+    assert set(kw) >= {"extra_cache", "extra_indices", "extra_topk_length"}

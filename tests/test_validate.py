@@ -1,0 +1,79 @@
+"""Bad input fails early with a message naming the argument."""
+import pytest
+import torch
+
+import workbench as wb
+from workbench.cache import build_case
+
+
+@pytest.fixture(scope="module")
+def case():
+    return build_case(batch=2, heads=4, topk=8, block_size=64, sink=True, topk_length=True, extra_topk=4)
+
+
+def _with(case, **over):
+    kw = case.kwargs()
+    kw.update(over)
+    return kw
+
+
+def _bad_cases(case):
+    c = case.main.cache
+    q = case.q
+    contiguous = torch.zeros(c.shape[0], c.shape[1], 1, 584, dtype=torch.uint8)  # stride0 = 64*584, not 576-aligned
+    return [
+        ("q-fp16", dict(q=q.half()), TypeError, "q"),
+        ("q-not-tensor", dict(q=q.tolist()), TypeError, "q"),
+        ("q-dim-511", dict(q=q[..., :511]), ValueError, "q"),
+        ("q-3d", dict(q=q[0]), ValueError, "q"),
+        ("cache-int8", dict(cache=c.view(torch.int8)), TypeError, "cache"),
+        ("cache-last-576", dict(cache=c[..., :576]), ValueError, "cache"),
+        ("cache-contiguous-strides", dict(cache=contiguous), ValueError, "cache"),
+        ("indices-int64", dict(indices=case.main.indices.long()), TypeError, "indices"),
+        ("indices-wrong-batch", dict(indices=case.main.indices[:1]), ValueError, "indices"),
+        ("sink-wrong-length", dict(attn_sink=torch.zeros(3)), ValueError, "attn_sink"),
+        ("sink-bf16", dict(attn_sink=torch.zeros(4, dtype=torch.bfloat16)), TypeError, "attn_sink"),
+        ("topk-length-shape", dict(topk_length=torch.zeros(3, dtype=torch.int32)), ValueError, "topk_length"),
+        ("extra-cache-alone", dict(extra_indices=None), ValueError, "extra_cache and extra_indices"),
+        ("extra-indices-shape", dict(extra_indices=case.extra.indices[:, :, :, None]), ValueError, "extra_indices"),
+        ("sm-scale-negative", dict(sm_scale=-1.0), ValueError, "sm_scale"),
+    ]
+
+
+@pytest.mark.parametrize("impl", ["reference", "mma", "simt"])
+def test_bad_inputs_name_the_argument(case, impl):
+    for label, over, exc, name in _bad_cases(case):
+        with pytest.raises(exc, match=name) as info:
+            wb.sparse_mla_decode(**_with(case, **over), impl=impl)
+        assert name.split()[0] in str(info.value), label
+
+
+def test_reference_checks_too(case):
+    with pytest.raises(TypeError, match="q"):
+        wb.sparse_mla_decode_reference(**_with(case, q=case.q.float()))
+
+
+def test_unknown_impl(case):
+    with pytest.raises(ValueError, match="impl"):
+        wb.sparse_mla_decode(**case.kwargs(), impl="cutlass")
+
+
+@pytest.mark.parametrize("impl,config,match", [
+    ("mma", {"BLOCK_H": 48, "BLOCK_T": 16}, "BLOCK_H=48"),
+    ("mma", {"BLOCK_H": 16, "BLOCK_T": 128}, "BLOCK_T=128"),
+    ("mma", {"BLOCK_H": 16}, "missing"),
+    ("mma", {"BLOCK_H": 16, "BLOCK_T": 16, "BLOCK_K": 4}, "unknown"),
+    ("simt", {"BLOCK_T": 16, "num_warps": 3}, "num_warps=3"),
+    ("reference", {"BLOCK_T": 16}, "reference has no kernel config"),
+], ids=["mma-blockh48", "mma-blockt128", "mma-missing", "mma-unknown-key", "simt-3-warps", "reference"])
+def test_unsupported_config(case, impl, config, match):
+    with pytest.raises(ValueError, match=match):
+        wb.sparse_mla_decode(**case.kwargs(), impl=impl, config=config)
+
+
+def test_config_over_shared_memory_limit_is_refused(case, monkeypatch):
+    from workbench.kernels import common
+    with common.target_override("sm_120"):
+        with pytest.raises(ValueError, match="shared memory"):
+            wb.sparse_mla_decode(**case.kwargs(), impl="mma",
+                                 config={"BLOCK_H": 64, "BLOCK_T": 64, "num_warps": 8, "num_stages": 2})
