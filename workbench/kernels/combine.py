@@ -23,7 +23,7 @@ def prune_combine_configs(configs, named_args, **kwargs):
 @triton.autotune(configs=COMBINE_CONFIGS, key=["H", "S_BUCKET"],
                  prune_configs_by={"early_config_prune": prune_combine_configs},
                  do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup=3, rep=15, quantiles=quantiles))
-@triton.jit
+@triton.jit(do_not_specialize=["H", "S_Q", "s_total", "S_BUCKET"])
 def combine_kernel(
     part_out_ptr,   # [b*s_q, h, s_total, D] fp32
     part_lse_ptr,   # [b*s_q, h, s_total] fp32, base 2

@@ -41,8 +41,9 @@ def mma_prune_reason(cfg: triton.Config, heads: int, target) -> tuple[int, str |
     est = estimate_mma_shared_bytes(kw["BLOCK_H"], kw["BLOCK_T"], cfg.num_warps, cfg.num_stages)
     if est > target.smem_per_block:
         return est, f"shared memory ~{est} B > {target.smem_per_block} B per block on {target.arch}"
-    if heads and kw["BLOCK_H"] > max(16, triton.next_power_of_2(heads)):
-        return est, f"BLOCK_H={kw['BLOCK_H']} wastes rows: only {heads} heads"
+    if heads and kw["BLOCK_H"] != min(64, max(16, triton.next_power_of_2(heads))):
+        # more rows than heads is wasted MMA work; fewer re-reads the KV tile once per group
+        return est, f"BLOCK_H={kw['BLOCK_H']} does not match {heads} heads (group = min(64, pow2(heads)))"
     return est, None
 
 
@@ -59,7 +60,8 @@ def prune_mma_configs(configs, named_args, **kwargs):
 @triton.autotune(configs=MMA_CONFIGS, key=["H", "TOKENS_BUCKET", "QUERIES_BUCKET"],
                  prune_configs_by={"early_config_prune": prune_mma_configs},
                  do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup=3, rep=15, quantiles=quantiles))
-@triton.jit
+@triton.jit(do_not_specialize=["stride_qb", "stride_qs", "num_tokens", "stride_ib", "stride_is", "H", "S_Q", "TOPK",
+                               "split_offset", "s_total", "TOKENS_BUCKET", "QUERIES_BUCKET"])
 def mma_partial_kernel(
     q_ptr,            # [b, s_q, h, 512] bf16, last stride 1
     stride_qb, stride_qs, stride_qh,

@@ -74,7 +74,8 @@ def _simt_scope(m_i, l_i, acc_nope, acc_rope, q_nope, q_rope, sm_scale_log2, bi,
 @triton.autotune(configs=SIMT_CONFIGS, key=["H", "TOPK_BUCKET"],
                  prune_configs_by={"early_config_prune": prune_simt_configs},
                  do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup=3, rep=15, quantiles=quantiles))
-@triton.jit
+@triton.jit(do_not_specialize=["stride_qb", "stride_qs", "num_tokens", "stride_ib", "stride_is", "TOPK",
+                               "x_num_tokens", "x_stride_ib", "x_stride_is", "X_TOPK", "H", "S_Q", "TOPK_BUCKET"])
 def simt_kernel(
     q_ptr,            # [b, s_q, h, 512] bf16, last stride 1
     stride_qb, stride_qs, stride_qh,

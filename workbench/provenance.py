@@ -1,0 +1,52 @@
+"""Provenance for every measured row: GPU, driver, CUDA, torch, triton, git commit, date."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import subprocess
+from pathlib import Path
+
+import torch
+import triton
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def git_commit() -> str:
+    """The commit being measured; $WORKBENCH_COMMIT wins (the GPU machine gets a tree without .git)."""
+    env = os.environ.get("WORKBENCH_COMMIT")
+    if env:
+        return env
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "workbench"], cwd=ROOT, capture_output=True,
+                               text=True).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _smi(field: str) -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "n/a"
+    except (OSError, subprocess.TimeoutExpired):
+        return "n/a"
+
+
+def provenance() -> dict:
+    """One flat dict; every data row carries these columns."""
+    p = dict(date=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), git_commit=git_commit(),
+             torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda or "none")
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        p.update(gpu=props.name, sm_count=props.multi_processor_count,
+                 capability=f"sm_{props.major}{props.minor}", driver=_smi("driver_version"),
+                 sm_clock_mhz=_smi("clocks.sm"), mem_clock_mhz=_smi("clocks.mem"),
+                 max_sm_clock_mhz=_smi("clocks.max.sm"))
+    else:
+        p.update(gpu="cpu", sm_count=0, capability="none", driver="none", sm_clock_mhz="n/a", mem_clock_mhz="n/a",
+                 max_sm_clock_mhz="n/a")
+    return p
