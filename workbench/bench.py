@@ -49,6 +49,7 @@ class BenchShape:
 
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 132)
+SWEEPS = ("smoke", "batch", "s_q2", "production", "baselines", "warps", "configs", "all")
 HEADS = (16, 32, 64, 128)
 
 
@@ -71,9 +72,18 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
         return [(BenchShape(b, h, 2048), ("mma",), ("eager",),
                  {"BLOCK_H": min(64, h), "BLOCK_T": 16, "num_warps": w, "num_stages": 1})
                 for h in (16, 64) for b in BATCHES for w in (4, 8)]
+    if name == "configs":
+        plan = []
+        for h in (16, 64, 128):
+            shape = BenchShape(64, h, 2048)
+            plan += [(shape, ("mma",), ("graph",), {"BLOCK_H": min(64, h), "BLOCK_T": bt, "num_warps": w,
+                                                      "num_stages": 1, "PREFETCH": pf})
+                     for bt in (16, 32) for w in (4, 8) for pf in (0, 1)]
+            plan.append((shape, fast, ("graph",), None))
+        return plan + [(BenchShape(1, 64, 512), fast, ("graph",), None)]
     if name == "all":
         return [x for n in ("batch", "s_q2", "production", "baselines", "warps") for x in sweep_shapes(n)]
-    raise ValueError(f"sweep: expected one of smoke, batch, s_q2, production, baselines, warps, all; got {name!r}")
+    raise ValueError(f"sweep: expected one of {SWEEPS}; got {name!r}")
 
 
 # ----------------------------------------------------------------------------- inputs

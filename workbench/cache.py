@@ -15,13 +15,6 @@ from .layout import MODEL1, CacheLayout
 from .validate import check_cache, check_tensor
 
 
-def _page_view(cache: torch.Tensor, layout: CacheLayout) -> torch.Tensor:
-    """[num_blocks, block_size*bytes_per_token] uint8 view of each page's used bytes."""
-    nb, bs, stride0 = check_cache("cache", cache, layout)
-    u8 = cache.view(torch.uint8) if cache.dtype != torch.uint8 else cache
-    return u8.as_strided((nb, bs * layout.bytes_per_token), (stride0, 1), u8.storage_offset())
-
-
 def quantize_kv(kv_bf16: torch.Tensor, layout: CacheLayout = MODEL1) -> torch.Tensor:
     """Quantise latent KV into the paged FP8 cache.
 
@@ -53,24 +46,43 @@ def quantize_kv(kv_bf16: torch.Tensor, layout: CacheLayout = MODEL1) -> torch.Te
                            (page_bytes, layout.bytes_per_token, layout.bytes_per_token, 1))
 
 
-def dequantize_kv(cache: torch.Tensor, layout: CacheLayout = MODEL1) -> torch.Tensor:
-    """Read a paged cache back as [num_blocks, block_size, d] bf16 (``bf16(fp8) * bf16(scale)``)."""
-    pages = _page_view(cache, layout)
-    nb, bs = cache.shape[:2]
-    data = pages[:, : layout.scale_offset(bs)].reshape(nb, bs, layout.data_bytes_per_token)
-    scale_bytes = pages[:, layout.scale_offset(bs):].reshape(nb, bs, layout.scale_bytes_per_token)
+def _decode_rows(data: torch.Tensor, scale_bytes: torch.Tensor, layout: CacheLayout) -> torch.Tensor:
+    """data [..., 576] u8 and scale bytes [..., 8] u8 -> [..., 512] bf16 (``bf16(fp8) * bf16(scale)``)."""
     nope8 = data[..., : layout.d_nope].contiguous().view(torch.float8_e4m3fn).float()
     scale = torch.exp2(scale_bytes[..., : layout.num_tiles].float() - 127)
-    nope = (nope8.reshape(nb, bs, layout.num_tiles, layout.tile) * scale[..., None]).reshape(nb, bs, -1)
+    nope = (nope8.unflatten(-1, (layout.num_tiles, layout.tile)) * scale[..., None]).flatten(-2)
     rope = data[..., layout.d_nope:].contiguous().view(torch.bfloat16)
     return torch.cat([nope.to(torch.bfloat16), rope], dim=-1)
 
 
+def _row_views(cache: torch.Tensor, layout: CacheLayout):
+    """([nb, bs, 576] data view, [nb, bs, 8] scale view) of a cache, without copying."""
+    nb, bs, stride0 = check_cache("cache", cache, layout)
+    u8 = cache.view(torch.uint8) if cache.dtype != torch.uint8 else cache
+    base = u8.storage_offset()
+    data = u8.as_strided((nb, bs, layout.data_bytes_per_token), (stride0, layout.data_bytes_per_token, 1), base)
+    scales = u8.as_strided((nb, bs, layout.scale_bytes_per_token), (stride0, layout.scale_bytes_per_token, 1),
+                           base + layout.scale_offset(bs))
+    return data, scales
+
+
+def dequantize_kv(cache: torch.Tensor, layout: CacheLayout = MODEL1) -> torch.Tensor:
+    """Read a paged cache back as [num_blocks, block_size, d] bf16 (``bf16(fp8) * bf16(scale)``)."""
+    data, scales = _row_views(cache, layout)
+    return _decode_rows(data, scales, layout)
+
+
+def gather_dequantized(cache: torch.Tensor, indices: torch.Tensor, layout: CacheLayout = MODEL1) -> torch.Tensor:
+    """Dequantise only the selected tokens: indices [...] (all in range) -> [..., d] bf16."""
+    data, scales = _row_views(cache, layout)
+    idx = indices.long()
+    page, off = idx // cache.shape[1], idx % cache.shape[1]
+    return _decode_rows(data[page, off], scales[page, off], layout)
+
+
 def raw_scale_bytes(cache: torch.Tensor, layout: CacheLayout = MODEL1) -> torch.Tensor:
     """[num_blocks, block_size, scale_bytes_per_token] uint8: the stored scale bytes, pad byte included."""
-    pages = _page_view(cache, layout)
-    nb, bs = cache.shape[:2]
-    return pages[:, layout.scale_offset(bs):].reshape(nb, bs, layout.scale_bytes_per_token)
+    return _row_views(cache, layout)[1]
 
 
 def positions_to_indices(positions: torch.Tensor, block_table: torch.Tensor, block_size: int) -> torch.Tensor:

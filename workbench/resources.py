@@ -61,7 +61,8 @@ def kernel_configs(kernel: str) -> list[triton.Config]:
 def _signature_and_constexprs(kernel: str, cfg: triton.Config):
     if kernel == "mma":
         sig = dict(_MMA_SIG)
-        const = dict(HAS_TOPK_LEN=False, DOT_FP32=False, **layout_constexprs(), **cfg.kwargs)
+        const = dict(HAS_TOPK_LEN=False, DOT_FP32=False, **layout_constexprs(),
+                     **{"PREFETCH": mma_mod.DEFAULT_PREFETCH, **cfg.kwargs})
     elif kernel == "simt":
         sig = dict(_SIMT_SIG)
         const = dict(HAS_TOPK_LEN=False, HAS_EXTRA=False, X_HAS_TOPK_LEN=False, HAS_SINK=True, RNE_BY_HAND=False,

@@ -23,36 +23,51 @@ assert NOPE_PAD // TILE == SCALE_BYTES, "padded nope columns must map onto the p
 
 
 @triton.jit
-def gather_kv_tile(cache_f8, cache_u8, cache_bf16, idx, valid, stride_page, block_size,
-                   D_NOPE: tl.constexpr, NOPE_PAD: tl.constexpr, D_ROPE: tl.constexpr,
-                   TILE: tl.constexpr, NUM_TILES: tl.constexpr,
-                   DATA_BYTES: tl.constexpr, SCALE_BYTES: tl.constexpr, BLOCK_T: tl.constexpr):
-    """Gather and dequantise BLOCK_T tokens.
+def load_kv_raw(cache_f8, cache_u8, cache_bf16, idx, valid, stride_page, block_size,
+                D_NOPE: tl.constexpr, NOPE_PAD: tl.constexpr, D_ROPE: tl.constexpr,
+                NUM_TILES: tl.constexpr, DATA_BYTES: tl.constexpr, SCALE_BYTES: tl.constexpr):
+    """Issue the loads of BLOCK_T tokens' bytes, undecoded, so they can be prefetched.
 
-    idx, valid: [BLOCK_T]. Returns (k_nope [BLOCK_T, NOPE_PAD] fp32, k_rope [BLOCK_T, D_ROPE] fp32).
-    Invalid tokens and padded columns are zero: they are never read, so NaN in
-    an unselected page cannot reach the output.
+    idx, valid: [BLOCK_T]. Returns (k8 [BLOCK_T, NOPE_PAD] fp8, sbyte [BLOCK_T, SCALE_BYTES] u8,
+    rope [BLOCK_T, D_ROPE] bf16). Invalid tokens and padded columns load as zero: they are
+    never read, so NaN in an unselected page cannot reach the output.
     """
     safe = tl.where(valid, idx, 0)
     page = (safe // block_size).to(tl.int64)
     off = (safe % block_size).to(tl.int64)
     row = tl.multiple_of(page * stride_page + off * DATA_BYTES, 16)  # [BLOCK_T] byte offset of the token
     d = tl.arange(0, NOPE_PAD)
-    k8 = tl.load(cache_f8 + row[:, None] + d[None, :],
-                 mask=valid[:, None] & (d < D_NOPE)[None, :], other=0.0)  # [BLOCK_T, NOPE_PAD] fp8
+    k8 = tl.load(cache_f8 + row[:, None] + d[None, :], mask=valid[:, None] & (d < D_NOPE)[None, :], other=0.0)
     g = tl.arange(0, SCALE_BYTES)
-    srow = page * stride_page + block_size * DATA_BYTES + off * SCALE_BYTES
+    srow = tl.multiple_of(page * stride_page + block_size * DATA_BYTES + off * SCALE_BYTES, 8)
     # group NUM_TILES is the pad byte: masked so padded columns get scale 0, never a stray byte
-    sbyte = tl.load(cache_u8 + srow[:, None] + g[None, :],
-                    mask=valid[:, None] & (g < NUM_TILES)[None, :], other=0)  # [BLOCK_T, SCALE_BYTES] u8
-    # UE8M0 byte e is 2**(e-127): put it straight into the fp32 exponent field
-    scale = (sbyte.to(tl.int32) << 23).to(tl.float32, bitcast=True)
-    k = tl.reshape(k8.to(tl.float32), (BLOCK_T, SCALE_BYTES, TILE)) * scale[:, :, None]
-    k_nope = tl.reshape(k, (BLOCK_T, NOPE_PAD))
+    sbyte = tl.load(cache_u8 + srow[:, None] + g[None, :], mask=valid[:, None] & (g < NUM_TILES)[None, :], other=0)
     r = tl.arange(0, D_ROPE)
-    rrow = (page * stride_page + off * DATA_BYTES + D_NOPE) // 2  # bf16 element offset
-    k_rope = tl.load(cache_bf16 + rrow[:, None] + r[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
-    return k_nope, k_rope
+    rrow = tl.multiple_of((row + D_NOPE) // 2, 8)  # bf16 element offset of the rope part
+    rope = tl.load(cache_bf16 + rrow[:, None] + r[None, :], mask=valid[:, None], other=0.0)
+    return k8, sbyte, rope
+
+
+@triton.jit
+def dequant_kv(k8, sbyte, TILE: tl.constexpr, SCALE_BYTES: tl.constexpr, NOPE_PAD: tl.constexpr,
+               BLOCK_T: tl.constexpr):
+    """[BLOCK_T, NOPE_PAD] fp32 nope values: fp8 times its tile's UE8M0 scale."""
+    # UE8M0 byte e is 2**(e-127): put it straight into the fp32 exponent field
+    scale = (sbyte.to(tl.int32) << 23).to(tl.float32, bitcast=True)  # [BLOCK_T, SCALE_BYTES]
+    # broadcast the 8 scales over their 64 columns; only the small scale tensor is reshaped
+    scale = tl.reshape(tl.broadcast_to(scale[:, :, None], (BLOCK_T, SCALE_BYTES, TILE)), (BLOCK_T, NOPE_PAD))
+    return k8.to(tl.float32) * scale
+
+
+@triton.jit
+def gather_kv_tile(cache_f8, cache_u8, cache_bf16, idx, valid, stride_page, block_size,
+                   D_NOPE: tl.constexpr, NOPE_PAD: tl.constexpr, D_ROPE: tl.constexpr,
+                   TILE: tl.constexpr, NUM_TILES: tl.constexpr,
+                   DATA_BYTES: tl.constexpr, SCALE_BYTES: tl.constexpr, BLOCK_T: tl.constexpr):
+    """Gather and dequantise BLOCK_T tokens: (k_nope [BLOCK_T, NOPE_PAD] fp32, k_rope [BLOCK_T, D_ROPE] fp32)."""
+    k8, sbyte, rope = load_kv_raw(cache_f8, cache_u8, cache_bf16, idx, valid, stride_page, block_size,
+                                  D_NOPE, NOPE_PAD, D_ROPE, NUM_TILES, DATA_BYTES, SCALE_BYTES)
+    return dequant_kv(k8, sbyte, TILE, SCALE_BYTES, NOPE_PAD, BLOCK_T), rope.to(tl.float32)
 
 
 @triton.jit
@@ -154,7 +169,8 @@ def normalize_config(config, allowed: dict, kernel: str) -> triton.Config:
     if unknown:
         raise ValueError(f"config: unknown keys {sorted(unknown)} for the {kernel} kernel; "
                          f"expected {sorted(allowed)}")
-    missing = {k for k in allowed if k not in config and k not in ("num_warps", "num_stages")}
+    optional = ("num_warps", "num_stages", "PREFETCH")
+    missing = {k for k in allowed if k not in config and k not in optional}
     if missing:
         raise ValueError(f"config: missing {sorted(missing)} for the {kernel} kernel")
     for k, v in config.items():

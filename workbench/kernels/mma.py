@@ -10,10 +10,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import (INTERPRET, NOPE_PAD, D_ROPE, cache_views, current_target, gather_kv_tile, layout_constexprs,
-                     mma, normalize_config, record_prune, to_bf16)
+from .common import (INTERPRET, NOPE_PAD, D_ROPE, cache_views, current_target, dequant_kv, layout_constexprs,
+                     load_kv_raw, mma, normalize_config, record_prune, to_bf16)
 
-ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(16, 32, 64), num_warps=(4, 8), num_stages=(1, 2))
+ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(16, 32, 64), num_warps=(4, 8), num_stages=(1, 2), PREFETCH=(0, 1))
+DEFAULT_PREFETCH = 1  # measured on the H200: see data/ and the closing notes
 MMA_CONFIGS = [
     triton.Config({"BLOCK_H": bh, "BLOCK_T": bt}, num_warps=w, num_stages=s)
     for bh in ALLOWED["BLOCK_H"] for bt in ALLOWED["BLOCK_T"]
@@ -78,7 +79,7 @@ def mma_partial_kernel(
     HAS_TOPK_LEN: tl.constexpr, DOT_FP32: tl.constexpr,
     D_NOPE: tl.constexpr, NOPE_PAD: tl.constexpr, D_ROPE: tl.constexpr, TILE: tl.constexpr,
     NUM_TILES: tl.constexpr, DATA_BYTES: tl.constexpr, SCALE_BYTES: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     pid_h = tl.program_id(0)
     split = tl.program_id(1)
@@ -105,17 +106,36 @@ def mma_partial_kernel(
     acc_nope = tl.zeros([BLOCK_H, NOPE_PAD], tl.float32)
     acc_rope = tl.zeros([BLOCK_H, D_ROPE], tl.float32)
     idx_row = idx_ptr + bi * stride_ib + si * stride_is
+    # software pipeline by hand: indices two tiles ahead, raw bytes one tile ahead, so the
+    # gathers of the next tile are in flight while this tile's MMAs run
+    offs = start + tl.arange(0, BLOCK_T)
+    idx = tl.load(idx_row + offs, mask=offs < end, other=-1)
+    valid = (offs < end) & (idx >= 0) & (idx < num_tokens)
+    k8, sbyte, rope = load_kv_raw(cache_f8, cache_u8, cache_bf16, idx, valid, stride_page, block_size,
+                                  D_NOPE, NOPE_PAD, D_ROPE, NUM_TILES, DATA_BYTES, SCALE_BYTES)
+    offs_n = offs + BLOCK_T
+    idx_n = tl.load(idx_row + offs_n, mask=offs_n < end, other=-1)
     for t0 in range(start, end, BLOCK_T):
-        offs = t0 + tl.arange(0, BLOCK_T)
-        tmask = offs < end
-        idx = tl.load(idx_row + offs, mask=tmask, other=-1)  # [BLOCK_T]
-        valid = tmask & (idx >= 0) & (idx < num_tokens)
-        k_nope, k_rope = gather_kv_tile(cache_f8, cache_u8, cache_bf16, idx, valid, stride_page, block_size,
-                                        D_NOPE, NOPE_PAD, D_ROPE, TILE, NUM_TILES, DATA_BYTES, SCALE_BYTES, BLOCK_T)
-        k_nope = k_nope.to(tl.bfloat16)  # exact: fp8 times a power of two
-        k_rope = k_rope.to(tl.bfloat16)
+        if PREFETCH:
+            cur_k8, cur_sbyte, cur_rope, cur_valid = k8, sbyte, rope, valid
+            valid = (offs_n < end) & (idx_n >= 0) & (idx_n < num_tokens)
+            k8, sbyte, rope = load_kv_raw(cache_f8, cache_u8, cache_bf16, idx_n, valid, stride_page, block_size,
+                                          D_NOPE, NOPE_PAD, D_ROPE, NUM_TILES, DATA_BYTES, SCALE_BYTES)
+            offs_n = offs_n + BLOCK_T
+            idx_n = tl.load(idx_row + offs_n, mask=offs_n < end, other=-1)
+        else:
+            offs = t0 + tl.arange(0, BLOCK_T)
+            idx = tl.load(idx_row + offs, mask=offs < end, other=-1)
+            cur_valid = (offs < end) & (idx >= 0) & (idx < num_tokens)
+            cur_k8, cur_sbyte, cur_rope = load_kv_raw(cache_f8, cache_u8, cache_bf16, idx, cur_valid, stride_page,
+                                                      block_size, D_NOPE, NOPE_PAD, D_ROPE, NUM_TILES, DATA_BYTES,
+                                                      SCALE_BYTES)
+        k_nope = dequant_kv(cur_k8, cur_sbyte, TILE, SCALE_BYTES, NOPE_PAD, BLOCK_T).to(tl.bfloat16)  # exact
+        k_rope = cur_rope
+        if DOT_FP32:
+            k_rope = k_rope.to(tl.float32)
         s = mma(q_nope, tl.trans(k_nope), DOT_FP32) + mma(q_rope, tl.trans(k_rope), DOT_FP32)  # [BLOCK_H, BLOCK_T]
-        s = tl.where(valid[None, :], s * sm_scale_log2, float("-inf"))
+        s = tl.where(cur_valid[None, :], s * sm_scale_log2, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
         alpha = tl.exp2(m_i - m_use)
@@ -174,8 +194,9 @@ def launch_mma_partial(*, q, cache, indices, topk_length, part_out, part_lse, sp
         config = interpreter_config(h)
     if config is None:
         grid = lambda META: (triton.cdiv(h, META["BLOCK_H"]), num_splits, b * s_q)  # noqa: E731
-        mma_partial_kernel[grid](**args)
+        mma_partial_kernel[grid](**args, PREFETCH=DEFAULT_PREFETCH)
         return
     cfg = config if isinstance(config, triton.Config) else check_mma_config(config, h)
-    grid = (triton.cdiv(h, cfg.kwargs["BLOCK_H"]), num_splits, b * s_q)
-    mma_partial_kernel.fn[grid](**args, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    meta = {"PREFETCH": DEFAULT_PREFETCH, **cfg.kwargs}
+    grid = (triton.cdiv(h, meta["BLOCK_H"]), num_splits, b * s_q)
+    mma_partial_kernel.fn[grid](**args, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
