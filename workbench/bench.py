@@ -70,7 +70,7 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
         return [(BenchShape(b, 64, 2048), ("simt", "reference"), ("eager",), None) for b in (1, 8, 64, 132)]
     if name == "warps":
         return [(BenchShape(b, h, 2048), ("mma",), ("eager",),
-                 {"BLOCK_H": min(64, h), "BLOCK_T": 16, "num_warps": w, "num_stages": 1})
+                 {"BLOCK_H": min(64, h), "BLOCK_T": 16, "num_warps": w, "num_stages": 1, "PREFETCH": int(h <= 32)})
                 for h in (16, 64) for b in BATCHES for w in (4, 8)]
     if name == "configs":
         plan = []
@@ -82,7 +82,7 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
             plan.append((shape, fast, ("graph",), None))
         return plan + [(BenchShape(1, 64, 512), fast, ("graph",), None)]
     if name == "all":
-        return [x for n in ("batch", "s_q2", "production", "baselines", "warps") for x in sweep_shapes(n)]
+        return [x for n in ("batch", "s_q2", "production", "baselines", "warps", "configs") for x in sweep_shapes(n)]
     raise ValueError(f"sweep: expected one of {SWEEPS}; got {name!r}")
 
 

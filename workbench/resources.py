@@ -162,7 +162,7 @@ def compile_config(kernel: str, arch: str, cfg: triton.Config | dict, *, respect
     model = model_shared_bytes(kernel, cfg)
     reason = None
     if kernel == "mma":
-        _, reason = mma_mod.mma_prune_reason(cfg, 0, target)
+        _, reason = mma_mod.mma_prune_reason(cfg, 0, target)  # the shared-memory model alone
     base = dict(kernel=kernel, arch=arch, config=str(config_dict(cfg)), BLOCK_H=cfg.kwargs.get("BLOCK_H"),
                 BLOCK_T=cfg.kwargs.get("BLOCK_T"), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                 model_shared_bytes=model)

@@ -14,12 +14,20 @@ from .common import (INTERPRET, NOPE_PAD, D_ROPE, cache_views, current_target, d
                      load_kv_raw, mma, normalize_config, record_prune, to_bf16)
 
 ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(16, 32, 64), num_warps=(4, 8), num_stages=(1, 2), PREFETCH=(0, 1))
-DEFAULT_PREFETCH = 1  # measured on the H200: see data/ and the closing notes
+# A forced config that leaves PREFETCH out gets this. On the H200 prefetching the next tile helps
+# BLOCK_H=16 (113 vs 158 us) and hurts BLOCK_H=64 (350 vs 209 us), so the autotuner chooses it.
+DEFAULT_PREFETCH = 1
 MMA_CONFIGS = [
-    triton.Config({"BLOCK_H": bh, "BLOCK_T": bt}, num_warps=w, num_stages=s)
+    triton.Config({"BLOCK_H": bh, "BLOCK_T": bt, "PREFETCH": pf}, num_warps=w, num_stages=s)
     for bh in ALLOWED["BLOCK_H"] for bt in ALLOWED["BLOCK_T"]
-    for w in ALLOWED["num_warps"] for s in ALLOWED["num_stages"]
+    for w in ALLOWED["num_warps"] for s in ALLOWED["num_stages"] for pf in ALLOWED["PREFETCH"]
 ]
+MAX_ACC_REGS = 160  # accumulator registers per thread past which the kernel always spills (resource lab)
+
+
+def accumulator_registers(BLOCK_H: int, num_warps: int) -> int:
+    """fp32 registers per thread held by the [BLOCK_H, 512+64] output accumulator alone."""
+    return BLOCK_H * (NOPE_PAD + D_ROPE) // (32 * num_warps)
 
 
 def estimate_mma_shared_bytes(BLOCK_H: int, BLOCK_T: int, num_warps: int, num_stages: int) -> int:
@@ -42,6 +50,9 @@ def mma_prune_reason(cfg: triton.Config, heads: int, target) -> tuple[int, str |
     est = estimate_mma_shared_bytes(kw["BLOCK_H"], kw["BLOCK_T"], cfg.num_warps, cfg.num_stages)
     if est > target.smem_per_block:
         return est, f"shared memory ~{est} B > {target.smem_per_block} B per block on {target.arch}"
+    acc = accumulator_registers(kw["BLOCK_H"], cfg.num_warps)
+    if heads and acc > MAX_ACC_REGS:
+        return est, f"accumulator alone needs {acc} registers per thread (> {MAX_ACC_REGS}): spills"
     if heads and kw["BLOCK_H"] != min(64, max(16, triton.next_power_of_2(heads))):
         # more rows than heads is wasted MMA work; fewer re-reads the KV tile once per group
         return est, f"BLOCK_H={kw['BLOCK_H']} does not match {heads} heads (group = min(64, pow2(heads)))"
@@ -159,8 +170,8 @@ def mma_partial_kernel(
 
 def interpreter_config(heads: int) -> triton.Config:
     """The one config the CPU interpreter runs: big tiles mean few (slow) interpreted programs."""
-    return triton.Config({"BLOCK_H": min(64, max(16, triton.next_power_of_2(heads))), "BLOCK_T": 64},
-                         num_warps=4, num_stages=1)
+    return triton.Config({"BLOCK_H": min(64, max(16, triton.next_power_of_2(heads))), "BLOCK_T": 64,
+                          "PREFETCH": 1}, num_warps=4, num_stages=1)
 
 
 def check_mma_config(config, heads: int) -> triton.Config:
