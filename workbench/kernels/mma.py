@@ -205,7 +205,7 @@ def launch_mma_partial(*, q, cache, indices, topk_length, part_out, part_lse, sp
         config = interpreter_config(h)
     if config is None:
         grid = lambda META: (triton.cdiv(h, META["BLOCK_H"]), num_splits, b * s_q)  # noqa: E731
-        mma_partial_kernel[grid](**args, PREFETCH=DEFAULT_PREFETCH)
+        mma_partial_kernel[grid](**args)  # PREFETCH comes from each config
         return
     cfg = config if isinstance(config, triton.Config) else check_mma_config(config, h)
     meta = {"PREFETCH": DEFAULT_PREFETCH, **cfg.kwargs}
