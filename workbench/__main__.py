@@ -27,10 +27,15 @@ def _cmd_check(a):
 def _cmd_bench(a):
     from .bench import fit_batch_model, rows_frame, run_sweep, summary_markdown
     from .provenance import provenance
-    df = rows_frame(run_sweep(a.sweep, progress=not a.no_progress))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / a.name, index=False)
+    (out / (Path(a.name).stem + ".meta.json")).write_text(json.dumps(provenance(), indent=1))
+    done = []
+
+    def flush(new):  # rewrite after every item: a run cut short keeps what it measured
+        done.extend(new)
+        rows_frame(done).to_csv(out / a.name, index=False)
+    df = rows_frame(run_sweep(a.sweep, progress=not a.no_progress, on_rows=flush))
     (out / (Path(a.name).stem + ".meta.json")).write_text(json.dumps(provenance(), indent=1))
     fit = fit_batch_model(df)
     if len(fit):

@@ -49,7 +49,7 @@ class BenchShape:
 
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 132)
-SWEEPS = ("smoke", "batch", "s_q2", "production", "baselines", "warps", "configs", "all")
+SWEEPS = ("smoke", "headline", "batch", "s_q2", "production", "baselines", "warps", "configs", "all")
 HEADS = (16, 32, 64, 128)
 
 
@@ -81,8 +81,12 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
                      for bt in (16, 32) for w in (4, 8) for pf in (0, 1)]
             plan.append((shape, fast, ("graph",), None))
         return plan + [(BenchShape(1, 64, 512), fast, ("graph",), None)]
-    if name == "all":
-        return [x for n in ("batch", "s_q2", "production", "baselines", "warps", "configs") for x in sweep_shapes(n)]
+    if name == "headline":
+        return [(BenchShape(64, h, 2048), fast, ("eager", "graph"), None) for h in (16, 64, 128)] + \
+               [(BenchShape(1, 64, 512), fast, ("eager", "graph"), None)]
+    if name == "all":  # most important first: a run cut short still has the headline numbers
+        return [x for n in ("headline", "baselines", "batch", "warps", "production", "s_q2", "configs")
+                for x in sweep_shapes(n)]
     raise ValueError(f"sweep: expected one of {SWEEPS}; got {name!r}")
 
 
@@ -304,8 +308,8 @@ def bench_one(shape: BenchShape, provider: str, modes, *, pool: InputPool, ceili
     return rows
 
 
-def run_sweep(name: str, *, device="cuda", progress: bool = True) -> list[dict]:
-    """Run a named sweep on this GPU; returns long-format rows."""
+def run_sweep(name: str, *, device="cuda", progress: bool = True, on_rows=None) -> list[dict]:
+    """Run a named sweep on this GPU; returns long-format rows (also passed to on_rows as they come)."""
     from tqdm.auto import tqdm
     plan = sweep_shapes(name)
     prov = provenance()
@@ -315,8 +319,11 @@ def run_sweep(name: str, *, device="cuda", progress: bool = True) -> list[dict]:
     rows = []
     items = [(s, p, m, c) for s, ps, m, c in plan for p in ps]
     for shape, provider, modes, config in tqdm(items, desc=f"bench {name}", disable=not progress):
-        rows += bench_one(shape, provider, modes, pool=pool, ceilings=ceilings, config=config, sweep=name,
-                          prov=prov, providers_cache=cache)
+        new = bench_one(shape, provider, modes, pool=pool, ceilings=ceilings, config=config, sweep=name,
+                        prov=prov, providers_cache=cache)
+        rows += new
+        if on_rows is not None:
+            on_rows(new)
     return rows
 
 

@@ -55,7 +55,7 @@ def _jit_fn(kernel: str):
 
 
 def kernel_configs(kernel: str) -> list[triton.Config]:
-    return {"mma": mma_mod.MMA_CONFIGS, "simt": simt_mod.SIMT_CONFIGS, "combine": combine_mod.COMBINE_CONFIGS}[kernel]
+    return {"mma": mma_mod.MMA_CONFIG_SPACE, "simt": simt_mod.SIMT_CONFIGS, "combine": combine_mod.COMBINE_CONFIGS}[kernel]
 
 
 def _signature_and_constexprs(kernel: str, cfg: triton.Config):
