@@ -49,6 +49,7 @@ class BenchShape:
 
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 132)
+ALL_ORDER = ("headline", "baselines", "batch", "warps", "production", "s_q2", "configs")  # most important first
 SWEEPS = ("smoke", "headline", "batch", "s_q2", "production", "baselines", "warps", "configs", "all")
 HEADS = (16, 32, 64, 128)
 
@@ -84,9 +85,8 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
     if name == "headline":
         return [(BenchShape(64, h, 2048), fast, ("eager", "graph"), None) for h in (16, 64, 128)] + \
                [(BenchShape(1, 64, 512), fast, ("eager", "graph"), None)]
-    if name == "all":  # most important first: a run cut short still has the headline numbers
-        return [x for n in ("headline", "baselines", "batch", "warps", "production", "s_q2", "configs")
-                for x in sweep_shapes(n)]
+    if name == "all":
+        return [x for n in ALL_ORDER for x in sweep_shapes(n)]
     raise ValueError(f"sweep: expected one of {SWEEPS}; got {name!r}")
 
 
@@ -311,15 +311,15 @@ def bench_one(shape: BenchShape, provider: str, modes, *, pool: InputPool, ceili
 def run_sweep(name: str, *, device="cuda", progress: bool = True, on_rows=None) -> list[dict]:
     """Run a named sweep on this GPU; returns long-format rows (also passed to on_rows as they come)."""
     from tqdm.auto import tqdm
-    plan = sweep_shapes(name)
+    parts = ALL_ORDER if name == "all" else (name,)
     prov = provenance()
     ceilings = measure_ceilings(device)
     pool = InputPool(device)
     cache: dict = {}
     rows = []
-    items = [(s, p, m, c) for s, ps, m, c in plan for p in ps]
-    for shape, provider, modes, config in tqdm(items, desc=f"bench {name}", disable=not progress):
-        new = bench_one(shape, provider, modes, pool=pool, ceilings=ceilings, config=config, sweep=name,
+    items = [(part, s, p, m, c) for part in parts for s, ps, m, c in sweep_shapes(part) for p in ps]
+    for part, shape, provider, modes, config in tqdm(items, desc=f"bench {name}", disable=not progress):
+        new = bench_one(shape, provider, modes, pool=pool, ceilings=ceilings, config=config, sweep=part,
                         prov=prov, providers_cache=cache)
         rows += new
         if on_rows is not None:

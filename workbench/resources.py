@@ -230,7 +230,13 @@ def to_frame(results):
 
 
 def sweep_to_csv(arch="sm_120", kernel="mma", csv=None, progress=True):
+    import datetime as dt
+
+    from .provenance import git_commit
     df = to_frame(sweep(arch, kernel, progress))
+    df["triton"] = triton.__version__
+    df["git_commit"] = git_commit()
+    df["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     if csv:
         df.to_csv(csv, index=False)
     cols = ["kernel", "arch", "BLOCK_H", "BLOCK_T", "num_warps", "num_stages", "status", "model_shared_bytes",
