@@ -50,12 +50,11 @@ def _cmd_resources(a):
     return 0
 
 
-def _cmd_notebooks(a):
-    from .pipeline import main as pipeline_main
-    return pipeline_main(a.rest)
-
-
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["notebooks"]:  # the pipeline owns its flags (-p, -f, --only, ...)
+        from .pipeline import main as pipeline_main
+        return pipeline_main(argv[1:])
     p = argparse.ArgumentParser(prog="python -m workbench")
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("check", help="GPU correctness table")
@@ -75,9 +74,7 @@ def main(argv=None) -> int:
     r.add_argument("--csv", default=None)
     r.add_argument("--no-progress", action="store_true")
     r.set_defaults(fn=_cmd_resources)
-    n = sub.add_parser("notebooks", help="run every notebook through papermill into runs/<date>/")
-    n.add_argument("rest", nargs=argparse.REMAINDER)
-    n.set_defaults(fn=_cmd_notebooks)
+    sub.add_parser("notebooks", help="run every notebook through papermill into runs/<date>/ (see its --help)")
     a = p.parse_args(argv)
     return a.fn(a)
 

@@ -155,6 +155,7 @@ def model_shared_bytes(kernel: str, cfg: triton.Config) -> int:
 def compile_config(kernel: str, arch: str, cfg: triton.Config | dict, *, respect_pruning: bool = False
                    ) -> CompileResult:
     """Compile one config for one target and read its resources (no GPU needed)."""
+    _check_compilable()
     target = get_target(arch)
     if isinstance(cfg, dict):
         cfg = triton.Config({k: v for k, v in cfg.items() if k not in ("num_warps", "num_stages")},
@@ -208,6 +209,35 @@ def _ptxas_spills(k) -> tuple[int, int]:
                            capture_output=True, text=True)
     m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stderr + r.stdout)
     return (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
+
+
+def without_interpreter(code: str) -> str:
+    """Run Python code in a fresh process without TRITON_INTERPRET (kernels compile there); return its stdout."""
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"compile process failed:\n{r.stderr[-2000:]}")
+    return r.stdout.strip()
+
+
+def _check_compilable():
+    from .kernels.common import INTERPRET
+    if INTERPRET:
+        raise RuntimeError("the resource lab compiles kernels, which TRITON_INTERPRET=1 prevents in this process; "
+                           "use lab_frame(...) (it runs a separate process) or `python -m workbench resources`")
+
+
+def lab_frame(arch: str = "sm_120", kernel: str = "mma", configs: list[dict] | None = None):
+    """Resource table for (arch, kernel[, configs]) from a separate compile process; works under the interpreter."""
+    import json
+
+    import pandas as pd
+    code = ("import json, dataclasses; from workbench.resources import compile_config, sweep;"
+            f"cfgs = {json.dumps(configs)};"
+            f"res = [compile_config({kernel!r}, {arch!r}, c) for c in cfgs] if cfgs else sweep({arch!r}, {kernel!r}, False);"
+            "print(json.dumps([dataclasses.asdict(r) for r in res]))")
+    return pd.DataFrame(json.loads(without_interpreter(code).splitlines()[-1]))
 
 
 def sweep(arch: str = "sm_120", kernel: str = "mma", progress: bool = True) -> list[CompileResult]:

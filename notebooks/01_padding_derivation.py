@@ -1,0 +1,156 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: MLA workbench
+#     language: python
+#     name: mla-workbench
+# ---
+
+# %% [markdown]
+# # 1. Why the nope part is padded from 448 to 512
+#
+# DeepSeek-V4's MODEL1 cache stores 448 fp8 "nope" values and 64 bf16 "rope" values per token.
+# Triton tiles are built with `tl.arange`, whose length must be a power of two, so the kernels
+# address the nope part as 512 columns with a `< 448` mask. This notebook shows that this is
+# forced, that it is exact, that the padded columns are harmless, and what it costs.
+
+# %% tags=["parameters"]
+device = "cpu"          # "cpu" runs the Triton interpreter; "cuda" the GPU
+out_dir = "../figures"  # figures (PNG + SVG) and tables (CSV) go here
+data_dir = "../data"
+fresh = True            # this notebook measures nothing on a GPU; everything here is computed live
+seed = 0
+
+# %%
+import os
+
+if device == "cpu":
+    os.environ["TRITON_INTERPRET"] = "1"  # before importing workbench: kernels are decorated at import
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+
+import workbench as wb
+from workbench import padding
+from workbench.layout import MODEL1
+from workbench.plotting import save_figure, save_table, set_theme
+
+set_theme()
+torch.manual_seed(seed)
+L = MODEL1
+
+# %% [markdown]
+# ## `tl.arange(0, 448)` does not compile
+# Compiled for sm_90 here (no GPU needed); 512 compiles.
+
+# %%
+err448 = padding.arange_error(L.d_nope)
+err512 = padding.arange_error(L.nope_pad)
+print(f"tl.arange(0, {L.d_nope}): {err448}")
+print(f"tl.arange(0, {L.nope_pad}): {'compiles' if not err512 else err512}")
+assert err448 and not err512
+
+# %% [markdown]
+# ## Zero-padding leaves both dots unchanged
+# With $q, k$ padded by zeros to 512 columns,
+# $\sum_{d<512} q_d k_d = \sum_{d<448} q_d k_d + \sum_{448\le d<512} 0\cdot 0$,
+# so QK is unchanged. For PV, $\mathrm{acc}_{:,d} = \sum_t p_t k_{t,d}$: the padded columns
+# accumulate zeros and are never stored, while the real columns see the same $p$ and $k$.
+# Checked numerically: in float64 every bf16 product is exact, so the two must agree bit for bit.
+
+# %%
+q = (torch.randn(64, L.d_nope) * 3).to(torch.bfloat16)
+k = (torch.randn(128, L.d_nope) * 3).to(torch.bfloat16)
+check = padding.padded_dot_check(q, k)
+print(check)
+assert check["float64_bitwise_equal"]
+
+# %% [markdown]
+# ## The padded columns map to scale group 7: the pad byte
+# Column $d$ uses scale byte $\lfloor d/64 \rfloor$. Columns 448..511 all map to slot 7, the
+# token's zero pad byte. The kernels mask both the fp8 load (`d < 448`) and the scale load
+# (`group < 7`), so a padded column is $0 \times 0$ whatever that byte holds. Live check: set every
+# pad byte to 0xFF (a scale of $2^{128}$, infinite in fp32) and run the MMA kernel on both caches.
+
+# %%
+groups = padding.pad_column_groups()
+print("scale groups of padded columns:", sorted(set(groups.tolist())), f"(pad slot = {L.pad_scale_group})")
+case = wb.build_case(batch=2, heads=8, topk=24, block_size=61, seed=seed, kv_decades=(-1.0, 1.0),
+                     device=device)
+kw = case.kwargs()
+out_a, lse_a = wb.sparse_mla_decode(**kw, impl="mma")
+kw_poisoned = dict(kw, cache=padding.poison_pad_bytes(case.main.cache))
+out_b, lse_b = wb.sparse_mla_decode(**kw_poisoned, impl="mma")
+same = torch.equal(out_a, out_b) and torch.equal(lse_a, lse_b)
+print("output with pad bytes 0xFF identical bit for bit:", same)
+assert same
+
+# %% [markdown]
+# ## What the padding costs
+# 64 of 512 columns are zeros: 12.5% of the nope QK and PV MMA work is wasted, and a
+# 512 x 64 bf16 K tile takes 64 KB of shared memory against 56 KB for 448 x 64. Splitting
+# 448 into power-of-two pieces (256 + 128 + 64, or 7 x 64) wastes nothing but issues 3 or 7
+# dots per tile instead of one.
+
+# %%
+costs = pd.DataFrame(padding.padding_costs(block_t=64))
+save_table(costs, "padding_costs", out_dir)
+costs
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+costs.plot.barh(x="layout", y="wasted_mma_fraction", ax=axes[0], legend=False, color="C3")
+axes[0].set_xlabel("wasted share of nope MMA work")
+axes[0].set_ylabel("")
+axes[0].xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{100 * v:.1f}%"))
+(costs.assign(kb=costs.k_tile_smem_bytes / 1024)
+ .plot.barh(x="layout", y="kb", ax=axes[1], legend=False, color="C0"))
+axes[1].set_xlabel("K tile in shared memory, 64 tokens, bf16 (KB)")
+axes[1].set_ylabel("")
+axes[1].set_yticklabels([])
+for ax, col, fmt in ((axes[0], "wasted_mma_fraction", "{:.1%}"), (axes[1], "kb", "{:.0f} KB")):
+    vals = costs[col] if col in costs else costs.k_tile_smem_bytes / 1024
+    for i, v in enumerate(vals):
+        ax.text(v, i, " " + fmt.format(v), va="center")
+    ax.margins(x=0.25)
+save_figure(fig, "padding_costs", out_dir, title="Cost of padding nope 448 -> 512 (MODEL1, any target)")
+
+# %% [markdown]
+# ## Byte map of one page
+# A 4-token page: all tokens' data bytes first (448 nope + 128 rope each), then 8 scale bytes per
+# token (7 UE8M0 + 1 pad), then zero padding to a multiple of 576 bytes.
+
+# %%
+bs = 4
+spans = pd.DataFrame(padding.page_byte_map(bs))
+colors = {"nope fp8": "C0", "rope bf16": "C1", "scale UE8M0": "C2", "pad byte": "C3", "page padding": "C7"}
+fig, (ax, axz) = plt.subplots(2, 1, figsize=(12, 3.8), gridspec_kw={"height_ratios": [1, 1]})
+for _, s in spans.iterrows():
+    for a in (ax, axz):
+        a.broken_barh([(s.start, s.end - s.start)], (0, 1), color=colors[s.kind], edgecolor="white", linewidth=0.5)
+for o in range(bs):
+    ax.text(o * L.data_bytes_per_token + L.d_nope / 2, 0.5, f"token {o} nope", ha="center", va="center",
+            color="white", fontsize=8)
+ax.set_xlim(0, L.page_bytes(bs))
+ax.set_xlabel("byte offset in page")
+ax.set_yticks([])
+ax.set_title(f"whole page: block_size={bs}, page_bytes={L.page_bytes(bs)}")
+axz.set_xlim(L.scale_offset(bs) - 24, bs * L.bytes_per_token + 24)
+for o in range(bs):
+    axz.text(L.scale_offset(bs) + o * L.scale_bytes_per_token + 3.5, 0.5, f"t{o}", ha="center", va="center",
+             color="white", fontsize=8)
+axz.set_yticks([])
+axz.set_xlabel("byte offset in page (zoom: 7 scale bytes + 1 pad byte per token)")
+handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
+fig.legend(handles, list(colors), loc="lower center", ncol=5, bbox_to_anchor=(0.5, -0.06))
+fig.tight_layout()
+save_figure(fig, "page_byte_map", out_dir, title="MODEL1 page layout (584 B per token)")
+save_table(spans, "page_byte_map", out_dir)

@@ -1,0 +1,97 @@
+"""Every notebook runs through the papermill pipeline on the CPU with tiny parameters and writes what it promises."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench import pipeline
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMISED = {
+    "01_padding_derivation": ["padding_costs.png", "padding_costs.svg", "padding_costs.csv", "page_byte_map.png",
+                              "page_byte_map.svg", "page_byte_map.csv"],
+    "02_correctness": ["correctness_error_distribution.png", "correctness_worst_by_shape.png", "correctness_gpu.png",
+                       "correctness_golden.csv", "correctness_grid.csv", "mma_vs_perhead_fp32.csv",
+                       "correctness_gpu_summary.csv"],
+    "03_occupancy": ["occupancy_shared_memory.png", "occupancy_registers.png", "pruning_model_vs_compiled.png",
+                     "warps_4_vs_8.png", "sm120_fit_by_tile.csv", "pruning_model_vs_compiled.csv",
+                     "warps_4_vs_8_resources.csv"],
+    "04_throughput": ["throughput_time_vs_batch.png", "throughput_production_and_sq2.png", "throughput_speedups.png",
+                      "throughput_roofline.png", "throughput_batch_model.png", "headline_ratios.csv",
+                      "batch_model_fit.csv"],
+}
+
+
+def _run(args, **kw):
+    return subprocess.run([sys.executable, "-m", "workbench", "notebooks", "--no-progress", *args], cwd=ROOT,
+                          capture_output=True, text=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    runs = tmp_path_factory.mktemp("runs")
+    r = _run(["-f", "notebooks/tiny.yaml", "--runs-dir", str(runs)])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (run_dir,) = list(runs.iterdir())
+    return run_dir
+
+
+@pytest.mark.parametrize("name", list(PROMISED))
+def test_notebook_writes_its_figures_and_tables(tiny_run, name):
+    assert (tiny_run / f"{name}.ipynb").exists(), "the executed notebook is kept"
+    for f in PROMISED[name]:
+        path = tiny_run / "figures" / f
+        assert path.exists() and path.stat().st_size > 0, f"{name} did not write {f}"
+
+
+def test_headline_numbers_come_from_data(tiny_run):
+    import pandas as pd
+    head = pd.read_csv(tiny_run / "figures" / "headline_ratios.csv")
+    bench = pd.read_csv(ROOT / "data" / "bench_h200.csv")
+    row = head[head.claim.str.contains("b64 h64")].iloc[0]
+    sel = bench[(bench.provider == "mma") & (bench["mode"] == "graph") & (bench.batch == 64) & (bench.heads == 64)
+                & (bench.topk == 2048) & (bench.config.isna()) & (bench.s_q == 1) & (bench.extra_topk == 0)]
+    assert row.mma_us == pytest.approx(sel.median_us.median())
+
+
+def test_every_run_gets_a_new_folder(tmp_path):
+    a, b = pipeline.new_run_dir(tmp_path), pipeline.new_run_dir(tmp_path)
+    assert a != b and a.exists() and b.exists()
+
+
+def test_failing_notebook_exits_nonzero_and_keeps_the_executed_copy(tmp_path):
+    r = _run(["--only", "03", "-p", "data_dir", str(tmp_path / "missing"), "--runs-dir", str(tmp_path)])
+    assert r.returncode != 0
+    assert "FAILED: 03_occupancy.ipynb" in r.stderr
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.name != "missing"]
+    assert (run_dir / "03_occupancy.ipynb").exists()
+
+
+def test_unknown_parameter_is_refused(tmp_path):
+    r = _run(["--only", "01", "-f", str(_yaml(tmp_path, {"01_padding_derivation": {"no_such_knob": 1}})),
+              "--runs-dir", str(tmp_path / "runs")])
+    assert r.returncode != 0 and "no_such_knob" in (r.stderr + r.stdout)
+
+
+def _yaml(tmp_path, obj):
+    p = tmp_path / "p.yaml"
+    p.write_text(json.dumps(obj))  # JSON is YAML
+    return p
+
+
+@pytest.mark.parametrize("nb", sorted((ROOT / "notebooks").glob("0*.ipynb")), ids=lambda p: p.stem)
+def test_committed_notebooks_are_clean_paired_and_parameterised(nb):
+    import jupytext
+    data = json.loads(nb.read_text())
+    code = [c for c in data["cells"] if c["cell_type"] == "code"]
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), "strip outputs"
+    assert "parameters" in code[0]["metadata"].get("tags", []), "first code cell is the parameters cell"
+    assert "import workbench" not in "".join(code[0]["source"])
+    src = "".join("".join(c["source"]) for c in code)
+    assert src.index("TRITON_INTERPRET") < src.index("import workbench"), "interpreter switch precedes the import"
+    assert "@triton.jit" not in src, "notebooks call the package; they define no kernels"
+    paired = jupytext.read(nb.with_suffix(".py"))
+    assert [c.source for c in paired.cells] == [c.source for c in jupytext.read(nb).cells], "run jupytext --sync"
+    assert data["metadata"]["kernelspec"]["name"] == "mla-workbench"
