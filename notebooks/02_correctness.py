@@ -65,10 +65,14 @@ for name in tqdm(golden_names(), desc="golden"):
     g = load_golden(name)
     h = g["q"].shape[2]
     step = 1 if device != "cpu" else max(1, h // golden_simt_heads)
+    outs = {}
     for impl, heads in (("mma", None), ("simt", slice(0, None, step))):
         out, lse = wb.sparse_mla_decode(**golden_kwargs(g, device, heads=heads), impl=impl)
         m = wb.compare(out.float(), lse, *golden_expected(g, heads=heads))
         rows.append(dict(case=name, impl=impl, heads_checked=out.shape[2], **m))
+        outs[impl] = out.float()[:, :, slice(0, None, step)] if impl == "mma" else out.float()
+    rows[-1]["mma_vs_simt_rel"] = rows[-2]["mma_vs_simt_rel"] = (
+        (outs["mma"] - outs["simt"]).norm().item() / outs["simt"].norm().item())
 golden = pd.DataFrame(rows)
 save_table(golden, "correctness_golden", out_dir)
 assert golden.passed.all(), golden[~golden.passed]
@@ -134,13 +138,17 @@ save_figure(fig, "correctness_worst_by_shape", out_dir, title=f"Worst element er
 # ## Head-batched bf16 MMA vs an fp32 per-head kernel
 # A deployment reported that the head-batched bf16-MMA kernel differs from an fp32 per-head
 # kernel by a relative error of about 6.7e-3. Our per-head kernel (`simt`) computes in fp32; the MMA
-# kernel rounds P and K to bf16 for the tensor cores. Measured here:
+# kernel rounds P to bf16 for the tensor cores (K is exact in bf16: fp8 times a power of two); both
+# round the output to bf16. Measured on the golden cases, whose attention is realistic, and on the
+# hostile grid, whose wild tile magnitudes make many softmaxes nearly one-hot (and topk=1 exact):
 
 # %%
-rel = grid_df[grid_df.impl == "mma"]["mma_vs_simt_rel"]
-summary = pd.DataFrame(dict(statistic=["median", "max"], mma_vs_simt_rel_err=[rel.median(), rel.max()]))
+gold_rel = golden[golden.impl == "mma"].mma_vs_simt_rel
+grid_rel = grid_df[grid_df.impl == "mma"].mma_vs_simt_rel
+summary = pd.DataFrame(dict(cases=["golden (FlashMLA inputs)", "hostile grid"],
+                            median=[gold_rel.median(), grid_rel.median()], max=[gold_rel.max(), grid_rel.max()]))
 save_table(summary, "mma_vs_perhead_fp32", out_dir)
-print(f"||mma - simt|| / ||simt||: median {rel.median():.2e}, max {rel.max():.2e} (report: 6.7e-3)")
+print(f"golden: ||mma - simt|| / ||simt|| median {gold_rel.median():.2e}, max {gold_rel.max():.2e} (report: 6.7e-3)")
 summary
 
 # %% [markdown]

@@ -42,11 +42,12 @@ import seaborn as sns
 import workbench as wb  # noqa: F401
 from workbench.kernels.mma import MMA_CONFIG_SPACE, mma_prune_reason
 from workbench.plotting import gpu_label, save_figure, save_table, set_theme
-from workbench.resources import lab_frame
+from workbench.resources import apply_model, lab_frame
 from workbench.targets import get_target
 
 set_theme()
 lab = pd.concat([pd.read_csv(os.path.join(data_dir, f"resources_{a}.csv")) for a in archs], ignore_index=True)
+lab = apply_model(lab)  # the pruning model's verdicts from the current code; compiled numbers from data/
 if fresh:
     new = pd.concat([lab_frame(a, "mma", fresh_configs) for a in archs], ignore_index=True)
     print(new[["arch", "config", "status", "shared_bytes", "registers", "spill_stores", "mma"]].to_string())

@@ -59,3 +59,21 @@ def test_committed_lab_tables_agree_with_the_pruning_model():
         pruned = mma[mma.model_shared_bytes > limit]
         assert (pruned.shared_bytes > limit).all(), f"{arch}: the model prunes configs that fit"
         assert ((mma.registers > 0) & (mma.registers <= 255)).all()
+
+
+def test_pruning_record_is_exposed_with_reasons():
+    import workbench as wb
+    from workbench.kernels.common import target_override
+    from workbench.kernels.mma import MMA_CONFIGS, prune_mma_configs
+    with target_override("sm_120"):
+        kept = prune_mma_configs(MMA_CONFIGS, {"H": 64})
+    rec = [r for r in wb.pruned_configs("mma") if r["arch"] == "sm_120"]
+    # BLOCK_H=64 needs 128 KB on sm_120 (over 101,376 B): 64 heads run as two groups of 32 there
+    assert kept and {c.kwargs["BLOCK_H"] for c in kept} == {32}
+    smem = [r for r in rec if not r["kept"] and "shared memory" in r["reason"]]
+    assert {r["BLOCK_H"] for r in smem} >= {64}
+    assert all(r["estimated_shared_bytes"] > r["limit_bytes"] for r in smem)
+    assert any(not r["kept"] and "head group" in r["reason"] for r in rec)
+    with target_override("sm_90"):
+        kept90 = prune_mma_configs(MMA_CONFIGS, {"H": 64})
+    assert {c.kwargs["BLOCK_H"] for c in kept90} == {64} and all(c.num_warps == 8 for c in kept90)

@@ -146,7 +146,8 @@ def _spills(ptx_or_asm: dict) -> tuple[int, int]:
 def model_shared_bytes(kernel: str, cfg: triton.Config) -> int:
     kw = cfg.kwargs
     if kernel == "mma":
-        return mma_mod.estimate_mma_shared_bytes(kw["BLOCK_H"], kw["BLOCK_T"], cfg.num_warps, cfg.num_stages)
+        return mma_mod.estimate_mma_shared_bytes(kw["BLOCK_H"], kw["BLOCK_T"], cfg.num_warps, cfg.num_stages,
+                                                 kw.get("PREFETCH", mma_mod.DEFAULT_PREFETCH))
     if kernel == "simt":
         return simt_mod.estimate_simt_shared_bytes(kw["BLOCK_T"], cfg.num_warps)
     return 0
@@ -252,6 +253,24 @@ def sweep(arch: str = "sm_120", kernel: str = "mma", progress: bool = True) -> l
     kernels = list(KERNELS) if kernel == "all" else [kernel]
     jobs = [(k, a, c) for a in archs for k in kernels for c in kernel_configs(k)]
     return [compile_config(k, a, c) for k, a, c in tqdm(jobs, desc="compile", disable=not progress)]
+
+
+def apply_model(df):
+    """Recompute the pruning model's columns (model_shared_bytes, status) of a lab table with the current code.
+
+    The compiled numbers do not depend on the model, so a table stays valid when the model changes.
+    """
+    import ast
+    df = df.copy()
+    for i, r in df.iterrows():
+        cfg_d = ast.literal_eval(r["config"])
+        cfg = triton.Config({k: v for k, v in cfg_d.items() if k not in ("num_warps", "num_stages")},
+                            num_warps=cfg_d["num_warps"], num_stages=cfg_d["num_stages"])
+        df.at[i, "model_shared_bytes"] = model_shared_bytes(r["kernel"], cfg)
+        if r["status"] in ("fits", "pruned"):
+            reason = mma_mod.mma_prune_reason(cfg, 0, get_target(r["arch"]))[1] if r["kernel"] == "mma" else None
+            df.at[i, "status"], df.at[i, "reason"] = ("pruned", reason) if reason else ("fits", "fits")
+    return df
 
 
 def to_frame(results):
