@@ -40,7 +40,8 @@ def estimate_mma_shared_bytes(BLOCK_H: int, BLOCK_T: int, num_warps: int, num_st
     """Shared-memory model, fitted to what Triton 3.6 compiles (the resource lab's tables).
 
     Main loop: the bf16 q tile (nope + rope, 1152 B per head) and the bf16 K tile (1024 B per
-    token; 1152 with its rope part at BLOCK_H=64, where the dots are wgmma). Prefetching adds the
+    token; 1152 with its rope part at BLOCK_H=64, where the dots are wgmma; 768 for 64-token tiles
+    on 4 warps without prefetch, a layout Triton picks there). Prefetching adds the
     rope tile and P ((128 + 2*BLOCK_H) B per token); without it each extra stage buffers the indices
     and rope (132 B per token), or the whole fp8 tile at BLOCK_H=64 (644 B). The epilogue converts
     the [BLOCK_H, 512] fp32 accumulator through shared memory at BLOCK_H=64 (2048 B per head).
@@ -48,7 +49,8 @@ def estimate_mma_shared_bytes(BLOCK_H: int, BLOCK_T: int, num_warps: int, num_st
     compiled number, at most 16 KB above it (notebook 03).
     """
     wide = BLOCK_H >= 64
-    loop = 1152 * BLOCK_H + (1152 if wide else 1024) * BLOCK_T
+    k_per_token = 1152 if wide else (768 if BLOCK_T >= 64 and num_warps == 4 and not PREFETCH else 1024)
+    loop = 1152 * BLOCK_H + k_per_token * BLOCK_T
     if PREFETCH:
         loop += (128 + 2 * BLOCK_H) * BLOCK_T
     else:
