@@ -1,6 +1,5 @@
 """The autotuned launch paths (which the interpreter never takes) pass exactly the kernel's arguments."""
 import pytest
-import triton
 
 import workbench as wb
 from workbench.kernels import combine as combine_mod

@@ -6,7 +6,7 @@ from workbench.resources import lab_frame
 from workbench.targets import TARGETS, get_target
 
 PROBE = {"BLOCK_H": 64, "BLOCK_T": 16, "num_warps": 8, "num_stages": 1, "PREFETCH": 0}
-MMA_KIND = {"sm_90": "HGMMA", "sm_100": None, "sm_120": "HMMA", "sm_89": "HMMA"}
+MMA_KIND = {"sm_90": "HGMMA", "sm_100": "UTCMMA", "sm_120": "HMMA", "sm_89": "HMMA"}
 
 
 @pytest.mark.parametrize("arch", list(TARGETS))

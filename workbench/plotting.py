@@ -18,9 +18,12 @@ def save_figure(fig, name: str, out_dir, *, title: str | None = None) -> list[Pa
     """Save ``fig`` as out_dir/name.png (200 dpi) and .svg; returns the paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if title:  # above every axes title; bbox_inches="tight" keeps it in the file
-        top = max((ax.get_position().y1 for ax in fig.axes), default=0.9)
-        fig.suptitle(title, fontweight="bold", y=top + 0.06 + (0.04 if len(fig.axes) > 2 else 0))
+    if title:  # above every axes title and label, measured after drawing; bbox_inches="tight" keeps it
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        inv = fig.transFigure.inverted()
+        top = max((inv.transform(ax.get_tightbbox(renderer).corners())[:, 1].max() for ax in fig.axes), default=0.95)
+        fig.suptitle(title, fontweight="bold", y=top + 0.01, va="bottom")
     paths = [out / f"{name}.png", out / f"{name}.svg"]
     fig.savefig(paths[0], dpi=200, bbox_inches="tight")
     fig.savefig(paths[1], bbox_inches="tight")

@@ -101,7 +101,7 @@ class CompileResult:
     stack_bytes: int | None
     spill_stores: int | None
     spill_loads: int | None
-    mma: str | None             # HGMMA | HMMA | none
+    mma: str | None             # UTCMMA (tcgen05) | HGMMA (wgmma) | HMMA (mma.sync) | none
     blocks_per_sm: int | None = None
     warps_per_sm: int | None = None
     occupancy: float | None = None
@@ -131,16 +131,13 @@ def _read_cubin(cubin: bytes) -> tuple[dict, str]:
 
 
 def _mma_kind(sass: str) -> str:
+    if re.search(r"\bUTC\w*MMA\b", sass):  # Blackwell datacenter tensor cores (tcgen05)
+        return "UTCMMA"
     if re.search(r"\bHGMMA\b", sass):
         return "HGMMA"
     if re.search(r"\bHMMA\b", sass):
         return "HMMA"
     return "none"
-
-
-def _spills(ptx_or_asm: dict) -> tuple[int, int]:
-    """Spill stores/loads as ptxas reports them (from the compile log kept in the metadata if any)."""
-    return 0, 0
 
 
 def model_shared_bytes(kernel: str, cfg: triton.Config) -> int:
