@@ -75,15 +75,19 @@ g.set_axis_labels("batch", "time per call, median (us)")
 save_figure(g.figure, "throughput_time_vs_batch", out_dir, title=f"Sparse MLA decode, s_q=1, page 256: {label}")
 
 # %%
-prod = tuned[tuned.sweep.isin(["production", "s_q2"])]
-g = sns.relplot(prod, x="batch", y="median_us", hue="provider", style="mode", col="sweep", row="heads",
-                kind="line", markers=True, height=3, aspect=1.3, facet_kws={"sharey": False})
-for ax in g.axes.flat:
+panels = [("production", 64, "production shape, 64 heads"), ("production", 128, "production shape, 128 heads"),
+          ("s_q2", 64, "s_q = 2, topk 2048, 64 heads")]
+fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=True)
+for ax, (sw, h, title) in zip(axes, panels):
+    sub = tuned[(tuned.sweep == sw) & (tuned.heads == h)]
+    sns.lineplot(sub, x="batch", y="median_us", hue="provider", style="mode", markers=True, ax=ax,
+                 legend=ax is axes[0])
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-g.set_axis_labels("batch", "time per call, median (us)")
-save_figure(g.figure, "throughput_production_and_sq2", out_dir,
-            title=f"Production shape (128@256 + extra 512@64) and s_q=2 (topk 2048): {label}")
+    ax.set_title(title)
+    ax.set_ylabel("time per call, median (us)")
+save_figure(fig, "throughput_production_and_sq2", out_dir,
+            title=f"Production shape (main 128 on 256-token pages + extra 512 on 64-token pages) and s_q=2: {label}")
 
 # %% [markdown]
 # ## Speed-ups: MMA over SIMT, and against FlashMLA by head count
@@ -139,12 +143,14 @@ save_figure(fig, "throughput_roofline", out_dir, title=f"Roofline, s_q=1, all ba
 # %%
 fit = fit_batch_model(df)
 save_table(fit, "batch_model_fit", out_dir)
-show = fit[(fit.topk == 2048) & (fit.s_q == 1) & (fit.extra_topk == 0)]
-fig, ax = plt.subplots(1, 2, figsize=(12, 4))
-sns.barplot(show, x="heads", y="fixed_us", hue="provider", ax=ax[0], errorbar=None)
-sns.barplot(show, x="heads", y="per_request_us", hue="provider", ax=ax[1], errorbar=None)
-ax[0].set_ylabel("fixed part (us)")
-ax[1].set_ylabel("per request (us)")
+show = fit[(fit.topk == 2048) & (fit.s_q == 1) & (fit.extra_topk == 0)].copy()
+show["provider, mode"] = show.provider + ", " + show["mode"]
+fig, ax = plt.subplots(1, 2, figsize=(13, 4.5))
+for a, col, name in ((ax[0], "fixed_us", "fixed part (us, log)"), (ax[1], "per_request_us", "per request (us, log)")):
+    sns.barplot(show, x="heads", y=col, hue="provider, mode", ax=a, errorbar=None, legend=a is ax[1])
+    a.set_yscale("log")
+    a.set_ylabel(name)
+ax[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 save_figure(fig, "throughput_batch_model", out_dir, title=f"time = fixed + per_request x batch, topk 2048: {label}")
 show[["provider", "mode", "heads", "fixed_us", "per_request_us", "r2", "points"]]
 
