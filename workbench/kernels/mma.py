@@ -43,8 +43,10 @@ def estimate_mma_shared_bytes(BLOCK_H: int, BLOCK_T: int, num_warps: int, num_st
     token; 1152 with its rope part at BLOCK_H=64, where the dots are wgmma; 768 for 64-token tiles
     on 4 warps without prefetch, a layout Triton picks there). Prefetching adds the
     rope tile and P ((128 + 2*BLOCK_H) B per token); without it each extra stage buffers the indices
-    and rope (132 B per token), or the whole fp8 tile at BLOCK_H=64 (644 B). The epilogue converts
-    the [BLOCK_H, 512] fp32 accumulator through shared memory at BLOCK_H=64 (2048 B per head).
+    and rope (132 B per token), or the whole fp8 tile at BLOCK_H=64 (644 B on sm_90, up to 781 B
+    on sm_100, whose tcgen05 path also keeps ~512 B of barriers; the model takes 784 and 512).
+    The epilogue converts the [BLOCK_H, 512] fp32 accumulator through shared memory at BLOCK_H=64
+    (2048 B per head).
     Checked against every compiled config on sm_90, sm_120, sm_100 and sm_89: never below the
     compiled number, at most 66 KB above it, never on the wrong side of a per-block limit (notebook 03).
     """
