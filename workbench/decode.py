@@ -59,7 +59,7 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     attn_sink: [h] fp32; topk_length: [b] int32; extra_*: a second scope in the same softmax.
     impl: "mma" (head-batched tensor-core kernel), "simt" (per-head baseline) or "reference" (fp32 torch).
     config: one kernel config (dict) to run without autotuning, e.g. for CUDA graph capture:
-    mma: {"BLOCK_H", "BLOCK_T", "num_warps", "num_stages"}; simt: {"BLOCK_T", "num_warps"}.
+    mma: {"BLOCK_H", "BLOCK_T", "num_warps", "num_stages", "PREFETCH"}; simt: {"BLOCK_T", "num_warps"}.
 
     Returns (out [b, s_q, h, 512] bf16, lse [b, h, s_q] fp32): natural-log LSE without the sink;
     a query with no valid token gives out = 0 and lse = +inf.
