@@ -26,3 +26,15 @@ def test_count_valid_tokens_by_hand():
     assert count_valid_tokens(idx, num_tokens=10) == 2 + 3
     tl = torch.tensor([2, 4], dtype=torch.int32)
     assert count_valid_tokens(idx, num_tokens=10, topk_length=tl) == 1 + 3
+
+
+def test_call_valid_tokens_counts_both_scopes_by_hand():
+    from workbench.accounting import call_valid_tokens, case_cost
+    from workbench.cache import build_case
+    c = build_case(batch=2, heads=4, topk=8, extra_topk=4, invalid_frac=0.0)
+    # every index valid: 2 queries x 8 main + 2 queries x 4 extra
+    assert call_valid_tokens(c.kwargs()) == 2 * 8 + 2 * 4
+    assert case_cost(c).valid_tokens == 24
+    c = build_case(batch=2, heads=4, topk=8, extra_topk=4, invalid_frac=0.0, topk_length=True)
+    # builder sets topk_length = [8, 0]: batch 1 keeps only its extra scope
+    assert call_valid_tokens(c.kwargs()) == 8 + 2 * 4

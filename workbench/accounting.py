@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .cache import valid_index_mask
 from .layout import MODEL1, CacheLayout
 
 
@@ -25,11 +26,18 @@ class DecodeCost:
 
 def count_valid_tokens(indices: torch.Tensor, num_tokens: int, topk_length: torch.Tensor | None = None) -> int:
     """Selected indices that are in range and inside topk_length, summed over all queries."""
-    idx = indices.long()
-    valid = (idx >= 0) & (idx < num_tokens)
-    if topk_length is not None:
-        valid &= torch.arange(idx.shape[-1], device=idx.device) < topk_length.long().view(-1, 1, 1)
-    return int(valid.sum())
+    return int(valid_index_mask(indices, num_tokens, topk_length).sum())
+
+
+def call_valid_tokens(kw: dict) -> int:
+    """Valid tokens of one decode call's keyword arguments, main and extra scope together."""
+    n = 0
+    for prefix in ("", "extra_"):
+        cache = kw.get(f"{prefix}cache")
+        if cache is not None:
+            n += count_valid_tokens(kw[f"{prefix}indices"], cache.shape[0] * cache.shape[1],
+                                    kw.get(f"{prefix}topk_length"))
+    return n
 
 
 def decode_cost(*, batch: int, s_q: int, heads: int, valid_tokens: int,
@@ -44,8 +52,4 @@ def decode_cost(*, batch: int, s_q: int, heads: int, valid_tokens: int,
 def case_cost(case) -> DecodeCost:
     """Cost of a :class:`workbench.cache.DecodeCase`, all scopes together."""
     b, s_q, h, _ = case.q.shape
-    n = 0
-    for scope in (case.main, case.extra):
-        if scope is not None:
-            n += count_valid_tokens(scope.indices, scope.cache.shape[0] * scope.cache.shape[1], scope.topk_length)
-    return decode_cost(batch=b, s_q=s_q, heads=h, valid_tokens=n)
+    return decode_cost(batch=b, s_q=s_q, heads=h, valid_tokens=call_valid_tokens(case.kwargs()))

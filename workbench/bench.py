@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .accounting import count_valid_tokens, decode_cost
+from .accounting import call_valid_tokens, decode_cost
 from .cache import quantize_kv
 from .decode import sparse_mla_decode
 from .layout import MODEL1
@@ -260,14 +260,6 @@ def measure_ceilings(device="cuda") -> dict:
 
 # ----------------------------------------------------------------------------- running
 
-def _valid_tokens(kw: dict) -> int:
-    n = count_valid_tokens(kw["indices"], kw["cache"].shape[0] * kw["cache"].shape[1], kw.get("topk_length"))
-    if kw.get("extra_indices") is not None:
-        c = kw["extra_cache"]
-        n += count_valid_tokens(kw["extra_indices"], c.shape[0] * c.shape[1], kw.get("extra_topk_length"))
-    return n
-
-
 def bench_one(shape: BenchShape, provider: str, modes, *, pool: InputPool, ceilings: dict, config=None,
               sweep: str = "", prov: dict | None = None, providers_cache: dict | None = None) -> list[dict]:
     """Rows (one per mode) for one provider on one shape; skipped or wrong providers get a row saying why."""
@@ -286,7 +278,7 @@ def bench_one(shape: BenchShape, provider: str, modes, *, pool: InputPool, ceili
         check = compare(out.float(), lse, ref_out.float(), ref_lse)
     except Skip as e:
         return [dict(base, mode=m, status="skipped", reason=str(e)) for m in modes]
-    cost = decode_cost(batch=shape.batch, s_q=shape.s_q, heads=shape.heads, valid_tokens=_valid_tokens(inputs[0]))
+    cost = decode_cost(batch=shape.batch, s_q=shape.s_q, heads=shape.heads, valid_tokens=call_valid_tokens(inputs[0]))
     base.update(valid_tokens=cost.valid_tokens, bytes=cost.bytes, flops=cost.flops,
                 check_rel_err=check["out_rel_norm"], check_passed=check["passed"])
     for mode in modes:

@@ -107,6 +107,18 @@ def positions_to_indices(positions: torch.Tensor, block_table: torch.Tensor, blo
     return torch.where(valid, idx, -1).to(torch.int32)
 
 
+def valid_index_mask(indices: torch.Tensor, num_tokens: int, topk_length: torch.Tensor | None = None) -> torch.Tensor:
+    """Which selected indices count: inside [0, num_tokens) and, with topk_length [b], among the first topk_length[i].
+
+    indices: [b, s_q, topk]. The one definition the reference, the accounting and the builder share.
+    """
+    idx = indices.long()
+    valid = (idx >= 0) & (idx < num_tokens)
+    if topk_length is not None:
+        valid &= torch.arange(idx.shape[-1], device=idx.device) < topk_length.long().view(-1, 1, 1)
+    return valid
+
+
 def indices_to_positions(indices: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Split cache indices into (page, offset); both -1 where the index is -1."""
     idx = indices.long()
@@ -189,10 +201,7 @@ def _build_scope(g, *, b, s_q, topk, seq_len, block_size, orphan_pages, invalid_
 
     cache = quantize_kv(kv_bf16, layout)
     if nan_unselected:
-        live = indices.long()
-        if topk_length is not None:
-            live = torch.where(torch.arange(topk) < topk_length.view(b, 1, 1).long(), live, -1)
-        live = live[(live >= 0) & (live < n_total)]
+        live = indices.long()[valid_index_mask(indices, n_total, topk_length)]
         selected_pages = torch.zeros(num_blocks, dtype=torch.bool)
         selected_pages[live // block_size] = True
         base = cache.as_strided((num_blocks, cache.stride(0)), (cache.stride(0), 1))

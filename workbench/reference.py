@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import torch
 
-from .cache import gather_dequantized
+from .cache import gather_dequantized, valid_index_mask
 from .layout import MODEL1
 from .validate import check_decode_args
 
 
 def _gather_scope(cache, indices, topk_length):
     """Return (K [b, s_q, topk, d] fp32, valid [b, s_q, topk] bool) with invalid rows zeroed."""
-    idx = indices.long()
-    valid = (idx >= 0) & (idx < cache.shape[0] * cache.shape[1])
-    if topk_length is not None:
-        pos = torch.arange(idx.shape[-1], device=idx.device)
-        valid &= pos < topk_length.long().view(-1, 1, 1)
-    k = gather_dequantized(cache, torch.where(valid, idx, 0)).float()  # only the selected rows
+    valid = valid_index_mask(indices, cache.shape[0] * cache.shape[1], topk_length)
+    k = gather_dequantized(cache, torch.where(valid, indices.long(), 0)).float()  # only the selected rows
     # where, not multiply: NaN in a page nobody selects must not leak through
     k = torch.where(valid[..., None], k, torch.zeros((), dtype=k.dtype, device=k.device))
     return k, valid
