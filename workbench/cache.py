@@ -66,6 +66,12 @@ def _row_views(cache: torch.Tensor, layout: CacheLayout):
     return data, scales
 
 
+def page_bytes_view(cache: torch.Tensor) -> torch.Tensor:
+    """[num_blocks, page_stride] uint8 view of every page's bytes, padding included (no copy)."""
+    u8 = cache.view(torch.uint8) if cache.dtype != torch.uint8 else cache
+    return u8.as_strided((cache.shape[0], cache.stride(0)), (cache.stride(0), 1), u8.storage_offset())
+
+
 def dequantize_kv(cache: torch.Tensor, layout: CacheLayout = MODEL1) -> torch.Tensor:
     """Read a paged cache back as [num_blocks, block_size, d] bf16 (``bf16(fp8) * bf16(scale)``)."""
     data, scales = _row_views(cache, layout)
@@ -204,16 +210,15 @@ def _build_scope(g, *, b, s_q, topk, seq_len, block_size, orphan_pages, invalid_
         live = indices.long()[valid_index_mask(indices, n_total, topk_length)]
         selected_pages = torch.zeros(num_blocks, dtype=torch.bool)
         selected_pages[live // block_size] = True
-        base = cache.as_strided((num_blocks, cache.stride(0)), (cache.stride(0), 1))
-        base[~selected_pages] = 0xFF  # fp8 NaN, bf16 NaN, scale byte 255 (inf)
-    return DecodeScope(kv_bf16.to(device), cache.to(device) if device == "cpu" else _to_device(cache, device),
+        page_bytes_view(cache)[~selected_pages] = 0xFF  # fp8 NaN, bf16 NaN, scale byte 255 (inf)
+    return DecodeScope(kv_bf16.to(device), _to_device(cache, device),
                        block_table.to(device), indices.to(device),
                        None if topk_length is None else topk_length.to(device))
 
 
 def _to_device(cache: torch.Tensor, device) -> torch.Tensor:
-    base = cache.as_strided((cache.shape[0], cache.stride(0)), (cache.stride(0), 1)).to(device)
-    return base.as_strided(cache.shape, cache.stride())
+    """Move a cache with its page stride: ``.to`` on the strided view would drop the padding."""
+    return page_bytes_view(cache).to(device).as_strided(cache.shape, cache.stride())
 
 
 def build_case(*, batch: int = 2, s_q: int = 1, heads: int = 16, topk: int = 64, seq_len: int | None = None,

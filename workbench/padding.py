@@ -5,7 +5,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .cache import quantize_kv
+from .cache import page_bytes_view, quantize_kv
 from .layout import MODEL1
 
 
@@ -58,7 +58,7 @@ def pad_column_groups() -> torch.Tensor:
 def poison_pad_bytes(cache: torch.Tensor, value: int = 0xFF) -> torch.Tensor:
     """A copy of the cache with every token's pad scale byte set to ``value`` (0xFF: a scale of 2**128 = inf)."""
     nb, bs = cache.shape[:2]
-    flat = cache.as_strided((nb, cache.stride(0)), (cache.stride(0), 1)).clone()
+    flat = page_bytes_view(cache).clone()
     scales = flat[:, MODEL1.scale_offset(bs): bs * MODEL1.bytes_per_token].view(nb, bs, MODEL1.scale_bytes_per_token)
     scales[..., MODEL1.pad_scale_group] = value
     return flat.as_strided(cache.shape, cache.stride())
