@@ -107,6 +107,23 @@ def cache_views(cache: torch.Tensor):
     return flat.view(torch.float8_e4m3fn), flat, flat.view(torch.bfloat16)
 
 
+LOG2E = 1.4426950408889634  # kernels run the softmax in base 2: scores are scaled by sm_scale * LOG2E
+
+
+def scope_args(prefix: str, cache: torch.Tensor, indices: torch.Tensor, topk_length) -> dict:
+    """Kernel arguments describing one KV scope; ``prefix`` names the scope's parameters (``x_`` = extra).
+
+    cache: [num_blocks, block_size, 1, 584] view; indices: [b, s_q, topk] int32; topk_length: [b] int32 or None
+    (the indices pointer stands in, unread, when there is none).
+    """
+    f8, u8, bf = cache_views(cache)
+    return {f"{prefix}cache_f8": f8, f"{prefix}cache_u8": u8, f"{prefix}cache_bf16": bf,
+            f"{prefix}stride_page": cache.stride(0), f"{prefix}block_size": cache.shape[1],
+            f"{prefix}num_tokens": cache.shape[0] * cache.shape[1], f"{prefix}idx_ptr": indices,
+            f"{prefix}stride_ib": indices.stride(0), f"{prefix}stride_is": indices.stride(1),
+            f"{prefix}topk_len_ptr": topk_length if topk_length is not None else indices}
+
+
 _TARGET_OVERRIDE: list[GpuTarget] = []
 
 

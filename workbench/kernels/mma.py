@@ -10,8 +10,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import (INTERPRET, NOPE_PAD, D_ROPE, cache_views, current_target, dequant_kv, layout_constexprs,
-                     load_kv_raw, mma, normalize_config, record_prune, to_bf16)
+from .common import (INTERPRET, LOG2E, NOPE_PAD, D_ROPE, current_target, dequant_kv, layout_constexprs,
+                     load_kv_raw, mma, normalize_config, record_prune, scope_args, to_bf16)
 
 ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(16, 32, 64), num_warps=(4, 8), num_stages=(1, 2), PREFETCH=(0, 1))
 # A forced config that leaves PREFETCH out gets this. On the H200 prefetching the next tile helps
@@ -218,15 +218,11 @@ def launch_mma_partial(*, q, cache, indices, topk_length, part_out, part_lse, sp
                        tokens_per_split, sm_scale, config=None):
     """Run the partial kernel for one KV scope into splits [split_offset, split_offset+num_splits)."""
     b, s_q, h, _ = q.shape
-    f8, u8, bf = cache_views(cache)
     args = dict(
         q_ptr=q, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
-        cache_f8=f8, cache_u8=u8, cache_bf16=bf,
-        stride_page=cache.stride(0), block_size=cache.shape[1], num_tokens=cache.shape[0] * cache.shape[1],
-        idx_ptr=indices, stride_ib=indices.stride(0), stride_is=indices.stride(1),
-        topk_len_ptr=topk_length if topk_length is not None else indices,
+        **scope_args("", cache, indices, topk_length),
         part_out_ptr=part_out, part_lse_ptr=part_lse,
-        sm_scale_log2=sm_scale * 1.4426950408889634,
+        sm_scale_log2=sm_scale * LOG2E,
         H=h, S_Q=s_q, TOPK=indices.shape[2], split_offset=split_offset, tokens_per_split=tokens_per_split,
         s_total=part_lse.shape[-1],
         TOKENS_BUCKET=triton.next_power_of_2(tokens_per_split), QUERIES_BUCKET=triton.next_power_of_2(b * s_q),

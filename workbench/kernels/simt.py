@@ -9,8 +9,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import (INTERPRET, cache_views, current_target, gather_kv_tile, layout_constexprs, normalize_config,
-                     record_prune, to_bf16)
+from .common import (INTERPRET, LOG2E, current_target, gather_kv_tile, layout_constexprs, normalize_config,
+                     record_prune, scope_args, to_bf16)
 
 ALLOWED = dict(BLOCK_T=(16, 32, 64), num_warps=(2, 4, 8), num_stages=(1,))
 SIMT_CONFIGS = [triton.Config({"BLOCK_T": bt}, num_warps=w, num_stages=1)
@@ -138,15 +138,6 @@ def check_simt_config(config) -> triton.Config:
     return normalize_config(config, ALLOWED, "simt")
 
 
-def _scope_args(prefix, cache, indices, topk_length):
-    f8, u8, bf = cache_views(cache)
-    return {f"{prefix}cache_f8": f8, f"{prefix}cache_u8": u8, f"{prefix}cache_bf16": bf,
-            f"{prefix}stride_page": cache.stride(0), f"{prefix}block_size": cache.shape[1],
-            f"{prefix}num_tokens": cache.shape[0] * cache.shape[1], f"{prefix}idx_ptr": indices,
-            f"{prefix}stride_ib": indices.stride(0), f"{prefix}stride_is": indices.stride(1),
-            f"{prefix}topk_len_ptr": topk_length if topk_length is not None else indices}
-
-
 def launch_simt(*, q, cache, indices, topk_length, extra_cache, extra_indices, extra_topk_length,
                 attn_sink, sm_scale, out, lse, config=None):
     """Run the per-head baseline into preallocated out [b, s_q, h, 512] bf16 and lse [b, h, s_q] fp32."""
@@ -154,12 +145,12 @@ def launch_simt(*, q, cache, indices, topk_length, extra_cache, extra_indices, e
     has_extra = extra_cache is not None
     topk = indices.shape[2]
     args = dict(q_ptr=q, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
-                **_scope_args("", cache, indices, topk_length), TOPK=topk,
-                **_scope_args("x_", extra_cache if has_extra else cache, extra_indices if has_extra else indices,
+                **scope_args("", cache, indices, topk_length), TOPK=topk,
+                **scope_args("x_", extra_cache if has_extra else cache, extra_indices if has_extra else indices,
                               extra_topk_length if has_extra else None),
                 X_TOPK=extra_indices.shape[2] if has_extra else 0,
                 sink_ptr=attn_sink if attn_sink is not None else lse, out_ptr=out, lse_ptr=lse,
-                sm_scale_log2=sm_scale * 1.4426950408889634, H=h, S_Q=s_q,
+                sm_scale_log2=sm_scale * LOG2E, H=h, S_Q=s_q,
                 TOPK_BUCKET=triton.next_power_of_2(topk + (extra_indices.shape[2] if has_extra else 0)),
                 HAS_TOPK_LEN=topk_length is not None, HAS_EXTRA=has_extra,
                 X_HAS_TOPK_LEN=has_extra and extra_topk_length is not None, HAS_SINK=attn_sink is not None,
