@@ -39,6 +39,7 @@ def _smi(field: str) -> str:
 def provenance() -> dict:
     """One flat dict; every data row carries these columns."""
     p = dict(date=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), git_commit=git_commit(),
+             kernel_hash=kernel_source_hash(),
              torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda or "none")
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
@@ -50,3 +51,29 @@ def provenance() -> dict:
         p.update(gpu="cpu", sm_count=0, capability="none", driver="none", sm_clock_mhz="n/a", mem_clock_mhz="n/a",
                  max_sm_clock_mhz="n/a")
     return p
+
+
+KERNEL_SOURCES = ("workbench/kernels",)  # what a timing row describes: the jit code and its launchers
+
+
+def kernel_source_hash(root: Path = ROOT) -> str:
+    """12 hex digits over the kernel sources' bytes, so a row can say which code it timed without git."""
+    import hashlib
+    h = hashlib.sha256()
+    for top in KERNEL_SOURCES:
+        for p in sorted((root / top).rglob("*.py")):
+            h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+def kernels_changed_since(commit: str, root: Path = ROOT) -> bool | None:
+    """True when the checked-out kernel sources differ from ``commit``'s; None when git cannot tell."""
+    sha = str(commit).split("+")[0]
+    if not sha or sha in ("unknown", "nan"):
+        return None
+    try:
+        r = subprocess.run(["git", "diff", "--quiet", sha, "--", *KERNEL_SOURCES], cwd=root, capture_output=True,
+                           timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return {0: False, 1: True}.get(r.returncode)

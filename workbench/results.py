@@ -1,0 +1,81 @@
+"""Reading measured tables back: every bench table in ``data/`` (or a run folder) as one frame.
+
+Notebooks and tests read results through here, never with their own ``read_csv`` and regexes:
+the config travels as flat columns (``BLOCK_H``, ``BLOCK_T``, ``num_warps``, ``num_stages``,
+``PREFETCH``, ...), and each row says whether the kernel sources it timed still match the
+checked-out code (``stale``).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from .provenance import ROOT, kernel_source_hash, kernels_changed_since
+
+DATA = ROOT / "data"
+PEER_PROVIDERS = ("flashmla",)
+CONFIG_COLUMNS = ("BLOCK_H", "BLOCK_T", "num_warps", "num_stages", "PREFETCH", "NUM_STAGES", "SPLIT_WAVES")
+
+
+def parse_config(text) -> dict:
+    """A config cell as a dict: '' or NaN is no config; old tables hold ``str(dict)``, new ones a label."""
+    if text is None or (isinstance(text, float) and text != text) or str(text).strip() == "":
+        return {}
+    s = str(text).strip()
+    if s.startswith("{"):
+        return dict(ast.literal_eval(s))
+    out = {}
+    for part in s.split(","):  # label form: "BLOCK_H=16,BLOCK_T=32,num_warps=4"
+        k, _, v = part.partition("=")
+        out[k.strip()] = int(v) if v.strip().lstrip("-").isdigit() else v.strip()
+    return out
+
+
+def stale_flags(df):
+    """Per row: True when the kernel sources it timed differ from the checkout, None when unknown.
+
+    Rows with a ``kernel_hash`` compare it with the current sources; older rows ask git about
+    their ``git_commit``.
+    """
+    current = kernel_source_hash()
+    cache: dict = {}
+    flags = []
+    for _, r in df.iterrows():
+        h = r.get("kernel_hash")
+        if isinstance(h, str) and h:
+            flags.append(h != current)
+            continue
+        c = str(r.get("git_commit", ""))
+        if c not in cache:
+            cache[c] = kernels_changed_since(c)
+        flags.append(cache[c])
+    return flags
+
+
+def load_bench(paths=None, data_dir: Path | str = DATA):
+    """Every bench table (``bench_*.csv`` except fits) concatenated, with flat config columns and ``stale``."""
+    import pandas as pd
+    if paths is None:
+        paths = sorted(p for p in Path(data_dir).glob("bench_*.csv") if not p.name.endswith(".fit.csv"))
+    frames = []
+    for p in paths:
+        f = pd.read_csv(p)
+        f["source"] = Path(p).name
+        frames.append(f)
+    if not frames:
+        raise FileNotFoundError(f"no bench_*.csv table in {data_dir}")
+    df = pd.concat(frames, ignore_index=True)
+    if "kernel" not in df.columns:
+        df["kernel"] = df["provider"]
+    df["kernel"] = df["kernel"].fillna(df["provider"])
+    parsed = [parse_config(c) for c in df.get("config", [""] * len(df))]
+    for col in CONFIG_COLUMNS:
+        from_cell = [p.get(col) for p in parsed]
+        if col in df.columns:
+            df[col] = df[col].where(df[col].notna(), pd.Series(from_cell, index=df.index, dtype="object"))
+        else:
+            df[col] = from_cell
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
+    df["stale"] = stale_flags(df)
+    df.loc[df["provider"].isin(PEER_PROVIDERS), "stale"] = False  # a peer's time does not depend on our code
+    return df
