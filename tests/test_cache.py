@@ -4,8 +4,9 @@ import math
 import pytest
 import torch
 
-from workbench.cache import (build_case, dequantize_kv, indices_to_positions, positions_to_indices, quantize_kv,
-                             raw_scale_bytes)
+import workbench as wb
+from workbench.cache import (build_case, copy_cache, dequantize_kv, indices_to_positions, page_bytes_view,
+                             positions_to_indices, quantize_kv, raw_scale_bytes, to_device)
 from workbench.golden import golden_names, load_golden
 from workbench.layout import MODEL1
 
@@ -108,3 +109,61 @@ def test_builder_extra_scope_and_sink_modes():
     assert c.main.topk_length.tolist()[:2] == [8, 0]
     kw = c.kwargs()
     assert set(kw) >= {"extra_cache", "extra_indices", "extra_topk_length"}
+
+
+def _moved_case():
+    return build_case(batch=2, heads=4, topk=24, block_size=61, sink=True, topk_length=True, extra_topk=8,
+                      extra_block_size=2, nan_unselected=True, seed=3)
+
+
+def _assert_same_cache(moved, cache):
+    assert moved.shape == cache.shape and moved.stride() == cache.stride() and moved.dtype == cache.dtype
+    assert moved.untyped_storage().data_ptr() != cache.untyped_storage().data_ptr(), "a copy, not a view"
+    assert torch.equal(page_bytes_view(moved), page_bytes_view(cache)), "every page byte, padding included"
+
+
+@pytest.mark.parametrize("move", ["to_device", "copy_cache"])
+def test_moved_cache_keeps_layout_bytes_and_output(move):
+    c = _moved_case()
+    want = wb.sparse_mla_decode(**c.kwargs(), impl="reference")
+    fn = (lambda x: to_device(x, "cpu")) if move == "to_device" else copy_cache
+    main, extra = fn(c.main.cache), fn(c.extra.cache)
+    _assert_same_cache(main, c.main.cache)
+    _assert_same_cache(extra, c.extra.cache)
+    got = wb.sparse_mla_decode(**dict(c.kwargs(), cache=main, extra_cache=extra), impl="reference")
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_to_device_keeps_fp8_dtype_and_restores_a_cloned_cache():
+    c = _moved_case()
+    cache = c.main.cache
+    f8 = to_device(cache.view(torch.float8_e4m3fn), "cpu")
+    assert f8.dtype == torch.float8_e4m3fn and f8.stride() == cache.stride()
+    packed = cache.clone()  # what .clone()/.to() give: the rows without page padding
+    assert packed.stride(0) == cache.shape[1] * 584
+    restored = to_device(packed, "cpu")
+    assert restored.stride() == cache.stride()
+    rows = cache.shape[1] * 584
+    assert torch.equal(page_bytes_view(restored)[:, :rows], page_bytes_view(cache)[:, :rows])
+    assert int(page_bytes_view(restored)[:, rows:].sum()) == 0, "restored padding is zero"
+    assert torch.equal(dequantize_kv(restored).view(torch.int16), dequantize_kv(cache).view(torch.int16))
+
+
+def test_to_device_completes_storage_that_ends_at_the_last_token():
+    cache = _moved_case().main.cache
+    nb, bs, s0 = cache.shape[0], cache.shape[1], cache.stride(0)
+    short = cache.as_strided((nb * s0,), (1,))[: (nb - 1) * s0 + bs * 584].clone().as_strided(cache.shape,
+                                                                                            cache.stride())
+    with pytest.raises(ValueError, match="cache: .*whole pages"):
+        wb.sparse_mla_decode(**dict(_moved_case().kwargs(), cache=short), impl="reference")
+    fixed = to_device(short, "cpu")
+    assert fixed.stride() == cache.stride()
+    assert torch.equal(page_bytes_view(fixed)[:, : bs * 584], page_bytes_view(cache)[:, : bs * 584])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device to move to")
+def test_to_device_cuda_round_trip():
+    cache = _moved_case().main.cache
+    there = to_device(cache, "cuda")
+    assert there.is_cuda and there.stride() == cache.stride()
+    _assert_same_cache(to_device(there, "cpu"), cache)

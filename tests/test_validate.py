@@ -1,4 +1,5 @@
 """Bad input fails early with a message naming the argument."""
+import numpy as np
 import pytest
 import torch
 
@@ -37,7 +38,20 @@ def _bad_cases(case):
         ("extra-cache-alone", dict(extra_indices=None), ValueError, "extra_cache and extra_indices"),
         ("extra-indices-shape", dict(extra_indices=case.extra.indices[:, :, :, None]), ValueError, "extra_indices"),
         ("sm-scale-negative", dict(sm_scale=-1.0), ValueError, "sm_scale"),
+        ("sm-scale-nan", dict(sm_scale=np.float32("nan")), ValueError, "sm_scale"),
+        ("sm-scale-1d-tensor", dict(sm_scale=torch.tensor([0.1])), ValueError, "sm_scale"),
+        ("cache-storage-ends-at-last-token", dict(cache=_ends_at_last_token(c)), ValueError, "cache"),
+        ("indices-other-device", dict(indices=case.main.indices.to("meta")), ValueError, "indices"),
+        ("sink-other-device", dict(attn_sink=case.attn_sink.to("meta")), ValueError, "attn_sink"),
+        ("extra-cache-other-device", dict(extra_cache=case.extra.cache.to("meta")), ValueError, "extra_cache"),
     ]
+
+
+def _ends_at_last_token(cache):
+    """The same pages in a storage that stops at the last token's byte (no padding after the last page)."""
+    nb, bs, s0 = cache.shape[0], cache.shape[1], cache.stride(0)
+    flat = cache.as_strided((nb * s0,), (1,))[: (nb - 1) * s0 + bs * 584].clone()
+    return flat.as_strided(cache.shape, cache.stride())
 
 
 @pytest.mark.parametrize("impl", ["reference", "mma", "simt"])
@@ -77,3 +91,23 @@ def test_config_over_shared_memory_limit_is_refused(case, monkeypatch):
         with pytest.raises(ValueError, match="shared memory"):
             wb.sparse_mla_decode(**case.kwargs(), impl="mma",
                                  config={"BLOCK_H": 64, "BLOCK_T": 64, "num_warps": 8, "num_stages": 2})
+
+
+@pytest.mark.parametrize("scale", [np.float32(0.0625), np.float64(0.0625), torch.tensor(0.0625), np.array(0.0625),
+                                   1 / 16], ids=["np.float32", "np.float64", "0-dim-tensor", "0-dim-array", "float"])
+def test_sm_scale_accepts_any_real_scalar(case, scale):
+    want = wb.sparse_mla_decode(**_with(case, sm_scale=0.0625), impl="reference")
+    got = wb.sparse_mla_decode(**_with(case, sm_scale=scale), impl="reference")
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_device_mismatch_names_the_argument_and_both_devices(case):
+    with pytest.raises(ValueError) as info:
+        wb.sparse_mla_decode(**_with(case, topk_length=case.main.topk_length.to("meta")), impl="reference")
+    msg = str(info.value)
+    assert msg.startswith("topk_length:") and "cpu" in msg and "meta" in msg and "tensors" not in msg
+
+
+def test_stride_rejection_points_to_to_device(case):
+    with pytest.raises(ValueError, match=r"cache: .*workbench\.cache\.to_device"):
+        wb.sparse_mla_decode(**_with(case, cache=case.main.cache.clone()), impl="reference")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .layout import MODEL1, CacheLayout
-from .validate import check_cache, check_tensor
+from .validate import CACHE_DTYPES, check_cache, check_tensor
 
 
 def quantize_kv(kv_bf16: torch.Tensor, layout: CacheLayout = MODEL1) -> torch.Tensor:
@@ -70,6 +70,37 @@ def page_bytes_view(cache: torch.Tensor) -> torch.Tensor:
     """[num_blocks, page_stride] uint8 view of every page's bytes, padding included (no copy)."""
     u8 = cache.view(torch.uint8) if cache.dtype != torch.uint8 else cache
     return u8.as_strided((cache.shape[0], cache.stride(0)), (cache.stride(0), 1), u8.storage_offset())
+
+
+def to_device(cache: torch.Tensor, device: str | torch.device, layout: CacheLayout = MODEL1) -> torch.Tensor:
+    """A copy of a cache on ``device`` that keeps its page layout: the public way to move or copy a cache.
+
+    ``.to``, ``.clone`` and ``.contiguous`` on the strided view copy only its 584-byte rows, so the page
+    stride (page_bytes, 584, 584, 1) is lost and the kernels refuse the result. This allocates whole pages,
+    copies every page's bytes (padding included) and rebuilds the same strided view, same dtype. Given such
+    a packed copy (stride(0) == block_size*584), it restores the page stride ``layout.page_bytes(block_size)``
+    with zero padding: the packed rows are the pages' bytes in order. A view whose storage ends at its last
+    token's byte gets its missing padding as zeros. Always a new allocation, even on the same device.
+    """
+    check_tensor("cache", cache, dtype=CACHE_DTYPES, ndim=4)
+    nb, bs = cache.shape[:2]
+    row = layout.bytes_per_token
+    u8 = cache.view(torch.uint8) if cache.dtype != torch.uint8 else cache
+    if cache.shape[2:] == (1, row) and cache.is_contiguous():  # packed: the pages' bytes without padding
+        stride0, src = layout.page_bytes(bs), u8.reshape(nb, bs * row)
+    else:
+        _, _, stride0 = check_cache("cache", cache, layout, whole_pages=False)
+        whole = u8.untyped_storage().nbytes() >= u8.storage_offset() + nb * stride0
+        # storage that ends at the last token's byte: copy the tokens' bytes, the padding stays zero
+        src = page_bytes_view(cache) if whole else u8.as_strided((nb, bs * row), (stride0, 1), u8.storage_offset())
+    pages = torch.zeros(nb, stride0, dtype=torch.uint8, device=device)
+    pages[:, : src.shape[1]].copy_(src)
+    return pages.view(cache.dtype).as_strided((nb, bs, 1, row), (stride0, row, row, 1))
+
+
+def copy_cache(cache: torch.Tensor, layout: CacheLayout = MODEL1) -> torch.Tensor:
+    """A copy of a cache on its own device with its page layout (what ``.clone()`` would lose)."""
+    return to_device(cache, cache.device, layout)
 
 
 def dequantize_kv(cache: torch.Tensor, layout: CacheLayout = MODEL1) -> torch.Tensor:

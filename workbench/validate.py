@@ -5,11 +5,18 @@ torch or Triton.
 """
 from __future__ import annotations
 
+import math
+import numbers
+
+import numpy as np
 import torch
 
 from .layout import MODEL1, CacheLayout
 
 CACHE_DTYPES = (torch.uint8, torch.float8_e4m3fn)
+# Why a cache's page stride is gone, and what keeps it; shown with every stride rejection.
+MOVE_HINT = ("; .clone(), .contiguous() and .to(device) drop a cache's page padding: move or copy a cache with "
+             "workbench.cache.to_device(cache, device), which keeps it (and restores it on such a copy)")
 
 
 def _fail(cls, name: str, expected: str, got) -> None:
@@ -27,8 +34,11 @@ def check_tensor(name: str, t, *, dtype=None, ndim=None) -> None:
         _fail(ValueError, name, f"{ndim} dimensions", f"shape {tuple(t.shape)}")
 
 
-def check_cache(name: str, cache, layout: CacheLayout = MODEL1) -> tuple[int, int, int]:
-    """Check a paged cache view; return (num_blocks, block_size, page_stride_bytes)."""
+def check_cache(name: str, cache, layout: CacheLayout = MODEL1, *, whole_pages: bool = True) -> tuple[int, int, int]:
+    """Check a paged cache view; return (num_blocks, block_size, page_stride_bytes).
+
+    whole_pages: also require storage for the last page's padding (the kernels read pages as one flat run).
+    """
     check_tensor(name, cache, dtype=CACHE_DTYPES, ndim=4)
     nb, bs, one, w = cache.shape
     if w != layout.bytes_per_token or one != 1:
@@ -39,12 +49,42 @@ def check_cache(name: str, cache, layout: CacheLayout = MODEL1) -> tuple[int, in
     s0, s1, s2, s3 = cache.stride()
     if (s1, s3) != (layout.bytes_per_token, 1) or (s2 != layout.bytes_per_token and one != 1):
         _fail(ValueError, name, f"strides (page_bytes, {layout.bytes_per_token}, "
-              f"{layout.bytes_per_token}, 1)", cache.stride())
+              f"{layout.bytes_per_token}, 1)", f"{cache.stride()}{MOVE_HINT}")
     if s0 < bs * layout.bytes_per_token or s0 % layout.page_alignment:
         _fail(ValueError, name, f"a page stride that is a multiple of {layout.page_alignment} and at least "
               f"block_size*{layout.bytes_per_token}={bs * layout.bytes_per_token} "
-              f"(layout: {layout.page_bytes(bs)})", f"stride(0)={s0}")
+              f"(layout: {layout.page_bytes(bs)})", f"stride(0)={s0}{MOVE_HINT}")
+    # The kernels view each scope as one flat run of num_blocks whole pages, so the storage must hold the last
+    # page's padding too; a view that ends at the last token's byte would fail deep inside torch instead.
+    need = cache.storage_offset() + nb * s0  # uint8 and float8 elements are one byte
+    have = cache.untyped_storage().nbytes()
+    if whole_pages and have < need:
+        _fail(ValueError, name, f"storage for {nb} whole pages of stride(0)={s0} bytes ({need} bytes from the "
+              "start of its storage, the last page's padding included)",
+              f"{have} bytes; workbench.cache.to_device(cache, device) copies it into whole pages")
     return nb, bs, s0
+
+
+def check_sm_scale(name: str, sm_scale) -> float | None:
+    """A positive finite real: a Python or numpy scalar, or a 0-dim tensor or array; returns it as a float."""
+    if sm_scale is None:
+        return None
+    value = _real_scalar(sm_scale)
+    if value is None or not (math.isfinite(value) and value > 0):
+        _fail(ValueError, name, "a positive finite real (float, numpy scalar or 0-dim tensor)", repr(sm_scale))
+    return value
+
+
+def _real_scalar(x) -> float | None:
+    if isinstance(x, (bool, np.bool_)):
+        return None
+    if isinstance(x, numbers.Real):  # int, float and numpy's int/float scalars
+        return float(x)
+    if isinstance(x, torch.Tensor) and x.dim() == 0 and not (x.dtype.is_complex or x.dtype == torch.bool):
+        return float(x)
+    if isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype.kind in "fiu":
+        return float(x)
+    return None
 
 
 def check_indices(name: str, indices, b: int, s_q: int) -> int:
@@ -75,8 +115,7 @@ def check_decode_args(q, cache, indices, *, sm_scale, attn_sink, topk_length,
     nb, bs, stride0 = check_cache("cache", cache, layout)
     topk = check_indices("indices", indices, b, s_q)
     check_topk_length("topk_length", topk_length, b)
-    if sm_scale is not None and not (isinstance(sm_scale, (int, float)) and sm_scale > 0):
-        _fail(ValueError, "sm_scale", "a positive float", repr(sm_scale))
+    check_sm_scale("sm_scale", sm_scale)
     if attn_sink is not None:
         check_tensor("attn_sink", attn_sink, dtype=torch.float32, ndim=1)
         if attn_sink.shape[0] != h:
@@ -92,9 +131,10 @@ def check_decode_args(q, cache, indices, *, sm_scale, attn_sink, topk_length,
         etopk = check_indices("extra_indices", extra_indices, b, s_q)
         check_topk_length("extra_topk_length", extra_topk_length, b)
         extra = dict(num_blocks=enb, block_size=ebs, stride0=estride0, topk=etopk)
-    devs = {t.device for t in (q, cache, indices, attn_sink, topk_length, extra_cache,
-                               extra_indices, extra_topk_length) if t is not None}
-    if len(devs) > 1:
-        _fail(ValueError, "tensors", "all on one device", sorted(str(x) for x in devs))
+    for name, t in dict(cache=cache, indices=indices, attn_sink=attn_sink, topk_length=topk_length,
+                        extra_cache=extra_cache, extra_indices=extra_indices,
+                        extra_topk_length=extra_topk_length).items():
+        if t is not None and t.device != q.device:
+            _fail(ValueError, name, f"the device of q ({q.device}), like every tensor argument", t.device)
     return dict(b=b, s_q=s_q, h=h, num_blocks=nb, block_size=bs, stride0=stride0,
                 topk=topk, extra=extra)
