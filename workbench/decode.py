@@ -56,7 +56,10 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
 
     q: [b, s_q, h, 512] bf16; cache: [num_blocks, block_size, 1, 584] uint8/fp8 view;
     indices: [b, s_q, topk] int32 (``page*block_size + offset``, -1 or out of range = invalid);
-    attn_sink: [h] fp32; topk_length: [b] int32; extra_*: a second scope in the same softmax.
+    attn_sink: [h] fp32; topk_length: [b] int32, only the first topk_length[i] indices of batch i count; it is
+    clamped to [0, topk] (a negative length selects nothing, a length above topk selects all); extra_*: a second scope
+    in the same softmax.
+    sm_scale: a positive real (Python or numpy scalar, or 0-dim tensor); default 512**-0.5.
     impl: "mma" (head-batched tensor-core kernel), "simt" (per-head baseline) or "reference" (fp32 torch).
     config: one kernel config (dict) to run without autotuning, e.g. for CUDA graph capture:
     mma: {"BLOCK_H", "BLOCK_T", "num_warps", "num_stages", "PREFETCH"}; simt: {"BLOCK_T", "num_warps"}.
