@@ -8,14 +8,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import INTERPRET, to_bf16
+from .common import INTERPRET, call_args, to_bf16
 
 COMBINE_CONFIGS = [triton.Config({}, num_warps=w) for w in (1, 2, 4)]
 
 
 def prune_combine_configs(configs, named_args, **kwargs):
     """One warp holds 512 fp32 lanes in 16 registers each; many warps only pay off with many splits."""
-    s_total = named_args.get("s_total", 1)
+    s_total = call_args(named_args, kwargs).get("s_total", 1)
     kept = [c for c in configs if c.num_warps <= max(1, min(4, s_total))]
     return kept or configs[:1]
 

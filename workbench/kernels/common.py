@@ -124,6 +124,32 @@ def scope_args(prefix: str, cache: torch.Tensor, indices: torch.Tensor, topk_len
             f"{prefix}topk_len_ptr": topk_length if topk_length is not None else indices}
 
 
+def call_args(named_args: dict, kwargs: dict) -> dict:
+    """Every argument of the launch a prune hook is pruning for.
+
+    Triton 3.6 hands ``early_config_prune`` only the positional arguments as ``named_args``
+    (``Autotuner.nargs = dict(zip(arg_names, args))``); the launchers pass keywords, which
+    arrive as ``**kwargs``. Reading only ``named_args`` saw no head count at all.
+    """
+    return {**named_args, **kwargs}
+
+
+def partial_args(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, tokens_per_split,
+                 sm_scale) -> dict:
+    """The runtime arguments every split (partial) kernel takes, for one KV scope.
+
+    q: [b, s_q, h, 512] bf16; part_out: [b*s_q, h, s_total, 512] fp32; part_lse: [b*s_q, h, s_total] fp32.
+    """
+    b, s_q, h, _ = q.shape
+    return dict(q_ptr=q, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
+                **scope_args("", cache, indices, topk_length), part_out_ptr=part_out, part_lse_ptr=part_lse,
+                sm_scale_log2=sm_scale * LOG2E, H=h, S_Q=s_q, TOPK=indices.shape[2], split_offset=split_offset,
+                tokens_per_split=tokens_per_split, s_total=part_lse.shape[-1],
+                TOKENS_BUCKET=triton.next_power_of_2(tokens_per_split),
+                QUERIES_BUCKET=triton.next_power_of_2(b * s_q), HAS_TOPK_LEN=topk_length is not None,
+                DOT_FP32=INTERPRET)
+
+
 _TARGET_OVERRIDE: list[GpuTarget] = []
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import (INTERPRET, LOG2E, NOPE_PAD, D_ROPE, current_target, dequant_kv, layout_constexprs,
-                     load_kv_raw, mma, normalize_config, record_prune, scope_args, to_bf16)
+from .common import (INTERPRET, NOPE_PAD, D_ROPE, call_args, current_target, dequant_kv, layout_constexprs,
+                     load_kv_raw, mma, normalize_config, partial_args, record_prune, to_bf16)
 
 ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(16, 32, 64), num_warps=(4, 8), num_stages=(1, 2), PREFETCH=(0, 1))
 # A forced config that leaves PREFETCH out gets this. On the H200 prefetching the next tile helps
@@ -80,7 +80,7 @@ def prune_mma_configs(configs, named_args, **kwargs):
     (more rows than heads is wasted MMA work; a smaller group re-reads each KV tile once per group).
     """
     target = current_target()
-    heads = named_args.get("H", 0)
+    heads = call_args(named_args, kwargs).get("H", 0)
     verdicts = [(c, *mma_prune_reason(c, heads, target)) for c in configs]
     fitting = [c for c, _, reason in verdicts if reason is None]
     if not fitting:
@@ -218,16 +218,9 @@ def launch_mma_partial(*, q, cache, indices, topk_length, part_out, part_lse, sp
                        tokens_per_split, sm_scale, config=None):
     """Run the partial kernel for one KV scope into splits [split_offset, split_offset+num_splits)."""
     b, s_q, h, _ = q.shape
-    args = dict(
-        q_ptr=q, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
-        **scope_args("", cache, indices, topk_length),
-        part_out_ptr=part_out, part_lse_ptr=part_lse,
-        sm_scale_log2=sm_scale * LOG2E,
-        H=h, S_Q=s_q, TOPK=indices.shape[2], split_offset=split_offset, tokens_per_split=tokens_per_split,
-        s_total=part_lse.shape[-1],
-        TOKENS_BUCKET=triton.next_power_of_2(tokens_per_split), QUERIES_BUCKET=triton.next_power_of_2(b * s_q),
-        HAS_TOPK_LEN=topk_length is not None, DOT_FP32=INTERPRET, **layout_constexprs(),
-    )
+    args = dict(**partial_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
+                               part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
+                               sm_scale=sm_scale), **layout_constexprs())
     if INTERPRET and config is None:
         config = interpreter_config(h)
     if config is None:

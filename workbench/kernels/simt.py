@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import (INTERPRET, LOG2E, current_target, gather_kv_tile, layout_constexprs, normalize_config,
+from .common import (INTERPRET, call_args, LOG2E, current_target, gather_kv_tile, layout_constexprs, normalize_config,
                      record_prune, scope_args, to_bf16)
 
 ALLOWED = dict(BLOCK_T=(16, 32, 64), num_warps=(2, 4, 8), num_stages=(1,))
@@ -25,7 +25,7 @@ def estimate_simt_shared_bytes(BLOCK_T: int, num_warps: int, num_stages: int = 1
 def prune_simt_configs(configs, named_args, **kwargs):
     """Tiles longer than the selection only add masked work."""
     target = current_target()
-    topk = named_args.get("TOPK_BUCKET", 1 << 30)
+    topk = call_args(named_args, kwargs).get("TOPK_BUCKET", 1 << 30)
     kept = []
     for c in configs:
         est = estimate_simt_shared_bytes(c.kwargs["BLOCK_T"], c.num_warps)
