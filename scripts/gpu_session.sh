@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Everything the H200 is needed for, in one device call: correctness table, compute-sanitizer,
-# and a benchmark sweep. Results go to $OUT; copy them into data/ afterwards.
-# Usage (device tool, carry .golden and .whl): WORKBENCH_COMMIT=<sha> bash scripts/gpu_session.sh [sweep]
-# SKIP_CHECK=1 or SKIP_BENCH=1 leave a part out (to fit the 10-minute limit of one call).
+# Everything the H200 is needed for, in one device call: correctness table, compute-sanitizer, benchmark
+# sweeps and Nsight Compute profiles. Results go to $OUT; publish them into data/ afterwards.
+# Usage (device tool, carry .golden and .whl): WORKBENCH_COMMIT=<sha> bash scripts/gpu_session.sh [sweep ...]
+#   SKIP_CHECK=1 / SKIP_SANITIZE=1 / SKIP_BENCH=1 leave a part out (to fit the 10-minute limit of one call);
+#   NCU="impl=JSON-config ..." profiles each impl once at b64 h16 topk2048 (NCU_HEADS to change the heads).
 set -uo pipefail
-SWEEP="${1:-smoke}"
+SWEEPS="${*:-smoke}"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 WORKBENCH_GOLDEN="$PWD/.golden" TRITON_CACHE_DIR=/tmp/triton-cache
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -18,13 +19,26 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 rc=0
 if [ "${SKIP_CHECK:-0}" != 1 ]; then
   python3 -m workbench check --out "$OUT" 2>&1 | tee "$OUT/check.log" | grep -v "it/s\]" ; rc=$((rc | PIPESTATUS[0]))
-  for impl in mma simt; do
+fi
+if [ "${SKIP_SANITIZE:-${SKIP_CHECK:-0}}" != 1 ]; then
+  for impl in $(python3 -c "from workbench.gpu_check import checked_impls; print(*checked_impls())"); do
     timeout 240 compute-sanitizer --tool memcheck --print-limit 20 python3 -m workbench check --sanitize $impl \
       > "$OUT/sanitizer_$impl.log" 2>&1
     echo "compute-sanitizer $impl: exit $?; $(grep -E 'ERROR SUMMARY|passed=' "$OUT/sanitizer_$impl.log" | tr '\n' ' ')"
   done
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  python3 -m workbench bench --sweep "$SWEEP" --out "$OUT" --no-progress 2>&1 | tee "$OUT/bench.log" | tail -60
+  for sweep in $SWEEPS; do
+    python3 -m workbench bench --sweep "$sweep" --out "$OUT" --name "bench_$sweep.csv" --no-progress 2>&1 \
+      | tee "$OUT/bench_$sweep.log" | tail -40
+  done
 fi
+for item in ${NCU:-}; do
+  impl="${item%%=*}"; cfg="${item#*=}"
+  timeout 300 ncu --clock-control none --kernel-name regex:partial --launch-skip 2 --launch-count 1 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section SourceCounters --section MemoryWorkloadAnalysis \
+    python3 -m workbench.profile --impl "$impl" --heads "${NCU_HEADS:-16}" --config "$cfg" > "$OUT/ncu_${impl}_h${NCU_HEADS:-16}.txt" 2>&1
+  echo "ncu $impl: exit $?; $(grep -E 'Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|DRAM Throughput' "$OUT/ncu_${impl}_h${NCU_HEADS:-16}.txt" | tr -s ' ' | tr '\n' ';')"
+done
 exit $rc

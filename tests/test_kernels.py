@@ -1,4 +1,9 @@
-"""Both Triton kernels under the CPU interpreter: FlashMLA golden cases and hostile synthetic cases."""
+"""The Triton kernels under the CPU interpreter: FlashMLA golden cases and hostile synthetic cases.
+
+Every split kernel on the ladder runs the golden cases; "tile512_bf16dq" runs tile512's numerics under
+the interpreter (its bit dequant is GPU-only; test_dequant_bits checks the formula), so it gets one
+hostile case for its launch path.
+"""
 import pytest
 import torch
 
@@ -6,11 +11,15 @@ import workbench as wb
 from workbench.golden import golden_expected, golden_kwargs, golden_names, load_golden
 
 
+SPLIT_KERNELS = ["mma", "tile512"]
+
+
+@pytest.mark.parametrize("impl", SPLIT_KERNELS)
 @pytest.mark.parametrize("name", golden_names())
-def test_mma_matches_flashmla_golden(name):
+def test_split_kernel_matches_flashmla_golden(name, impl):
     g = load_golden(name)
-    out, lse = wb.sparse_mla_decode(**golden_kwargs(g), impl="mma")
-    wb.assert_close(out.float(), lse, *golden_expected(g), f"mma {name}")
+    out, lse = wb.sparse_mla_decode(**golden_kwargs(g), impl=impl)
+    wb.assert_close(out.float(), lse, *golden_expected(g), f"{impl} {name}")
 
 
 SIMT_HEADS = slice(3, None, 21)  # a spread of heads: the per-head kernel treats each one alone
@@ -48,8 +57,18 @@ def hostile(request):
     return case, wb.sparse_mla_decode_reference(**case.kwargs())
 
 
-@pytest.mark.parametrize("impl", ["mma", "simt"])
+@pytest.mark.parametrize("impl", SPLIT_KERNELS + ["simt"])
 def test_kernel_matches_reference_on_hostile_case(hostile, impl):
+    _check_hostile(hostile, impl)
+
+
+def test_bf16_dequant_rung_launches_and_matches_reference():
+    spec = dict(batch=3, sm_scale=0.07, seed=5, **HOSTILE["h5-sq3-topk37-bs61-sinkmixed-tklen"])
+    case = wb.build_case(**spec)
+    _check_hostile((case, wb.sparse_mla_decode_reference(**case.kwargs())), "tile512_bf16dq")
+
+
+def _check_hostile(hostile, impl):
     case, (ref_out, ref_lse) = hostile
     out, lse = wb.sparse_mla_decode(**case.kwargs(), impl=impl)
     assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32

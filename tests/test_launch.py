@@ -3,8 +3,7 @@ import pytest
 
 import workbench as wb
 from workbench.kernels import combine as combine_mod
-from workbench.kernels import mma as mma_mod
-from workbench.kernels import simt as simt_mod
+from workbench import registry
 
 
 class _Recorder:
@@ -21,12 +20,25 @@ class _Recorder:
         return self
 
 
-@pytest.mark.parametrize("impl", ["mma", "simt"])
+def _python_function(jit):
+    """The decorated Python function under an autotuner and a JIT or interpreter wrapper."""
+    while hasattr(jit, "fn"):
+        jit = jit.fn
+    return jit
+
+
+@pytest.mark.parametrize("impl", registry.names("split", "fused"))
 def test_autotuned_launch_leaves_config_keys_to_the_autotuner(monkeypatch, impl):
+    """Every registered kernel's autotuned path passes all arguments but the tuned ones (by keyword)."""
+    import sys
+
     import workbench.decode as dec
+    spec = registry.get(impl)
     recorders = {}
-    for mod, name in ((mma_mod, "mma_partial_kernel"), (simt_mod, "simt_kernel"), (combine_mod, "combine_kernel")):
-        rec = _Recorder(getattr(mod, name))
+    for jit in (spec.jit, combine_mod.combine_kernel):
+        py = _python_function(jit)
+        mod, name = sys.modules[py.__module__], py.__name__
+        rec = _Recorder(jit)
         recorders[name] = rec
         monkeypatch.setattr(mod, name, rec)
         monkeypatch.setattr(mod, "INTERPRET", False, raising=False)
@@ -34,9 +46,8 @@ def test_autotuned_launch_leaves_config_keys_to_the_autotuner(monkeypatch, impl)
     case = wb.build_case(batch=2, heads=20, topk=40, extra_topk=8, sink=True, topk_length=True)
     monkeypatch.setattr(dec, "_check_runnable", lambda q, impl: None)
     wb.sparse_mla_decode(**case.kwargs(), impl=impl)
-    kernel = "mma_partial_kernel" if impl == "mma" else "simt_kernel"
-    rec = recorders[kernel]
-    configs = mma_mod.MMA_CONFIGS if impl == "mma" else simt_mod.SIMT_CONFIGS
+    rec = recorders[_python_function(spec.jit).__name__]
+    configs = spec.jit.configs
     assert rec.calls, "kernel was not launched"
     for kwargs in rec.calls:
         tuned = set().union(*(c.kwargs for c in configs))

@@ -25,11 +25,11 @@ from .provenance import provenance
 QUANTILES = [0.5, 0.2, 0.8]
 POOL_TOKENS = 1 << 20        # ~612 MB of cache per page size
 ROTATIONS = 8                # index sets cycled through by the timed calls
-COLUMNS = ["sweep", "provider", "mode", "batch", "s_q", "heads", "topk", "block_size", "extra_topk",
-           "extra_block_size", "config", "status", "reason", "median_us", "p20_us", "p80_us", "valid_tokens",
+COLUMNS = ["sweep", "provider", "kernel", "mode", "batch", "s_q", "heads", "topk", "block_size", "extra_topk",
+           "extra_block_size", "config", "BLOCK_H", "BLOCK_T", "num_warps", "num_stages", "PREFETCH", "status", "reason", "median_us", "p20_us", "p80_us", "valid_tokens",
            "bytes", "flops", "gbps", "tflops", "frac_hbm", "frac_gemm", "check_rel_err", "check_passed",
            "hbm_copy_gbps", "gemm_tflops", "gpu", "capability", "sm_count", "driver", "cuda", "torch", "triton",
-           "git_commit", "date"]
+           "git_commit", "kernel_hash", "date"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,10 @@ class BenchShape:
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 132)
 ALL_ORDER = ("headline", "baselines", "batch", "warps", "production", "s_q2", "configs")  # most important first
-SWEEPS = ("smoke", "headline", "batch", "s_q2", "production", "baselines", "warps", "configs", "all")
+SWEEPS = ("smoke", "headline", "ladder", "forced", "batch", "s_q2", "production", "baselines", "warps", "configs",
+          "all")
+HEADLINE = (BenchShape(64, 16, 2048), BenchShape(64, 64, 2048), BenchShape(64, 128, 2048), BenchShape(1, 64, 512),
+            BenchShape(64, 16, 128, block_size=256, extra_topk=512, extra_block_size=64))
 HEADS = (16, 32, 64, 128)
 
 
@@ -82,6 +85,21 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
                      for bt in (16, 32) for w in (4, 8) for pf in (0, 1)]
             plan.append((shape, fast, ("graph",), None))
         return plan + [(BenchShape(1, 64, 512), fast, ("graph",), None)]
+    if name == "ladder":  # every rung beside FlashMLA and the gather floor, at the headline shapes
+        from . import registry
+        provs = tuple(r.name for r in registry.rungs()) + ("flashmla",) + registry.names("probe")
+        return [(shape, provs, ("graph",), None) for shape in HEADLINE]
+    if name == "forced":  # the configs the autotuner chooses among, each forced, to check its choice
+        plan = []
+        for shape, group in ((BenchShape(64, 16, 2048), 16), (BenchShape(64, 64, 2048), 64)):
+            for kernel in ("tile512", "tile512_bf16dq"):
+                plan += [(shape, (kernel,), ("graph",), {"BLOCK_H": group, "BLOCK_T": bt, "num_warps": w,
+                                                         "num_stages": st})
+                         for bt in (16, 32) for w in ((4, 8) if group < 64 else (8,)) for st in (1, 3)]
+            plan += [(shape, ("mma",), ("graph",), {"BLOCK_H": group, "BLOCK_T": bt, "num_warps": w, "num_stages": 1,
+                                                    "PREFETCH": pf})
+                     for bt in (16, 32) for w in ((4, 8) if group < 64 else (8,)) for pf in (0, 1)]
+        return plan
     if name == "headline":
         return [(BenchShape(64, h, 2048), fast, ("eager", "graph"), None) for h in (16, 64, 128)] + \
                [(BenchShape(1, 64, 512), fast, ("eager", "graph"), None)]
@@ -190,13 +208,61 @@ class WorkbenchProvider:
         return lambda: sparse_mla_decode(**kw, impl=self.name, config=config)
 
 
+class ProbeProvider:
+    """A registered probe (the gather floor): the decode's split plan and bytes, no output to check."""
+
+    is_probe = True
+
+    def __init__(self, name: str):
+        from . import registry
+        self.name, self.spec = name, registry.get(name)
+        if not torch.cuda.is_available():
+            raise Skip("no CUDA GPU")
+
+    def prepare(self, kw: dict, config=None):
+        from .decode import plan_splits
+        q = kw["q"]
+        b, s_q, h, _ = q.shape
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        scopes = [(kw["cache"], kw["indices"])]
+        if kw.get("extra_cache") is not None:
+            scopes.append((kw["extra_cache"], kw["extra_indices"]))
+        plans = [plan_splits(queries=b * s_q, heads=h, topk=ix.shape[2], num_sms=sms) for _, ix in scopes]
+        sinks = [torch.empty(b * s_q, p.num_splits, dtype=torch.int32, device=q.device) for p in plans]
+
+        def run():
+            for (c, ix), p, sink in zip(scopes, plans, sinks):
+                self.spec.launch(cache=c, indices=ix, num_splits=p.num_splits, tokens_per_split=p.tokens_per_split,
+                                 sink=sink, config=config)
+            return sinks
+        return run
+
+
+def provider_names() -> tuple[str, ...]:
+    """Every provider the bench knows: the registered kernels (decodes and probes) and FlashMLA."""
+    from . import registry
+    return registry.names() + ("flashmla",)
+
+
 def make_provider(name: str):
     """A provider object, or raise Skip with the reason it cannot run here."""
+    from . import registry
     if name == "flashmla":
         return FlashMLAProvider()
-    if name in ("mma", "simt", "reference"):
+    if name in registry.names("probe"):
+        return ProbeProvider(name)
+    if name in registry.decode_impls():
         return WorkbenchProvider(name)
-    raise ValueError(f"provider: expected mma, simt, reference or flashmla, got {name!r}")
+    raise ValueError(f"provider: expected one of {provider_names()}, got {name!r}")
+
+
+def config_columns(provider: str, config) -> dict:
+    """The forced config as a short label and flat columns ('' and nothing else when autotuned)."""
+    if config is None:
+        return dict(config="")
+    from . import registry
+    typed = registry.get(provider).check_config(config)
+    return dict(config=typed.label, **typed.columns())
 
 
 # ----------------------------------------------------------------------------- timing
@@ -264,7 +330,7 @@ def bench_one(shape: BenchShape, provider: str, modes, *, pool: InputPool, ceili
               sweep: str = "", prov: dict | None = None, providers_cache: dict | None = None) -> list[dict]:
     """Rows (one per mode) for one provider on one shape; skipped or wrong providers get a row saying why."""
     prov = prov or provenance()
-    base = dict(sweep=sweep, provider=provider, **asdict(shape), config="" if config is None else str(config),
+    base = dict(sweep=sweep, provider=provider, kernel=provider, **asdict(shape), **config_columns(provider, config),
                 **{k: prov.get(k) for k in COLUMNS if k in prov}, **ceilings)
     rows = []
     try:
@@ -273,9 +339,13 @@ def bench_one(shape: BenchShape, provider: str, modes, *, pool: InputPool, ceili
             providers_cache[provider] = p
         inputs = pool.inputs(shape)
         fns = [p.prepare(kw, config) for kw in inputs]
-        out, lse = fns[0]()
-        ref_out, ref_lse = sparse_mla_decode(**inputs[0], impl="reference")
-        check = compare(out.float(), lse, ref_out.float(), ref_lse)
+        if getattr(p, "is_probe", False):
+            fns[0]()
+            check = dict(out_rel_norm=math.nan, passed=True)
+        else:
+            out, lse = fns[0]()
+            ref_out, ref_lse = sparse_mla_decode(**inputs[0], impl="reference")
+            check = compare(out.float(), lse, ref_out.float(), ref_lse)
     except Skip as e:
         return [dict(base, mode=m, status="skipped", reason=str(e)) for m in modes]
     cost = decode_cost(batch=shape.batch, s_q=shape.s_q, heads=shape.heads, valid_tokens=call_valid_tokens(inputs[0]))

@@ -6,15 +6,14 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from . import registry
 from .kernels.combine import launch_combine
 from .kernels.common import INTERPRET
-from .kernels.mma import launch_mma_partial
-from .kernels.simt import launch_simt
 from .layout import MODEL1
 from .reference import sparse_mla_decode_reference
 from .validate import check_decode_args
 
-IMPLS = ("mma", "simt", "reference")
+IMPLS = registry.decode_impls()  # the built-in ones; registry.decode_impls() also lists later registrations
 MAX_SPLITS_PER_SCOPE = 64   # fixed bound: grid and scratch stay stable under CUDA graphs
 SPLIT_GRANULE = 16          # tokens; the smallest BLOCK_T
 WAVES = 2                   # programs per SM the split count aims for
@@ -67,13 +66,14 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     Returns (out [b, s_q, h, 512] bf16, lse [b, h, s_q] fp32): natural-log LSE without the sink;
     a query with no valid token gives out = 0 and lse = +inf.
     """
-    if impl not in IMPLS:
-        raise ValueError(f"impl: expected one of {IMPLS}, got {impl!r}")
+    if impl not in registry.decode_impls():
+        raise ValueError(f"impl: expected one of {registry.decode_impls()}, got {impl!r}")
+    spec = registry.get(impl)
     dims = check_decode_args(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink, topk_length=topk_length,
                              extra_cache=extra_cache, extra_indices=extra_indices,
                              extra_topk_length=extra_topk_length)
     sm_scale = MODEL1.d ** -0.5 if sm_scale is None else float(sm_scale)
-    if impl == "reference":
+    if spec.kind == "reference":
         if config is not None:
             raise ValueError("config: the reference has no kernel config")
         out, lse = sparse_mla_decode_reference(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink,
@@ -88,8 +88,8 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     b, s_q, h = dims["b"], dims["s_q"], dims["h"]
     out = torch.empty(b, s_q, h, MODEL1.d, dtype=torch.bfloat16, device=q.device)
     lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
-    if impl == "simt":
-        launch_simt(q=q, cache=cache, indices=indices, topk_length=topk_length, extra_cache=extra_cache,
+    if spec.kind == "fused":
+        spec.launch(q=q, cache=cache, indices=indices, topk_length=topk_length, extra_cache=extra_cache,
                     extra_indices=extra_indices, extra_topk_length=extra_topk_length, attn_sink=attn_sink,
                     sm_scale=sm_scale, out=out, lse=lse, config=config)
         return out, lse
@@ -104,7 +104,7 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     part_lse = torch.empty(b * s_q, h, s_total, dtype=torch.float32, device=q.device)
     offset = 0
     for (c, ix, tl_), plan in zip(scopes, plans):
-        launch_mma_partial(q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,
+        spec.launch(q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,
                            split_offset=offset, num_splits=plan.num_splits, tokens_per_split=plan.tokens_per_split,
                            sm_scale=sm_scale, config=config)
         offset += plan.num_splits

@@ -15,14 +15,21 @@ from .metrics import compare
 from .provenance import provenance
 from .reference import sparse_mla_decode_reference
 
-IMPLS = ("mma", "simt")
-FIXED = {"mma": {"BLOCK_H": 64, "BLOCK_T": 32, "num_warps": 8, "num_stages": 1, "PREFETCH": 0},
-         "simt": {"BLOCK_T": 32, "num_warps": 4}}
-# the random grid cycles through fixed configs: more configs covered, far fewer compiles than autotuning
-GRID_CONFIGS = {"mma": [{"BLOCK_H": bh, "BLOCK_T": bt, "num_warps": w, "num_stages": st, "PREFETCH": pf}
-                        for bh, bt, w, st, pf in ((16, 16, 4, 1, 1), (32, 32, 8, 2, 0), (64, 16, 8, 1, 1),
-                                                  (64, 32, 8, 2, 0), (16, 64, 4, 1, 0))],
-                "simt": [{"BLOCK_T": 16, "num_warps": 2}, {"BLOCK_T": 64, "num_warps": 8}]}
+from . import registry
+
+
+def checked_impls() -> tuple[str, ...]:
+    """Every registered kernel that decodes (the reference is what they are checked against)."""
+    return registry.names("split", "fused")
+
+
+def fixed_config(impl: str) -> dict:
+    return registry.get(impl).check_configs[0]
+
+
+def grid_configs(impl: str) -> tuple:
+    """The random grid cycles through these: more configs covered, far fewer compiles than autotuning."""
+    return registry.get(impl).check_configs[1:] or registry.get(impl).check_configs
 
 
 def random_grid():
@@ -59,27 +66,27 @@ def run_checks(device="cuda", progress=True) -> list[dict]:
         g = load_golden(name)
         kw = golden_kwargs(g, device)
         exp = golden_expected(g)
-        for impl in IMPLS:
+        for impl in checked_impls():
             out, lse = sparse_mla_decode(**kw, impl=impl)
             rows.append(_row("golden_vs_flashmla", name, impl, compare(out.float(), lse, *exp)))
     for i, spec in enumerate(tqdm(random_grid(), desc="random grid", disable=not progress)):
         for nan in (False, True):
             case = build_case(**spec, nan_unselected=nan, device=device, seed=len(rows))
             ref = sparse_mla_decode_reference(**case.kwargs())
-            for impl in IMPLS:
-                cfg = GRID_CONFIGS[impl][i % len(GRID_CONFIGS[impl])]
+            for impl in checked_impls():
+                cfg = grid_configs(impl)[i % len(grid_configs(impl))]
                 out, lse = sparse_mla_decode(**case.kwargs(), impl=impl, config=cfg)
                 m = compare(out.float(), lse, *ref)
                 rows.append(_row("nan_unselected" if nan else "random_vs_reference", _label(spec), impl, m,
                                  finite=bool(torch.isfinite(out).all()), config=str(cfg)))
     case = build_case(batch=8, heads=64, topk=512, block_size=64, sink=True, extra_topk=64, device=device,
                       kv_decades=(-1.0, 1.0))
-    for impl in IMPLS:
+    for impl in checked_impls():
         a = sparse_mla_decode(**case.kwargs(), impl=impl)
         b = sparse_mla_decode(**case.kwargs(), impl=impl)
         same = torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
         rows.append(_row("run_to_run_bitwise", "b8-h64-k512+x64", impl, passed=same))
-        for label, config in (("autotuned", None), ("fixed_config", FIXED[impl])):
+        for label, config in (("autotuned", None), ("fixed_config", fixed_config(impl))):
             if config is None:
                 warmup([case], impl=impl)
             eager = sparse_mla_decode(**case.kwargs(), impl=impl, config=config)
@@ -105,7 +112,7 @@ def sanitizer_case(impl: str, device="cuda") -> None:
     case = build_case(batch=2, heads=20, s_q=2, topk=70, block_size=61, sink="mixed", topk_length=True,
                       extra_topk=20, extra_block_size=2, invalid_frac=0.3, all_invalid_queries=1,
                       nan_unselected=True, device=device)
-    out, lse = sparse_mla_decode(**case.kwargs(), impl=impl, config=FIXED[impl])
+    out, lse = sparse_mla_decode(**case.kwargs(), impl=impl, config=fixed_config(impl))
     ref = sparse_mla_decode_reference(**case.kwargs())
     torch.cuda.synchronize()
     m = compare(out.float(), lse, *ref)

@@ -1,0 +1,79 @@
+"""The kernel registry, typed configs, the prune hooks' view of a launch, and the bf16 dequant formula."""
+import pytest
+import torch
+import triton
+
+import workbench as wb
+from workbench import registry
+from workbench.kernels import mma as mma_mod
+from workbench.kernels import tile512 as tile512_mod
+from workbench.kernels.common import target_override
+from workbench.kernels.configs import TiledConfig
+
+
+def _prune_as_triton_does(autotuner, **launch_kwargs):
+    """What Triton 3.6's Autotuner.run does before tuning: nargs from positionals only, then prune."""
+    autotuner.nargs = dict(zip(autotuner.arg_names, ()))  # the launchers pass no positionals
+    try:
+        return autotuner.prune_configs(launch_kwargs)
+    finally:
+        autotuner.nargs = None
+
+
+@pytest.mark.parametrize("kernel", [mma_mod.mma_partial_kernel, tile512_mod.tile512_partial_kernel],
+                         ids=["mma", "tile512"])
+@pytest.mark.parametrize("heads,group", [(16, 16), (20, 32), (64, 64), (128, 64)])
+def test_autotuner_prunes_to_the_head_group_of_the_call(kernel, heads, group):
+    with target_override("sm_90"):
+        kept = _prune_as_triton_does(kernel, H=heads, TOKENS_BUCKET=512, QUERIES_BUCKET=64)
+    assert kept and {c.kwargs["BLOCK_H"] for c in kept} == {group}
+
+
+def test_registry_lists_every_builtin_kind():
+    assert {"mma", "simt", "reference", "tile512", "tile512_bf16dq"} <= set(registry.decode_impls())
+    assert registry.names("probe") == ("gather",)
+    assert [r.name for r in registry.rungs()][:3] == ["mma", "tile512", "tile512_bf16dq"]
+    assert all(r.prediction for r in registry.rungs()), "a rung states what it should move before it is measured"
+
+
+def test_unknown_impl_names_the_registered_ones():
+    case = wb.build_case(batch=1, heads=2, topk=4)
+    with pytest.raises(ValueError, match="tile512"):
+        wb.sparse_mla_decode(**case.kwargs(), impl="nope")
+
+
+def test_typed_config_round_trip_and_errors():
+    spec = registry.get("tile512")
+    c = spec.check_config({"BLOCK_H": 16, "BLOCK_T": 32, "num_warps": 8})
+    assert c == TiledConfig(BLOCK_H=16, BLOCK_T=32, num_warps=8, num_stages=1)
+    assert c.label == "BLOCK_H=16,BLOCK_T=32,num_warps=8,num_stages=1"
+    assert c.columns() == dict(BLOCK_H=16, BLOCK_T=32, num_warps=8, num_stages=1)
+    assert spec.check_config(c.to_triton()) == c and spec.check_config(c) == c
+    from workbench.results import parse_config
+    assert spec.check_config(parse_config(c.label)) == c  # the label in a CSV reads back to the same config
+    with pytest.raises(ValueError, match="PREFETCH"):
+        spec.check_config({"BLOCK_H": 16, "BLOCK_T": 32, "PREFETCH": 1})
+    with pytest.raises(ValueError, match="BLOCK_T=24"):
+        spec.check_config({"BLOCK_H": 16, "BLOCK_T": 24})
+    with pytest.raises(ValueError, match="missing"):
+        spec.check_config({"BLOCK_T": 32})
+    with pytest.raises(ValueError, match="takes no kernel config"):
+        registry.get("reference").check_config({"BLOCK_T": 32})
+
+
+def test_dequant_bits_formula_is_exact_for_every_code_and_scale():
+    """The bit move in tile512_bf16dq, in torch: bf16 bits of the e4m3 byte, times 2**64, times 2**(e-71)
+    (each an exact bf16 multiply, as mul.rn.bf16x2 does) == fp8 * 2**(e-127)."""
+    b = torch.arange(256, dtype=torch.int32)
+    finite = (b & 0x7F) != 0x7F  # e4m3fn has NaN at 0x7F and 0xFF only
+    bits = ((b & 0x80) << 8) | ((b & 0x7F) << 4)
+    as_bf16 = bits.to(torch.int16).view(torch.bfloat16)
+    exact = b.to(torch.uint8).view(torch.float8_e4m3fn).float()
+    c64 = torch.tensor(0x5F80, dtype=torch.int16).view(torch.bfloat16)
+    assert c64.item() == 2.0 ** 64
+    for e in (105, 120, 127, 160, 198):  # 2**-22 (the quantiser's floor) .. 2**71 (the formula's top)
+        sc = torch.tensor([(e + 56) << 7], dtype=torch.int16).view(torch.bfloat16)
+        assert sc.item() == 2.0 ** (e - 71)
+        got = (as_bf16 * c64) * sc
+        want = exact * 2.0 ** (e - 127)
+        assert torch.equal(got.float()[finite], want[finite]), e

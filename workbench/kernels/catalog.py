@@ -1,0 +1,63 @@
+"""The built-in kernels, registered once each. A new variant adds one module and one entry here."""
+from __future__ import annotations
+
+from ..registry import KernelSpec, register
+from . import gather, mma, simt, tile512
+from .configs import TiledConfig
+from .common import layout_constexprs
+
+# runtime arguments of every split (partial) kernel; pointers are 16-byte aligned like torch allocations
+SPLIT_SIGNATURE = dict(
+    q_ptr="*bf16", stride_qb="i32", stride_qs="i32", stride_qh="i32", cache_f8="*fp8e4nv", cache_u8="*u8",
+    cache_bf16="*bf16", stride_page="i64", block_size="i32", num_tokens="i32", idx_ptr="*i32", stride_ib="i32",
+    stride_is="i32", topk_len_ptr="*i32", part_out_ptr="*fp32", part_lse_ptr="*fp32", sm_scale_log2="fp32",
+    H="i32", S_Q="i32", TOPK="i32", split_offset="i32", tokens_per_split="i32", s_total="i32",
+    TOKENS_BUCKET="i32", QUERIES_BUCKET="i32")
+
+register(KernelSpec(
+    name="reference", kind="reference", summary="fp32 torch: gather, dequantise, softmax, PV"))
+
+register(KernelSpec(
+    name="simt", kind="fused", summary="per-head SIMT baseline: one program per (query, head), fp32, tl.sum",
+    launch=simt.launch_simt, jit=simt.simt_kernel, allowed=simt.ALLOWED,
+    check_configs=({"BLOCK_T": 32, "num_warps": 4}, {"BLOCK_T": 16, "num_warps": 2}, {"BLOCK_T": 64, "num_warps": 8})))
+
+register(KernelSpec(
+    name="mma", kind="split", rung=1,
+    summary="the seed: BLOCK_H heads share each gathered tile through tl.dot; nope padded to 512 + a rope dot",
+    prediction="(the seed: measured as found)",
+    launch=mma.launch_mma_partial, jit=mma.mma_partial_kernel, config_cls=TiledConfig, allowed=mma.ALLOWED,
+    check_configs=tuple(dict(BLOCK_H=bh, BLOCK_T=bt, num_warps=w, num_stages=st, PREFETCH=pf)
+                        for bh, bt, w, st, pf in ((64, 32, 8, 1, 0), (16, 16, 4, 1, 1), (32, 32, 8, 2, 0),
+                                                  (64, 16, 8, 1, 1), (16, 64, 4, 1, 0))),
+    config_space=tuple(TiledConfig.from_triton(c) for c in mma.MMA_CONFIG_SPACE),
+    shared_model=lambda c: mma.estimate_mma_shared_bytes(c.BLOCK_H, c.BLOCK_T, c.num_warps, c.num_stages,
+                                                         c.PREFETCH if c.PREFETCH is not None else 1),
+    lab_signature=SPLIT_SIGNATURE,
+    lab_constexprs=lambda c: dict(HAS_TOPK_LEN=False, DOT_FP32=False, **layout_constexprs(), **c.meta())))
+
+
+def _tile512(name, rung, summary, prediction, **fixed):
+    return register(KernelSpec(
+        name=name, kind="split", rung=rung, summary=summary, prediction=prediction,
+        launch=lambda **kw: tile512.launch_tile512_partial(**kw, **fixed), jit=tile512.tile512_partial_kernel,
+        config_cls=TiledConfig, allowed=tile512.ALLOWED, config_space=tuple(tile512.CONFIG_SPACE),
+        fixed_meta=fixed, shared_model=tile512.estimate_shared_bytes, lab_signature=SPLIT_SIGNATURE,
+        check_configs=tuple(dict(BLOCK_H=bh, BLOCK_T=bt, num_warps=w, num_stages=st)
+                            for bh, bt, w, st in ((64, 32, 8, 1), (16, 16, 4, 1), (32, 32, 8, 3), (64, 16, 8, 3),
+                                                  (16, 64, 4, 1))),
+        lab_constexprs=lambda c: dict(HAS_TOPK_LEN=False, DOT_FP32=False, **tile512.layout_constexprs(),
+                                      **fixed, **c.meta())))
+
+
+_tile512("tile512", 2, "one [BLOCK_T, 512] tile: rope in the nope padding slot, one QK and one PV dot",
+         "11% fewer dequant/MMA columns and one dot instead of two: 5-10% at b64; registers stay ~255 "
+         "(q's mma.sync operand is 128 of them), so occupancy should not move", DEQUANT=0)
+_tile512("tile512_bf16dq", 3, "tile512 with dequant in bf16 bits: byte shuffles + bf16x2 multiply, no fp32",
+         "no fp32 convert or multiply (sm_90 loop body: FMUL 274 -> 146, F2FP 98 -> 2) but byte shuffles "
+         "PRMT 287 -> 383 and static instructions 2800 -> 2864: expect within +-5% of tile512", DEQUANT=1)
+
+register(KernelSpec(
+    name="gather", kind="probe", summary="speed-of-light probe: the decode's bytes and split plan, no math",
+    launch=gather.launch_gather, jit=gather.gather_kernel, config_cls=gather.GatherConfig, allowed=gather.ALLOWED,
+    config_space=tuple(gather.CONFIG_SPACE)))

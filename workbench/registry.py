@@ -1,0 +1,97 @@
+"""One registry of kernels: each is declared once, as a spec, and found by the rest of the package.
+
+``decode`` dispatches ``impl=`` through it, the bench builds its providers from it, the CLI
+takes its choices from it, and the ladder notebook reads the rungs' predictions from it.
+A new variant costs one module and one ``register(KernelSpec(...))``.
+
+Kinds:
+- ``split``: a partial kernel per KV scope into fp32 split scratch, merged by the combine kernel
+  (``launch`` takes the partial-launch keywords of :func:`workbench.kernels.common.partial_args`);
+- ``fused``: one launch writes out and lse (``launch`` takes the whole call);
+- ``reference``: torch, no kernel;
+- ``probe``: not a decode; the bench times it beside the decodes (the gather floor).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+KINDS = ("split", "fused", "reference", "probe")
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    kind: str
+    summary: str
+    launch: Callable | None = None          # see the module docstring for each kind's keywords
+    jit: object = None                      # the @triton.autotune / @triton.jit object (None for the reference)
+    config_cls: type | None = None          # the typed config of its family
+    allowed: dict = field(default_factory=dict)  # config key -> permitted values
+    config_space: tuple = ()                # every typed config the lab compiles
+    fixed_meta: dict = field(default_factory=dict)  # constexpr switches this entry pins (a ladder rung)
+    shared_model: Callable | None = None    # typed config -> estimated shared bytes
+    lab_signature: dict = field(default_factory=dict)  # runtime argument -> Triton type, for the lab
+    lab_constexprs: Callable | None = None  # typed config -> every constexpr of a compile
+    check_configs: tuple = ()               # configs (dicts) the GPU checks cycle through; the first is "fixed"
+    rung: int | None = None                 # position on the optimisation ladder (None: not a rung)
+    prediction: str = ""                    # written before it was measured: what should move
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind: expected one of {KINDS}, got {self.kind!r}")
+
+    def check_config(self, config):
+        """A user's config as this kernel's typed config; TypeError/ValueError name the problem."""
+        if self.config_cls is None:
+            raise ValueError(f"config: the {self.name} implementation takes no kernel config")
+        return self.config_cls.from_any(config, self.allowed, self.name)
+
+
+REGISTRY: dict[str, KernelSpec] = {}
+
+
+def register(spec: KernelSpec) -> KernelSpec:
+    if spec.name in REGISTRY and REGISTRY[spec.name] is not spec:
+        raise ValueError(f"a kernel named {spec.name!r} is registered already")
+    REGISTRY[spec.name] = spec
+    return spec
+
+
+def unregister(name: str) -> None:
+    REGISTRY.pop(name, None)
+
+
+def get(name: str) -> KernelSpec:
+    _load_builtin()
+    if name not in REGISTRY:
+        raise ValueError(f"impl: expected one of {names()}, got {name!r}")
+    return REGISTRY[name]
+
+
+def names(*kinds: str) -> tuple[str, ...]:
+    """Registered names, in registration order; only of the given kinds when any are named."""
+    _load_builtin()
+    return tuple(n for n, s in REGISTRY.items() if not kinds or s.kind in kinds)
+
+
+def decode_impls() -> tuple[str, ...]:
+    return names("split", "fused", "reference")
+
+
+def compiled_kernels() -> tuple[str, ...]:
+    """Kernels the resource lab can compile: those with a lab signature."""
+    return tuple(n for n in names() if REGISTRY[n].lab_signature)
+
+
+def rungs() -> list[KernelSpec]:
+    return sorted((s for s in (REGISTRY[n] for n in names()) if s.rung is not None), key=lambda s: s.rung)
+
+
+_LOADED = []
+
+
+def _load_builtin():
+    if not _LOADED:
+        _LOADED.append(True)
+        from .kernels import catalog  # noqa: F401  (registers the built-in kernels)
