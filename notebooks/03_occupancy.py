@@ -67,8 +67,8 @@ print(lab_note)
 
 # %% [markdown]
 # ## Shared memory per config, against each target's per-block limit
-# Message: on sm_120 (99 KB per block) every 64-head tile and the 32-head, 64-token tile are over
-# the limit; on sm_90 (227 KB) every config fits. Both the bytes and the limits are in KB.
+# Message: which tiles a target's per-block limit admits (dashed line, in KB like the bytes); the
+# 99 KB of sm_120 cuts off the large tiles that the 227 KB of sm_90 still holds.
 
 # %%
 fig = fig_shared_memory(mma, archs, limits, {a: f"{a} ({get_target(a).example_gpu})" for a in archs})
@@ -77,8 +77,8 @@ save_figure(fig, "occupancy_shared_memory", out_dir, title="MMA kernel shared me
 
 # %% [markdown]
 # ## Registers, spills and occupancy
-# Message: most configs sit at the 255-register ceiling and spill, and the spills grow with the
-# tile; resident warps per SM stay at 4 to 8 (of 64 on sm_90, 48 on sm_120), so occupancy is low.
+# Message: how many configs sit at the 255-register ceiling (dashed, labelled) and spill, and how
+# few warps stay resident per SM; the Verdict counts the configs at 255 registers.
 
 # %%
 fig = fig_registers(mma, archs)

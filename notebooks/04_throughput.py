@@ -82,8 +82,8 @@ batches = sorted(tuned.batch.unique())
 # ## Time against batch, CUDA-graph replay
 # The kernel's own time. Lines join only neighbouring measured batch sizes: where graph replay was
 # not measured (in the committed table, batch 16 and 32) the line stops rather than guessing.
-# Message: at every shape FlashMLA's curve lies below the default kernel's; the gap is widest at
-# 128 heads.
+# Message: where both were measured, compare the default kernel's curve with FlashMLA's at each
+# head count; the Verdict checks whether FlashMLA is faster at every shape.
 
 # %%
 sel = tuned[tuned.sweep.isin(["batch", "baselines", "headline"]) & (tuned.s_q == 1) & (tuned.extra_topk == 0)]
@@ -119,7 +119,7 @@ save_figure(fig, "throughput_production_and_sq2", out_dir,
 # ## Speed relative to FlashMLA by head count, and over the per-head kernel
 # Speed = the other provider's time / the default kernel's time (above 1: ours is faster).
 # Message: under graph replay the default kernel reaches at best the share of FlashMLA's speed
-# printed below; the SIMT comparison is eager only (the table has no graph timing for SIMT).
+# printed below; the SIMT comparison is eager only where the table has no graph timing for SIMT.
 
 # %%
 def ratio(a, b, keys):

@@ -19,7 +19,7 @@ PROMISED = {
     "03_occupancy": ["occupancy_shared_memory.png", "occupancy_registers.png", "pruning_model_vs_compiled.png",
                      "warps_4_vs_8.png", "sm120_fit_by_tile.csv", "pruning_model_vs_compiled.csv",
                      "warps_4_vs_8_resources.csv"],
-    "04_throughput": ["throughput_time_vs_batch.png", "throughput_production_and_sq2.png", "throughput_speedups.png",
+    "04_throughput": ["throughput_time_vs_batch.png", "throughput_time_vs_batch_eager.png", "throughput_production_and_sq2.png", "throughput_speedups.png",
                       "throughput_roofline.png", "throughput_batch_model.png", "headline_ratios.csv",
                       "batch_model_fit.csv"],
 }
@@ -74,6 +74,37 @@ def test_unknown_parameter_is_refused(tmp_path):
     r = _run(["--only", "01", "-f", str(_yaml(tmp_path, {"01_padding_derivation": {"no_such_knob": 1}})),
               "--runs-dir", str(tmp_path / "runs")])
     assert r.returncode != 0 and "no_such_knob" in (r.stderr + r.stdout)
+
+
+def test_fresh_without_cuda_fails_loudly(tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine can measure")
+    r = _run(["--only", "04", "-p", "fresh", "true", "--runs-dir", str(tmp_path)])
+    assert r.returncode != 0
+    assert "needs a CUDA GPU" in r.stderr + r.stdout
+
+
+@pytest.mark.parametrize("nb", sorted((ROOT / "notebooks").glob("0*.ipynb")), ids=lambda p: p.stem)
+def test_default_output_is_a_scratch_folder(nb):
+    import papermill as pm
+    default = pm.inspect_notebook(str(nb))["out_dir"]["default"].strip("\"'")
+    assert "figures" not in default and default.startswith("../runs/"), default
+
+
+def test_executed_notebooks_end_in_a_verdict_without_noise(tiny_run):
+    for name in PROMISED:
+        nb = json.loads((tiny_run / f"{name}.ipynb").read_text())
+        heads = [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown"
+                 and "".join(c["source"]).strip().startswith("## Verdict")]
+        assert heads, f"{name} has no Verdict section"
+        after = [c for c in nb["cells"][heads[-1]:] if c["cell_type"] == "code"]
+        shown = "".join("".join(o.get("data", {}).get("text/markdown", "")) for c in after for o in c["outputs"])
+        assert "**" in shown or "confirmed" in shown, f"{name}: the verdict cell shows nothing"
+        stderr = "".join("".join(o.get("text", "")) for c in nb["cells"] if c["cell_type"] == "code"
+                         for o in c.get("outputs", []) if o.get("name") == "stderr")
+        for noise in ("IProgress not found", "RuntimeWarning", "TqdmWarning"):
+            assert noise not in stderr, f"{name}: {noise} in the executed notebook"
 
 
 def _yaml(tmp_path, obj):

@@ -768,6 +768,7 @@ def fig_gpu_checks(gpu):
         tick.append(f"{c}\n{int(s.passed.sum())}/{int(s.cases.sum())} cases passed")
     axes[0].set_yticks(range(len(checks)))
     axes[0].set_yticklabels(tick, fontsize=9)
+    axes[0].set_ylabel("check")
     axes[0].set_ylim(len(checks) - 0.5, -0.5)
     h, lab = figure_handles(fig)
     legend_right(fig, h, lab)

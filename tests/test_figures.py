@@ -1,0 +1,306 @@
+"""Every figure renders from its plotting helper with labels, a title, legends clear of the data, and the same bytes twice.
+
+The helpers in ``workbench.plotting`` are what the notebooks call; here they get the committed tables
+from ``data/`` (small) or a few synthetic rows, so the whole file runs in well under a minute.
+"""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from workbench import plotting as P  # noqa: E402
+from workbench.results import load_bench, parse_config  # noqa: E402
+
+ROOT = P.Path(__file__).resolve().parents[1]
+DATA = ROOT / "data"
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def bench():
+    df = load_bench(data_dir=DATA)
+    ok = df[df.status == "ok"].copy()
+    ok["config"] = ok.config.fillna("")
+    return ok
+
+
+def _with_new_providers(ok):
+    """The committed table plus a 'gather' floor and an optimisation-ladder rung, as later tables will have."""
+    base = ok[(ok.provider == "flashmla") & (ok.config == "")]
+    gather = base.assign(provider="gather", kernel="gather", median_us=base.median_us * 0.4)
+    rung = ok[(ok.provider == "mma") & (ok.config == "")].assign(kernel="mma_rung_tile512", median_us=1.0)
+    return pd.concat([ok, gather, rung], ignore_index=True)
+
+
+def _tuned(ok):
+    rows = P.default_kernel_rows(ok)
+    return rows[rows.config == ""]
+
+
+def _lab():
+    lab = pd.concat([pd.read_csv(DATA / f"resources_{a}.csv") for a in ("sm_120", "sm_90")], ignore_index=True)
+    mma = lab[lab.kernel == "mma"].copy()
+    mma["PREFETCH"] = [int(parse_config(c).get("PREFETCH", 0)) for c in mma.config]
+    for c in ("BLOCK_H", "BLOCK_T"):
+        mma[c] = mma[c].astype(int)
+    mma["tile"] = "H" + mma.BLOCK_H.astype(str) + " T" + mma.BLOCK_T.astype(str)
+    return mma
+
+
+LIMITS = {"sm_120": 101376, "sm_90": 232448}
+
+
+def _ratio(tuned, a, b):
+    keys = ["batch", "heads", "topk", "s_q", "extra_topk"]
+    med = tuned.groupby(["provider", "mode"] + keys).median_us.median()
+    return (med.loc[b] / med.loc[a]).dropna().rename(f"{b} time / {a} time").reset_index()
+
+
+def build(name, ok):
+    """(figure, title, note) for one figure name, drawn as its notebook draws it."""
+    tuned = _tuned(ok)
+    note = P.bench_provenance(tuned)
+    batches = sorted(tuned.batch.unique())
+    if name == "throughput_time_vs_batch" or name == "throughput_time_vs_batch_eager":
+        sel = tuned[tuned.sweep.isin(["batch", "baselines", "headline"]) & (tuned.s_q == 1) & (tuned.extra_topk == 0)]
+        mode = "eager" if name.endswith("eager") else "graph"
+        return P.fig_time_vs_batch(sel, mode=mode, batches=batches), f"time vs batch, {mode}", note
+    if name == "throughput_production_and_sq2":
+        panels = [("production", 64, "production, 64 heads"), ("s_q2", 64, "s_q = 2, 64 heads")]
+        return P.fig_production(tuned, panels, batches=batches), "production", note
+    if name == "throughput_speedups":
+        fm = _ratio(tuned, "mma", "flashmla")
+        fm = fm[(fm.topk == 2048) & (fm.s_q == 1) & (fm.extra_topk == 0)]
+        return P.fig_speedups(fm, _ratio(tuned, "mma", "simt"), batches=batches), "speed-ups", note
+    if name == "throughput_roofline":
+        rf = tuned[tuned.sweep.isin(["batch", "headline"]) & (tuned.s_q == 1)].copy()
+        rf["intensity"] = rf.flops / rf.bytes
+        return P.fig_roofline(rf, 4251.0, 691.0), "roofline", note
+    if name == "throughput_batch_model":
+        from workbench.bench import fit_batch_model
+        fit = fit_batch_model(P.default_kernel_rows(ok))
+        show = fit[(fit.topk == 2048) & (fit.s_q == 1) & (fit.extra_topk == 0)]
+        return P.fig_batch_model(show), "batch model", note
+    if name == "warps_4_vs_8":
+        mma = _lab()
+        regs = mma[(mma.arch == "sm_90") & (mma.BLOCK_T == 16) & (mma.num_stages == 1)]
+        m = ok[(ok.provider == "mma") & (ok.kernel == "mma")]
+        graph = m[(m.sweep == "configs") & (m["mode"] == "graph") & (m.BLOCK_T == 16) & (m.num_stages == 1)]
+        eager = m[(m.sweep == "warps") & (m["mode"] == "eager")]
+        return P.fig_warps(regs, graph, eager), "warps", note
+    if name == "occupancy_shared_memory":
+        return P.fig_shared_memory(_lab(), ["sm_120", "sm_90"], LIMITS, {}), "shared memory", "Measured at commit x."
+    if name == "occupancy_registers":
+        return P.fig_registers(_lab(), ["sm_120", "sm_90"]), "registers", "Measured at commit x."
+    if name == "pruning_model_vs_compiled":
+        mma = _lab()
+        agree = pd.DataFrame(dict(arch=mma.arch, model_bytes=mma.model_shared_bytes, compiled_bytes=mma.shared_bytes,
+                                  model=np.where(mma.status == "over_limit", "prune", "keep"),
+                                  compiled=np.where(mma.status == "over_limit", "over", "fits")))
+        return P.fig_pruning(agree, ["sm_120", "sm_90"], LIMITS), "pruning", None
+    if name == "correctness_error_distribution":
+        rng = np.random.default_rng(0)
+        r = np.concatenate([np.zeros(300), 10 ** rng.uniform(-6, -0.5, 700)])
+        df = pd.concat([pd.DataFrame(dict(impl=i, ratio=r)) for i in ("mma", "simt")])
+        return P.fig_error_ecdf(df), "errors", None
+    if name == "correctness_worst_by_shape":
+        g = pd.DataFrame([dict(impl=i, heads=h, topk=k, out_elem_ratio=0.01 * h + 0.001 * k)
+                          for i in ("mma", "simt") for h in (1, 5) for k in (1, 37)])
+        return P.fig_worst_by_shape(g), "worst by shape", None
+    if name == "correctness_gpu":
+        gpu = pd.read_csv(DATA / "correctness_h200.csv")
+        return P.fig_gpu_checks(gpu)[0], "GPU checks", P._provenance_text([("35074e5", "2026-11-30", "", True)])
+    if name == "padding_costs":
+        from workbench import padding
+        return P.fig_padding_costs(pd.DataFrame(padding.padding_costs(block_t=64))), "padding", None
+    if name == "page_byte_map":
+        from workbench import padding
+        from workbench.layout import MODEL1
+        return P.fig_page_byte_map(pd.DataFrame(padding.page_byte_map(4)), MODEL1, 4), "page", None
+    raise KeyError(name)
+
+
+FIGURES = ["throughput_time_vs_batch", "throughput_time_vs_batch_eager", "throughput_production_and_sq2",
+           "throughput_speedups", "throughput_roofline", "throughput_batch_model", "warps_4_vs_8",
+           "occupancy_shared_memory", "occupancy_registers", "pruning_model_vs_compiled",
+           "correctness_error_distribution", "correctness_worst_by_shape", "correctness_gpu", "padding_costs",
+           "page_byte_map"]
+
+
+# ---------------------------------------------------------------------------------------------
+# checks
+# ---------------------------------------------------------------------------------------------
+def _legends(fig):
+    out = list(fig.legends)
+    out += [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    return out
+
+
+def _data_points(ax):
+    """Display coordinates of the data: line vertices (and points along each drawn segment), scatter offsets."""
+    pts = []
+    for line in ax.get_lines():
+        xy = np.asarray(line.get_xydata(), float)
+        xy = xy[np.isfinite(xy).all(axis=1)]
+        if not len(xy):
+            continue
+        d = line.get_transform().transform(xy)
+        if line.get_linestyle() not in ("None", "", " ") and len(d) > 1:
+            t = np.linspace(0, 1, 12)[:, None, None]
+            d = np.concatenate([d, (d[:-1] + t * (d[1:] - d[:-1])).reshape(-1, 2)])
+        pts.append(d)
+    for coll in ax.collections:
+        off = np.asarray(coll.get_offsets(), float)
+        if off.ndim == 2 and len(off) and off.shape[1] == 2 and type(coll).__name__ == "PathCollection":
+            off = off[np.isfinite(off).all(axis=1)]
+            pts.append(coll.get_offset_transform().transform(off))
+    return np.concatenate(pts) if pts else np.zeros((0, 2))
+
+
+def _bars(ax, renderer):
+    from matplotlib.patches import Rectangle
+    return [p.get_window_extent(renderer) for p in ax.patches if isinstance(p, Rectangle) and p.get_visible()]
+
+
+def legend_overlaps(fig) -> list[str]:
+    """What a legend box covers: data points, points along lines, or bars."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    bad = []
+    for lg in _legends(fig):
+        box = lg.get_window_extent(r).padded(-1)
+        for ax in fig.axes:
+            if ax.get_label() == "<colorbar>":
+                continue
+            p = _data_points(ax)
+            inside = ((p[:, 0] > box.x0) & (p[:, 0] < box.x1) & (p[:, 1] > box.y0) & (p[:, 1] < box.y1))
+            if inside.any():
+                bad.append(f"legend covers {int(inside.sum())} data points of '{ax.get_title()}'")
+            if any(b.overlaps(box) for b in _bars(ax, r)):
+                bad.append(f"legend covers bars of '{ax.get_title()}'")
+    return bad
+
+
+def missing_labels(fig) -> list[str]:
+    bad = []
+    for ax in fig.axes:
+        if ax.get_label() == "<colorbar>" or not ax.get_visible():
+            continue
+        xt = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+        yt = [t for t in ax.get_yticklabels() if t.get_visible() and t.get_text()]
+        row = ax.get_subplotspec().rowspan if ax.get_subplotspec() else None
+        # an inner panel of a shared grid may leave the x label to the bottom row
+        bottom = row is None or row.stop == ax.get_subplotspec().get_gridspec().nrows
+        if xt and bottom and not ax.get_xlabel():
+            bad.append(f"x label missing on '{ax.get_title()}'")
+        if yt and not ax.get_ylabel() and not _row_has_ylabel(fig, ax):
+            bad.append(f"y label missing on '{ax.get_title()}'")
+    return bad
+
+
+def _row_has_ylabel(fig, ax):
+    spec = ax.get_subplotspec()
+    if spec is None:
+        return False
+    return any(o.get_ylabel() for o in fig.axes if o.get_subplotspec() is not None
+               and o.get_subplotspec().rowspan == spec.rowspan and o.get_label() != "<colorbar>")
+
+
+def vertical_segments(fig) -> list[str]:
+    """Line segments that jump vertically between nearly equal x (as 128 next to 132 on a log axis did)."""
+    bad = []
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            if line.get_linestyle() in ("None", "", " "):
+                continue
+            xy = np.asarray(line.get_xydata(), float)
+            if len(xy) < 2 or np.ptp(xy[:, 0]) == 0:  # axvline and friends
+                continue
+            d = line.get_transform().transform(xy)
+            dx, dy = np.abs(np.diff(d[:, 0])), np.abs(np.diff(d[:, 1]))
+            if ((dx < 8) & (dy > 20)).any():
+                bad.append(f"near-vertical segment in '{ax.get_title()}'")
+    return bad
+
+
+# ---------------------------------------------------------------------------------------------
+# tests
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def _theme():
+    import matplotlib.pyplot as plt
+    P.set_theme()
+    yield
+    plt.close("all")
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_figure_basics_and_same_bytes_twice(name, bench, tmp_path):
+    ok = _with_new_providers(bench)
+    files = []
+    for run in ("a", "b"):
+        fig, title, note = build(name, ok)
+        paths = P.save_figure(fig, name, tmp_path / run, title=title, note=note)
+        if run == "a":
+            assert fig._suptitle is not None and fig._suptitle.get_text(), "a title"
+            assert not legend_overlaps(fig)  # draws the figure once for the checks after it
+            assert not missing_labels(fig)
+            assert not vertical_segments(fig)
+        files.append([p.read_bytes() for p in paths])
+    assert files[0][0] == files[1][0], "PNG differs between two runs"
+    assert files[0][1] == files[1][1], "SVG differs between two runs"
+    assert b"<dc:date>" not in files[0][1]
+
+
+def test_legend_check_catches_a_legend_over_data():
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots()
+    x = np.linspace(0, 1, 50)
+    ax.plot(x, np.full_like(x, 0.5), label="flat")
+    ax.legend(loc="center")
+    assert legend_overlaps(fig)
+
+
+def test_new_providers_are_drawn_and_rungs_ignored(bench):
+    ok = _with_new_providers(bench)
+    rows = P.default_kernel_rows(ok)
+    assert "gather" in set(rows.provider) and "mma_rung_tile512" not in set(rows.kernel)
+    fig, _, _ = build("throughput_time_vs_batch", ok)
+    labels = [t.get_text() for lg in fig.legends for t in lg.get_texts()]
+    assert P.PROVIDER_LABELS["mma"] in labels and P.PROVIDER_LABELS["gather"] in labels
+    assert P.PROVIDER_LABELS["flashmla"] in labels
+
+
+def test_graph_lines_do_not_bridge_missing_batches():
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots()
+    P.gapped_line(ax, [0, 1, 2, 6], [1.0, 2.0, 3.0, 4.0], label="x")
+    segs = [ln.get_xydata()[:, 0].tolist() for ln in ax.get_lines()]
+    assert segs == [[0, 1, 2], [6]]
+
+
+def test_provenance_marks_stale_data(bench):
+    note = P.bench_provenance(bench)
+    commit = str(bench.git_commit.iloc[0])[:7]
+    assert commit in note
+    stale = bench[bench.provider == "mma"].stale.any()
+    assert ("STALE" in note) == bool(stale)
+    fresh = P._provenance_text([("abcdef1234", "2026-12-01", "bench_x.csv", False)])
+    assert "STALE" not in fresh and "abcdef1" in fresh and "unchanged" in fresh
+
+
+def test_readable_log_ticks_and_roofline_has_several_x_ticks(bench):
+    fig, _, _ = build("throughput_roofline", _with_new_providers(bench))
+    fig.canvas.draw()
+    for ax in fig.axes:
+        xt = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+        assert len(xt) >= 2, xt
+        yt = [t for t in ax.get_yticklabels() if t.get_text()]
+        assert len(yt) <= 8
