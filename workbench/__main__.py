@@ -1,13 +1,55 @@
-"""Command line: ``python -m workbench {check,bench,resources,notebooks} ...``."""
+"""Command line: ``python -m workbench {check,bench,resources,publish,notebooks} ...``.
+
+Measuring commands write into a new folder under runs/ unless --out names one; only ``--publish`` (or
+``publish`` on an earlier run's table) adds to data/, as a new dated table that never replaces a file.
+"""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime as dt
+import io
 import json
+import re
 import sys
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "runs"
+DATA = ROOT / "data"
+PUBLISHABLE = ("bench", "correctness")  # table kinds data/ holds, by the first word of the file name
+CPU_PATH = ("on a CPU, run the notebooks (bash scripts/run_notebooks.sh; they read the measured tables in data/) "
+            "or the tests, which run the kernels under TRITON_INTERPRET=1 (bash scripts/test.sh)")
+
+
+def _needs_cuda(what: str) -> int:
+    """0 when CUDA is here; else say what is needed and where the CPU path is, in one line, and return 1."""
+    import torch
+    if torch.cuda.is_available():
+        return 0
+    print(f"{what} needs a CUDA GPU, and this torch ({torch.__version__}) sees none; {CPU_PATH}.", file=sys.stderr)
+    return 1
+
+
+def _out_dir(a, label: str) -> Path:
+    """--out exactly as given, or a new runs/<UTC date-time>-<label>/ (never data/)."""
+    if a.out:
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        return out
+    from .pipeline import new_run_dir
+    return new_run_dir(RUNS, label)
+
+
+def _write_meta(csv: Path) -> None:
+    from .provenance import provenance
+    csv.with_name(csv.stem + ".meta.json").write_text(json.dumps(provenance(), indent=1))
+
 
 def _cmd_check(a):
+    what = f"check --sanitize {a.sanitize}" if a.sanitize else "check"
+    if rc := _needs_cuda(what):
+        return rc
     import pandas as pd
 
     from .gpu_check import run_checks, sanitizer_case
@@ -15,39 +57,168 @@ def _cmd_check(a):
         sanitizer_case(a.sanitize)
         return 0
     df = pd.DataFrame(run_checks())
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / a.name, index=False)
+    csv = _out_dir(a, "check") / a.name
+    df.to_csv(csv, index=False)
+    _write_meta(csv)
     bad = df[df["passed"] != True]  # noqa: E712
     print(df.groupby(["check", "impl"])[["out_rel_norm", "out_elem_ratio", "lse_ratio"]].max().to_string())
-    print(f"{len(df) - len(bad)} passed, {len(bad)} failed")
-    return 1 if len(bad) else 0
+    print(f"{len(df) - len(bad)} passed, {len(bad)} failed\ntable: {csv}")
+    rc = 1 if len(bad) else 0
+    if a.publish:
+        rc = max(rc, _publish_or_say(csv))
+    return rc
 
 
 def _cmd_bench(a):
+    if rc := _needs_cuda("bench"):
+        return rc
     from .bench import fit_batch_model, rows_frame, run_sweep, summary_markdown
-    from .provenance import provenance
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / (Path(a.name).stem + ".meta.json")).write_text(json.dumps(provenance(), indent=1))
+    csv = _out_dir(a, "bench") / a.name
+    _write_meta(csv)
     done = []
 
     def flush(new):  # rewrite after every item: a run cut short keeps what it measured
         done.extend(new)
-        rows_frame(done).to_csv(out / a.name, index=False)
+        rows_frame(done).to_csv(csv, index=False)
     df = rows_frame(run_sweep(a.sweep, progress=not a.no_progress, on_rows=flush))
-    (out / (Path(a.name).stem + ".meta.json")).write_text(json.dumps(provenance(), indent=1))
+    _write_meta(csv)
     fit = fit_batch_model(df)
     if len(fit):
-        fit.to_csv(out / (Path(a.name).stem + ".fit.csv"), index=False)
+        fit.to_csv(csv.with_name(csv.stem + ".fit.csv"), index=False)
     print(summary_markdown(df))
-    return 0
+    print(f"table: {csv}")
+    return _publish_or_say(csv) if a.publish else 0
+
+
+def _resource_table(df) -> str:
+    """The printout of a lab table: one row per config, PREFETCH included (it lives in the config cell)."""
+    from .results import parse_config
+    df = df.copy()
+    df["PREFETCH"] = [parse_config(c).get("PREFETCH", "-") for c in df["config"]]
+    cols = ["kernel", "arch", "BLOCK_H", "BLOCK_T", "num_warps", "num_stages", "PREFETCH", "status",
+            "model_shared_bytes", "shared_bytes", "registers", "spill_stores", "mma", "warps_per_sm", "limiter"]
+    return df[[c for c in cols if c in df.columns]].to_string(index=False)
 
 
 def _cmd_resources(a):
     from .resources import sweep_to_csv
-    sweep_to_csv(arch=a.arch, kernel=a.kernel, csv=a.csv, progress=not a.no_progress)
+    with contextlib.redirect_stdout(io.StringIO()):  # its own printout has no PREFETCH; ours below does
+        df = sweep_to_csv(arch=a.arch, kernel=a.kernel, csv=a.csv, progress=not a.no_progress)
+    print(_resource_table(df))
     return 0
+
+
+def gpu_slug(name: str) -> str:
+    """'NVIDIA H200' -> 'h200': the GPU part of a published table's name."""
+    s = re.sub(r"^nvidia\s+", "", str(name).strip(), flags=re.I)
+    return re.sub(r"[^a-z0-9]+", "_", s.lower()).strip("_") or "gpu"
+
+
+def _provenance_of(csv: Path) -> dict:
+    meta = csv.with_name(csv.stem + ".meta.json")
+    if meta.is_file():
+        return json.loads(meta.read_text())
+    import pandas as pd
+    rows = pd.read_csv(csv, nrows=1)  # correctness rows carry their provenance as columns
+    return rows.iloc[0].to_dict() if len(rows) else {}
+
+
+def publish_table(csv, data_dir: Path | None = None) -> list[Path]:
+    """Copy a run's table (with its .meta.json and .fit.csv) into data/ as <kind>_<gpu>_<date>.csv.
+
+    Refuses (ValueError) a table of another kind, one in data/ already, one measured without a GPU, and any
+    name that exists in data/ already: a published table is never replaced.
+    """
+    csv, data_dir = Path(csv), Path(data_dir or DATA)
+    if not csv.is_file():
+        raise ValueError(f"{csv}: no such table")
+    if csv.resolve().parent == data_dir.resolve():
+        raise ValueError(f"{csv}: is in data/ already; publish a run's table (runs/...)")
+    kind = csv.stem.split("_")[0].split(".")[0]
+    if kind not in PUBLISHABLE:
+        raise ValueError(f"{csv.name}: data/ takes {' and '.join(PUBLISHABLE)} tables (named {kind}*.csv)")
+    prov = _provenance_of(csv)
+    gpu = str(prov.get("gpu", ""))
+    if gpu in ("", "cpu", "n/a", "nan"):
+        raise ValueError(f"{csv}: its provenance names no GPU (gpu={gpu!r}); data/ holds GPU measurements")
+    try:
+        when = dt.datetime.strptime(str(prov["date"]), "%Y-%m-%dT%H:%M:%SZ")
+    except (KeyError, ValueError):
+        raise ValueError(f"{csv}: its provenance has no date (date={prov.get('date')!r})") from None
+    stem = f"{kind}_{gpu_slug(gpu)}_{when:%Y%m%d-%H%M}"
+    pairs = [(csv, data_dir / f"{stem}.csv")]
+    for suffix in (".meta.json", ".fit.csv"):
+        src = csv.with_name(csv.stem + suffix)
+        if src.is_file():
+            pairs.append((src, data_dir / f"{stem}{suffix}"))
+    taken = [str(d) for _, d in pairs if d.exists()]
+    if taken:
+        raise ValueError(f"{', '.join(taken)} exists already; a published table is never replaced")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for src, dst in pairs:
+        with open(dst, "xb") as f:  # "x": fail rather than replace, even against a concurrent writer
+            f.write(src.read_bytes())
+    return [d for _, d in pairs]
+
+
+def _publish_or_say(csv: Path) -> int:
+    try:
+        written = publish_table(csv)
+    except ValueError as e:
+        print(f"publish refused: {e}", file=sys.stderr)
+        return 1
+    print("published: " + ", ".join(str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p) for p in written))
+    return 0
+
+
+def _cmd_publish(a):
+    return max((_publish_or_say(Path(t)) for t in a.table), default=0)
+
+
+def _choices():
+    """The CLI's choices, from the modules that own them."""
+    from .bench import SWEEPS
+    from .resources import KERNELS
+    from .targets import TARGETS
+    return SWEEPS, (*KERNELS, "all"), (*TARGETS, "all")
+
+
+def parser() -> argparse.ArgumentParser:
+    sweeps, kernels, archs = _choices()
+    p = argparse.ArgumentParser(prog="python -m workbench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{check,bench,resources,publish,notebooks}")
+    out_help = "write here instead of a new runs/<date-time>-{}/ folder"
+    publish_help = "also add the table to data/ as a new dated file (never replaces one)"
+    c = sub.add_parser("check", help="GPU correctness table (needs CUDA)")
+    c.add_argument("--out", help=out_help.format("check"))
+    c.add_argument("--name", default="correctness_h200.csv")
+    c.add_argument("--publish", action="store_true", help=publish_help)
+    c.add_argument("--sanitize", choices=["mma", "simt"], help="run one small case (for compute-sanitizer)")
+    c.set_defaults(fn=_cmd_check)
+    b = sub.add_parser("bench", help="run a benchmark sweep (needs CUDA)")
+    b.add_argument("--sweep", default="smoke", choices=sweeps, metavar="SWEEP",
+                   help=f"one of: {', '.join(sweeps)} (default: smoke)")
+    b.add_argument("--out", help=out_help.format("bench"))
+    b.add_argument("--name", default="bench_h200.csv")
+    b.add_argument("--publish", action="store_true", help=publish_help)
+    b.add_argument("--no-progress", action="store_true")
+    b.set_defaults(fn=_cmd_bench)
+    r = sub.add_parser("resources", help="compile configs for a target with no GPU; print (and write) the table",
+                       description="Compile every shipped config of a kernel for a target (no GPU needed) and "
+                                   "print registers, shared memory, spills, PREFETCH and occupancy. The full "
+                                   "sweep of the default (every mma config, sm_120) takes about 5 minutes on 2 "
+                                   "CPU cores; --arch all --kernel all about four times that.")
+    r.add_argument("--arch", default="sm_120", choices=archs, help="target (default: sm_120)")
+    r.add_argument("--kernel", default="mma", choices=kernels, help="kernel (default: mma)")
+    r.add_argument("--csv", default=None, help="also write the table here")
+    r.add_argument("--no-progress", action="store_true")
+    r.set_defaults(fn=_cmd_resources)
+    u = sub.add_parser("publish", help="add a run's table to data/ as a new dated file (never replaces one)")
+    u.add_argument("table", nargs="+", help="e.g. runs/<date-time>-bench/bench_h200.csv")
+    u.set_defaults(fn=_cmd_publish)
+    sub.add_parser("notebooks", help="run every notebook through papermill into runs/<date>/ (see its --help)")
+    return p
 
 
 def main(argv=None) -> int:
@@ -55,27 +226,7 @@ def main(argv=None) -> int:
     if argv[:1] == ["notebooks"]:  # the pipeline owns its flags (-p, -f, --only, ...)
         from .pipeline import main as pipeline_main
         return pipeline_main(argv[1:])
-    p = argparse.ArgumentParser(prog="python -m workbench")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("check", help="GPU correctness table")
-    c.add_argument("--out", default="data")
-    c.add_argument("--name", default="correctness_h200.csv")
-    c.add_argument("--sanitize", choices=["mma", "simt"], help="run one small case (for compute-sanitizer)")
-    c.set_defaults(fn=_cmd_check)
-    b = sub.add_parser("bench", help="run a benchmark sweep on the GPU")
-    b.add_argument("--sweep", default="smoke")
-    b.add_argument("--out", default="data")
-    b.add_argument("--name", default="bench_h200.csv")
-    b.add_argument("--no-progress", action="store_true")
-    b.set_defaults(fn=_cmd_bench)
-    r = sub.add_parser("resources", help="compile configs for a target with no GPU; write a CSV")
-    r.add_argument("--arch", default="sm_120", help="sm_120, sm_100, sm_90, sm_89 or 'all'")
-    r.add_argument("--kernel", default="mma", help="mma, simt, combine or 'all'")
-    r.add_argument("--csv", default=None)
-    r.add_argument("--no-progress", action="store_true")
-    r.set_defaults(fn=_cmd_resources)
-    sub.add_parser("notebooks", help="run every notebook through papermill into runs/<date>/ (see its --help)")
-    a = p.parse_args(argv)
+    a = parser().parse_args(argv)
     return a.fn(a)
 
 

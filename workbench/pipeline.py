@@ -1,19 +1,25 @@
 """Run every notebook through papermill into a new dated run folder.
 
-    python -m workbench notebooks [-p NAME VALUE]... [-f params.yaml] [--only 02] [--publish] [--kernel NAME]
+    python -m workbench notebooks [-p NAME VALUE]... [-f params.yaml] [--only 02] [--publish [--force]]
 
 Parameters from -f (a YAML mapping; a key named after a notebook's stem holds that notebook's own
-parameters) and -p (YAML-parsed values) are passed to every notebook that declares them. Executed
-notebooks, figures and tables land in runs/<UTC date-time>/; an earlier run is never overwritten.
---publish also writes the figures and tables into figures/. A failing notebook stops the run with
-a non-zero exit and names the executed copy, which shows the failing cell.
+parameters) and -p (YAML-parsed values) are passed to every notebook that declares them; a parameter
+no notebook declares in its `parameters` cell is an error. Executed notebooks, figures and tables land
+in runs/<UTC date-time>/; an earlier run is never overwritten. --publish also copies the figures and
+tables into figures/; it refuses a reduced parameter set (notebooks/tiny.yaml, or any grid smaller
+than a notebook's defaults) unless --force. A failing notebook stops the run with a non-zero exit and
+names the executed copy, which shows the failing cell.
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime as dt
+import difflib
+import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -21,19 +27,32 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 KERNEL = "mla-workbench"
+# The kernel's own logging: ipykernel warns that its local TCP sockets are unencrypted on every start.
+KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
+# Parameters the pipeline sets itself when not given; every notebook declares them.
+PIPELINE_DEFAULTS = ("out_dir", "data_dir")
+NOT_A_SIZE = ("seed",)  # integer parameters that are not grid sizes
+
+
+def all_notebooks() -> list[Path]:
+    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
 
 def notebook_paths(only: list[str] | None = None) -> list[Path]:
-    paths = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
-    if only:
-        paths = [p for p in paths if any(p.stem.startswith(o) or p.stem == o for o in only)]
-        if not paths:
-            raise SystemExit(f"--only {only}: no notebook matches in {NOTEBOOKS}")
-    return paths
+    """The notebooks to run: all, or those whose stem starts with one of ``only``; an unmatched name is an error."""
+    paths = all_notebooks()
+    if not only:
+        return paths
+    unmatched = [o for o in only if not any(p.stem.startswith(o) for p in paths)]
+    if unmatched:
+        raise SystemExit(f"--only {' '.join(unmatched)}: no such notebook; the notebooks are "
+                            f"{', '.join(p.stem for p in paths)}")
+    return [p for p in paths if any(p.stem.startswith(o) for o in only)]
 
 
-def new_run_dir(base: Path) -> Path:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+def new_run_dir(base: Path, label: str = "") -> Path:
+    """A new folder ``base/<UTC date-time>[-label]``; never an existing one."""
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S") + (f"-{label}" if label else "")
     run = base / stamp
     n = 1
     while run.exists():  # never overwrite an earlier run
@@ -43,36 +62,111 @@ def new_run_dir(base: Path) -> Path:
     return run
 
 
-def declared_parameters(path: Path) -> set[str]:
-    import papermill as pm
-    return set(pm.inspect_notebook(str(path)).keys())
+def declared_parameters(path: Path) -> dict:
+    """A notebook's parameters cell (the code cell tagged "parameters") as {name: default value}.
+
+    Read with ``ast`` from the .ipynb itself, as papermill finds the cell, but without starting papermill;
+    a default that is not a literal is kept as its source text.
+    """
+    cells = json.loads(path.read_text())["cells"]
+    cell = next((c for c in cells if c["cell_type"] == "code" and "parameters" in c["metadata"].get("tags", [])),
+                None)
+    if cell is None:
+        return {}
+    src = "".join(cell["source"])
+    out = {}
+    for node in ast.parse(src).body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    try:
+                        out[t.id] = ast.literal_eval(node.value)
+                    except ValueError:
+                        out[t.id] = ast.get_source_segment(src, node.value)
+    return out
 
 
-def run(params: dict, *, only=None, runs_dir: Path = ROOT / "runs", publish: bool = False, kernel: str = KERNEL,
-        progress: bool = True) -> Path:
+def _unknown(name: str, known, where: str) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown parameter {name!r}{hint}; the parameters of {where} are: {', '.join(sorted(known))}"
+
+
+def notebook_parameters(params: dict, declared: dict[str, dict], selected: list[str]) -> dict[str, dict]:
+    """Split -p/-f parameters per notebook; exit with one line on a parameter or section nobody declares.
+
+    params: top-level values, and mappings keyed by a notebook stem for that notebook only.
+    declared: every notebook's {stem: {name: default}}; selected: the stems that will run.
+    """
+    known = set().union(*declared.values())
+    for key, value in params.items():
+        if isinstance(value, dict):
+            if key not in declared:
+                raise SystemExit(f"{key!r}: a mapping in the parameters names a notebook, and there is no "
+                                    f"such notebook; the notebooks are {', '.join(declared)}")
+            for name in value:
+                if name not in declared[key]:
+                    raise SystemExit(_unknown(name, declared[key], key))
+        elif key not in known:
+            raise SystemExit(_unknown(key, known, "the notebooks"))
+    out = {}
+    for stem in selected:
+        p = {k: v for k, v in params.items() if not isinstance(v, dict) and k in declared[stem]}
+        p.update(params.get(stem, {}))
+        out[stem] = p
+    return out
+
+
+def reductions(per_notebook: dict[str, dict], declared: dict[str, dict]) -> list[str]:
+    """The given parameters that shrink a notebook's default grid: a list missing default entries, a smaller
+    size, or something other than a default of "all". Such a run must not replace the published figures."""
+    found = []
+    for stem, params in per_notebook.items():
+        for name, value in params.items():
+            default = declared[stem].get(name)
+            if isinstance(default, list):
+                smaller = not isinstance(value, list) or any(d not in value for d in default)
+            elif isinstance(default, int) and not isinstance(default, bool) and name not in NOT_A_SIZE:
+                smaller = isinstance(value, (int, float)) and value < default
+            elif default == "all":
+                smaller = value != "all"
+            else:
+                smaller = False
+            if smaller:
+                found.append(f"{stem} {name}={value!r} (default {default!r})")
+    return found
+
+
+def run(params: dict, *, only=None, runs_dir: Path = ROOT / "runs", publish: bool = False, force: bool = False,
+        kernel: str = KERNEL, progress: bool = True) -> Path:
+    paths = notebook_paths(only)  # every refusal comes before papermill starts and before the run folder exists
+    declared = {p.stem: declared_parameters(p) for p in all_notebooks()}
+    per_notebook = notebook_parameters(params, declared, [p.stem for p in paths])
+    reduced = reductions(per_notebook, declared)
+    if publish and reduced and not force:
+        raise SystemExit(f"--publish refused: a reduced parameter set ({'; '.join(reduced)}) would replace "
+                            "figures/ with a smaller run; drop those parameters, or add --force to publish it")
     import papermill as pm
-    from tqdm.auto import tqdm
     run_dir = new_run_dir(Path(runs_dir))
     fig_dir = run_dir / "figures"
-    paths = notebook_paths(only)
-    for path in tqdm(paths, desc="notebooks", disable=not progress):
-        declared = declared_parameters(path)
-        p = {k: v for k, v in params.items() if not isinstance(v, dict) and k in declared}
-        p.update({k: v for k, v in params.get(path.stem, {}).items()})
+    bar = _progress(len(paths), progress)
+    for path in paths:
+        p = dict(per_notebook[path.stem])
         p.setdefault("out_dir", str(fig_dir))
         p.setdefault("data_dir", str(ROOT / "data"))
-        unknown = set(p) - declared
-        if unknown:
-            raise SystemExit(f"{path.name}: parameters {sorted(unknown)} are not in its parameters cell "
-                             f"(it declares {sorted(declared)})")
         out = run_dir / path.name
+        bar.start(path.stem)
         try:
             pm.execute_notebook(str(path), str(out), parameters=p, kernel_name=kernel, cwd=str(NOTEBOOKS),
-                                progress_bar=False)
+                                progress_bar=False, extra_arguments=KERNEL_ARGS)
         except pm.PapermillExecutionError as e:
+            bar.close()
             print(f"\nFAILED: {path.name}, cell {e.exec_count}: {e.ename}: {e.evalue}\n"
                   f"The executed notebook with the failing cell: {out}", file=sys.stderr)
             raise SystemExit(1) from None
+        bar.done()
+    bar.close()
     if publish:
         dest = ROOT / "figures"
         dest.mkdir(exist_ok=True)
@@ -82,14 +176,45 @@ def run(params: dict, *, only=None, runs_dir: Path = ROOT / "runs", publish: boo
     return run_dir
 
 
+class _progress:
+    """A bar on a terminal; one line per notebook otherwise (a log shows each state once, the last one too)."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled, self.n = total, enabled, 0
+        self.tty = enabled and sys.stderr.isatty()
+        self.bar = None
+        if self.tty:
+            from tqdm.auto import tqdm
+            self.bar = tqdm(total=total, desc="notebooks", file=sys.stderr)
+
+    def start(self, name: str):
+        self.name, self.t0 = name, time.monotonic()
+        if self.bar is not None:
+            self.bar.set_postfix_str(name)
+
+    def done(self):
+        self.n += 1
+        if self.bar is not None:
+            self.bar.update(1)
+        elif self.enabled:
+            print(f"notebooks: {self.n}/{self.total} {self.name} ({time.monotonic() - self.t0:.0f} s)",
+                  file=sys.stderr, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m workbench notebooks", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
     ap.add_argument("-f", "--parameters-file", type=Path)
-    ap.add_argument("--only", nargs="*", help="notebook name prefixes, e.g. 01 03")
+    ap.add_argument("--only", nargs="+", help="notebook name prefixes, e.g. 01 03")
     ap.add_argument("--runs-dir", type=Path, default=ROOT / "runs")
     ap.add_argument("--publish", action="store_true", help="also copy figures and tables into figures/")
+    ap.add_argument("--force", action="store_true", help="with --publish: publish a reduced parameter set too")
     ap.add_argument("--kernel", default=KERNEL, help=f"Jupyter kernel name (default: the project's {KERNEL})")
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
@@ -98,5 +223,6 @@ def main(argv=None) -> int:
         params.update(yaml.safe_load(a.parameters_file.read_text()) or {})
     for k, v in a.parameter:
         params[k] = yaml.safe_load(v)
-    run(params, only=a.only, runs_dir=a.runs_dir, publish=a.publish, kernel=a.kernel, progress=not a.no_progress)
+    run(params, only=a.only, runs_dir=a.runs_dir, publish=a.publish, force=a.force, kernel=a.kernel,
+        progress=not a.no_progress)
     return 0

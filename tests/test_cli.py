@@ -1,0 +1,319 @@
+"""The command line: where results go, publishing, refusals before anything runs, the CPU-only messages, set-up."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from workbench import __main__ as cli
+from workbench import pipeline
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = {"gpu": "NVIDIA H200", "date": "2026-11-29T12:34:56Z", "git_commit": "abc1234"}
+NO_CUDA = not torch.cuda.is_available()
+
+
+def _tree(*dirs):
+    """{path: sha256} of every file under dirs, to show that a command wrote nothing there."""
+    return {str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for d in dirs for p in sorted((ROOT / d).rglob("*")) if p.is_file()}
+
+
+def _git_status(*paths):
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", *paths], cwd=ROOT,
+                          capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch):
+    """runs/ and data/ of the CLI moved to a temporary folder."""
+    monkeypatch.setattr(cli, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(cli, "DATA", tmp_path / "data")
+    (tmp_path / "data").mkdir()
+    return tmp_path
+
+
+# ----------------------------------------------------------------------------- CPU-only machines
+
+@pytest.mark.parametrize("argv", [["check"], ["check", "--sanitize", "mma"], ["bench"]], ids=" ".join)
+def test_gpu_commands_end_in_one_line_without_cuda(argv, runs, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    rc = cli.main(argv)
+    err = capsys.readouterr().err
+    assert rc != 0
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "needs a CUDA GPU" in lines[0] and "run_notebooks.sh" in lines[0] and "TRITON_INTERPRET=1" in lines[0]
+    assert not (runs / "runs").exists(), "nothing is written before the command can run"
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="the real no-CUDA process needs a machine without CUDA")
+def test_bench_process_without_cuda_exits_nonzero_with_one_line():
+    r = subprocess.run([sys.executable, "-m", "workbench", "bench"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode != 0
+    assert r.stderr.strip().count("\n") == 0 and "needs a CUDA GPU" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="on a GPU these commands would measure for minutes")
+def test_cli_defaults_leave_data_figures_and_git_status_alone(capsys):
+    before, status = _tree("data", "figures"), _git_status("data", "figures", "notebooks", "scripts")
+    assert cli.main(["check"]) != 0
+    assert cli.main(["check", "--sanitize", "simt"]) != 0
+    assert cli.main(["bench"]) != 0
+    for argv in (["--only", "05"], ["-p", "devcie", "cpu"], ["-f", "notebooks/tiny.yaml", "--publish"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main(["notebooks", *argv])
+        assert e.value.code not in (0, None)
+    assert _tree("data", "figures") == before
+    assert _git_status("data", "figures", "notebooks", "scripts") == status
+
+
+# ----------------------------------------------------------------------------- where results go, publishing
+
+@pytest.fixture
+def fake_bench(monkeypatch):
+    """bench's measuring parts replaced by a two-row table, so the CLI's file handling runs on a CPU."""
+    import workbench.bench as bench
+    import workbench.provenance as provenance
+    monkeypatch.setattr(cli, "_needs_cuda", lambda what: 0)
+    monkeypatch.setattr(bench, "run_sweep", lambda name, progress, on_rows: on_rows([{"x": 1}, {"x": 2}]) or
+                        [{"x": 1}, {"x": 2}])
+    monkeypatch.setattr(bench, "rows_frame", pd.DataFrame)
+    monkeypatch.setattr(bench, "fit_batch_model", lambda df: pd.DataFrame())
+    monkeypatch.setattr(bench, "summary_markdown", lambda df: "summary")
+    monkeypatch.setattr(provenance, "provenance", lambda: dict(H200))
+
+
+def test_bench_writes_a_new_run_folder_or_exactly_out(runs, fake_bench, tmp_path):
+    assert cli.main(["bench"]) == 0
+    assert cli.main(["bench"]) == 0
+    folders = sorted((runs / "runs").iterdir())
+    assert len(folders) == 2 and all(f.name.endswith("-bench") or "-bench-" in f.name for f in folders)
+    assert all(sorted(p.name for p in f.iterdir()) == ["bench_h200.csv", "bench_h200.meta.json"] for f in folders)
+    out = tmp_path / "explicit"
+    assert cli.main(["bench", "--out", str(out), "--name", "b.csv"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["b.csv", "b.meta.json"]
+    assert len(list((runs / "runs").iterdir())) == 2, "--out is the only destination"
+    assert list((runs / "data").iterdir()) == [], "nothing reaches data/ without --publish"
+
+
+def test_bench_publish_adds_a_dated_table_and_never_replaces_one(runs, fake_bench, capsys):
+    assert cli.main(["bench", "--publish"]) == 0
+    names = sorted(p.name for p in (runs / "data").iterdir())
+    assert names == ["bench_h200_20261129-1234.csv", "bench_h200_20261129-1234.meta.json"]
+    first = (runs / "data" / names[0]).read_bytes()
+    (run,) = (runs / "runs").iterdir()
+    capsys.readouterr()
+    assert cli.main(["publish", str(run / "bench_h200.csv")]) == 1, "the same table twice is refused"
+    assert "never replaced" in capsys.readouterr().err
+    assert (runs / "data" / names[0]).read_bytes() == first
+
+
+def _run_table(folder: Path, name="bench_h200.csv", meta=H200, fit=True) -> Path:
+    folder.mkdir(parents=True)
+    csv = folder / name
+    csv.write_bytes((ROOT / "data" / "bench_h200.csv").read_bytes())  # a real table, so load_bench can read it
+    if meta is not None:
+        csv.with_name(csv.stem + ".meta.json").write_text(json.dumps(meta))
+    if fit:
+        csv.with_name(csv.stem + ".fit.csv").write_text("a,b\n1,2\n")
+    return csv
+
+
+def test_publish_an_earlier_run_into_data_where_load_bench_finds_it(runs):
+    from workbench.results import load_bench
+    csv = _run_table(runs / "runs" / "20261129-123456-bench")
+    assert cli.main(["publish", str(csv)]) == 0
+    stem = "bench_h200_20261129-1234"
+    assert sorted(p.name for p in (runs / "data").iterdir()) == [f"{stem}.csv", f"{stem}.fit.csv",
+                                                                  f"{stem}.meta.json"]
+    df = load_bench(data_dir=runs / "data")
+    assert set(df["source"]) == {f"{stem}.csv"} and len(df) == len(pd.read_csv(csv))
+
+
+@pytest.mark.parametrize("case,match", [
+    ("cpu", "names no GPU"), ("no-date", "no date"), ("other-kind", "takes bench and correctness"),
+    ("in-data", "in data/ already"), ("missing", "no such table")])
+def test_publish_refusals(runs, case, match):
+    meta = dict(H200, gpu="cpu") if case == "cpu" else {"gpu": "NVIDIA H200"} if case == "no-date" else H200
+    name = "resources_sm_90.csv" if case == "other-kind" else "bench_h200.csv"
+    csv = _run_table(runs / "runs" / "r", name=name, meta=meta)
+    if case == "in-data":
+        csv = (runs / "data" / "bench_h200.csv")
+        csv.write_text("x\n1\n")
+    if case == "missing":
+        csv = runs / "runs" / "r" / "bench_nope.csv"
+    with pytest.raises(ValueError, match=match):
+        cli.publish_table(csv, data_dir=runs / "data")
+    assert [p.name for p in (runs / "data").iterdir()] == (["bench_h200.csv"] if case == "in-data" else [])
+
+
+def test_gpu_slug():
+    assert cli.gpu_slug("NVIDIA H200") == "h200"
+    assert cli.gpu_slug("NVIDIA RTX PRO 6000 Blackwell Server Edition") == "rtx_pro_6000_blackwell_server_edition"
+
+
+# ----------------------------------------------------------------------------- choices and help
+
+def _sub(name):
+    sub = next(a for a in cli.parser()._actions if a.dest == "cmd")
+    return sub.choices[name]
+
+
+def _choices(sub, flag):
+    return next(a for a in _sub(sub)._actions if flag in a.option_strings).choices
+
+
+def test_choices_come_from_the_modules_that_own_them(capsys):
+    from workbench.bench import SWEEPS
+    from workbench.resources import KERNELS
+    from workbench.targets import TARGETS
+    assert tuple(_choices("resources", "--kernel")) == (*KERNELS, "all")
+    assert tuple(_choices("resources", "--arch")) == (*TARGETS, "all")
+    assert tuple(_choices("bench", "--sweep")) == tuple(SWEEPS)
+    with pytest.raises(SystemExit):
+        cli.parser().parse_args(["bench", "--sweep", "smok"])
+    assert "invalid choice" in capsys.readouterr().err
+    help_text = _sub("bench").format_help()
+    assert all(s in help_text for s in SWEEPS), "--help lists the sweeps"
+    assert "about 5 minutes" in _sub("resources").format_help()
+
+
+def test_resources_printout_has_prefetch(monkeypatch, capsys):
+    import workbench.resources as resources
+    lab = pd.DataFrame([dict(kernel="mma", arch="sm_120", BLOCK_H=16, BLOCK_T=32, num_warps=4, num_stages=1,
+                             config=str({"BLOCK_H": 16, "BLOCK_T": 32, "PREFETCH": p, "num_warps": 4,
+                                         "num_stages": 1}), status="fits", registers=200) for p in (0, 1)]
+                       + [dict(kernel="simt", arch="sm_120", BLOCK_H=None, BLOCK_T=16, num_warps=4, num_stages=1,
+                               config=str({"BLOCK_T": 16, "num_warps": 4, "num_stages": 1}), status="fits",
+                               registers=90)])
+
+    def fake_sweep(**kw):
+        print("the lab's own printout")
+        return lab
+    monkeypatch.setattr(resources, "sweep_to_csv", fake_sweep)
+    assert cli.main(["resources", "--kernel", "all"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "PREFETCH" in out[0].split() and len(out) == 4 and "own printout" not in "".join(out)
+    col = out[0].split().index("PREFETCH")
+    assert [line.split()[col] for line in out[1:]] == ["0", "1", "-"]
+
+
+# ----------------------------------------------------------------------------- the notebook pipeline
+
+def _pipeline_exit(argv, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        pipeline.main([*argv, "--runs-dir", str(tmp_path / "runs"), "--no-progress"])
+    assert not (tmp_path / "runs").exists(), "a refusal leaves no run folder"
+    assert isinstance(e.value.code, str) and "\n" not in e.value.code, "one line"
+    return e.value.code
+
+
+def test_only_an_unknown_notebook_names_the_known_ones(tmp_path):
+    msg = _pipeline_exit(["--only", "05"], tmp_path)
+    assert "05" in msg and all(p.stem in msg for p in pipeline.all_notebooks())
+
+
+def test_only_05_process_exits_nonzero_and_leaves_no_run_folder(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "workbench", "notebooks", "--only", "05", "--runs-dir",
+                        str(tmp_path / "runs")], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode != 0 and "01_padding_derivation" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_unknown_parameter_names_the_known_ones(tmp_path):
+    msg = _pipeline_exit(["-p", "devcie", "cpu"], tmp_path)
+    known = set().union(*(pipeline.declared_parameters(p) for p in pipeline.all_notebooks()))
+    assert "'devcie'" in msg and "did you mean 'device'" in msg and all(k in msg for k in known)
+
+
+def test_unknown_parameter_in_a_notebook_section_names_that_notebooks_parameters(tmp_path):
+    p = tmp_path / "p.yaml"
+    p.write_text(json.dumps({"01_padding_derivation": {"heads_grid": [1]}}))
+    msg = _pipeline_exit(["-f", str(p)], tmp_path)
+    assert "heads_grid" in msg and "01_padding_derivation" in msg and "seed" in msg and "topk_grid" not in msg
+    p.write_text(json.dumps({"05_nothing": {"seed": 1}}))
+    assert "no such notebook" in _pipeline_exit(["-f", str(p)], tmp_path)
+
+
+def test_parameters_cell_is_read_like_papermill_reads_it():
+    import papermill as pm
+    for path in pipeline.all_notebooks():
+        assert list(pipeline.declared_parameters(path)) == list(pm.inspect_notebook(str(path)))
+
+
+@pytest.mark.parametrize("argv", [["-f", "notebooks/tiny.yaml"], ["-p", "heads_grid", "[1, 5]"],
+                                  ["-p", "03_occupancy", "{archs: [sm_90]}"]], ids=["tiny.yaml", "-p", "section"])
+def test_publish_refuses_a_reduced_parameter_set(argv, tmp_path):
+    before = _tree("figures")
+    msg = _pipeline_exit([*argv, "--publish"], tmp_path)
+    assert msg.startswith("--publish refused") and "--force" in msg
+    assert _tree("figures") == before
+
+
+def test_reductions_compare_with_each_notebooks_defaults():
+    declared = {p.stem: pipeline.declared_parameters(p) for p in pipeline.all_notebooks()}
+    nb2 = declared["02_correctness"]
+    assert pipeline.reductions({"02_correctness": {}}, declared) == []
+    assert pipeline.reductions({"02_correctness": {"heads_grid": nb2["heads_grid"] + [32], "seed": 0,
+                                                   "device": "cuda", "fresh": False}}, declared) == []
+    assert len(pipeline.reductions({"02_correctness": {"batch": 1, "topk_grid": [1]}}, declared)) == 2
+
+
+def test_force_publishes_a_reduced_set(tmp_path, monkeypatch):
+    import papermill as pm
+
+    class Ran(Exception):
+        pass
+
+    def execute_notebook(*a, **kw):
+        raise Ran
+    monkeypatch.setattr(pm, "execute_notebook", execute_notebook)
+    with pytest.raises(Ran):
+        pipeline.main(["-f", "notebooks/tiny.yaml", "--publish", "--force", "--runs-dir", str(tmp_path),
+                       "--no-progress"])
+
+
+def test_pipeline_runs_quietly_and_reports_progress_once(tmp_path, monkeypatch, capfd):
+    """A one-cell notebook through the real kernel: no TCP warning, and each progress state printed once."""
+    nb = {"cells": [{"id": "params", "cell_type": "code", "metadata": {"tags": ["parameters"]}, "execution_count": None,
+                     "outputs": [], "source": ["out_dir = 'x'\n", "data_dir = 'y'\n", "n = 2\n"]},
+                    {"id": "work", "cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+                     "source": ["import os\n", "os.makedirs(out_dir, exist_ok=True)\n", "print(n * 21)"]}],
+          "metadata": {"kernelspec": {"name": pipeline.KERNEL, "display_name": "MLA workbench",
+                                      "language": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "nb").mkdir()
+    (tmp_path / "nb" / "01_trivial.ipynb").write_text(json.dumps(nb))
+    monkeypatch.setattr(pipeline, "NOTEBOOKS", tmp_path / "nb")
+    run_dir = pipeline.run({"n": 3}, runs_dir=tmp_path / "runs")
+    out, err = capfd.readouterr()
+    assert "without encryption" not in out + err
+    assert err.count("notebooks: 1/1 01_trivial") == 1, err
+    executed = json.loads((run_dir / "01_trivial.ipynb").read_text())
+    assert "63" in json.dumps(executed["cells"][-1]["outputs"]), "-p n 3 reached the notebook"
+
+
+# ----------------------------------------------------------------------------- set-up
+
+IN_VENV = Path(sys.prefix).resolve() == (ROOT / ".venv").resolve()
+
+
+@pytest.mark.skipif(not IN_VENV, reason="checks the project's .venv; this runs under another Python "
+                                        f"({sys.prefix})")
+def test_venv_has_jupyter_lab_and_the_workbench_kernel():
+    from importlib.metadata import version
+
+    from jupyter_client.kernelspec import KernelSpecManager
+    lab = Path(sys.prefix) / "bin" / "jupyter-lab"
+    assert lab.is_file() and os.access(lab, os.X_OK), "README's `.venv/bin/jupyter lab` needs jupyterlab"
+    pinned = [line.split("==")[1].strip() for line in (ROOT / "requirements.lock").read_text().splitlines()
+              if line.startswith("jupyterlab==")]
+    assert pinned == [version("jupyterlab")]
+    spec = KernelSpecManager().get_kernel_spec(pipeline.KERNEL)
+    assert spec.display_name == "MLA workbench"
+    assert Path(spec.argv[0]).absolute().is_relative_to(ROOT / ".venv"), f"kernel runs {spec.argv[0]}"
