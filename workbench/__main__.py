@@ -94,7 +94,9 @@ def _resource_table(df) -> str:
     """The printout of a lab table: one row per config, PREFETCH included (it lives in the config cell)."""
     from .results import parse_config
     df = df.copy()
-    df["PREFETCH"] = [parse_config(c).get("PREFETCH", "-") for c in df["config"]]
+    if "PREFETCH" not in df.columns:
+        df["PREFETCH"] = [parse_config(c).get("PREFETCH") for c in df["config"]]
+    df["PREFETCH"] = df["PREFETCH"].map(lambda v: "-" if v is None or v != v else int(v))  # "-": no such key
     cols = ["kernel", "arch", "BLOCK_H", "BLOCK_T", "num_warps", "num_stages", "PREFETCH", "status",
             "model_shared_bytes", "shared_bytes", "registers", "spill_stores", "mma", "warps_per_sm", "limiter"]
     return df[[c for c in cols if c in df.columns]].to_string(index=False)
