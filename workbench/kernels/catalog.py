@@ -57,6 +57,11 @@ _tile512("tile512_bf16dq", 3, "tile512 with dequant in bf16 bits: byte shuffles 
          "no fp32 convert or multiply (sm_90 loop body: FMUL 274 -> 146, F2FP 98 -> 2) but byte shuffles "
          "PRMT 287 -> 383 and static instructions 2800 -> 2864: expect within +-5% of tile512", DEQUANT=1)
 
+_tile512("tile512_3d", 4, "tile512 gathered as a [BLOCK_T, 8, 64] view: exact-size loads, free scale broadcast",
+         "a 3-stage pipeline buffers 576 B/token instead of 1.6 KB (102 KB vs 131+ KB at BLOCK_H=16, BLOCK_T=32), so "
+         "cp.async gathers fit 2 blocks/SM; unpipelined it adds layout shuffles (STS 73 -> 312): expect the tuner "
+         "to pick 3 stages and gain 10-20% at h16", GATHER3D=1)
+
 register(KernelSpec(
     name="gather", kind="probe", summary="speed-of-light probe: the decode's bytes and split plan, no math",
     launch=gather.launch_gather, jit=gather.gather_kernel, config_cls=gather.GatherConfig, allowed=gather.ALLOWED,

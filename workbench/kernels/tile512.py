@@ -111,11 +111,35 @@ def dequant_bf16_bits(k8, sbyte, BLOCK_T: tl.constexpr, SCALE_BYTES: tl.constexp
         constraints="=r,=r,r,r,r", args=[k8, sc], dtype=tl.bfloat16, is_pure=True, pack=4)
 
 
+@triton.jit
+def gather_tile_3d(cache_f8, cache_u8, cache_bf16, row, srow, valid, BLOCK_T: tl.constexpr, D_NOPE: tl.constexpr,
+                   NUM_TILES: tl.constexpr, TILE: tl.constexpr, SCALE_BYTES: tl.constexpr):
+    """[BLOCK_T, 512] bf16 from a [BLOCK_T, 8, 64] view: groups 0..6 are fp8 nope tiles, group 7 the rope.
+
+    Each load is exactly what the token holds (no 512-wide masked rope), so a pipelined loop buffers
+    448 + 128 bytes per token, and each scale byte broadcasts over its group's 64 columns for free.
+    """
+    g = tl.arange(0, SCALE_BYTES)
+    c = tl.arange(0, TILE)
+    nope = (g < NUM_TILES)[None, :, None]  # [1, 8, 1]
+    k8 = tl.load(cache_f8 + row[:, None, None] + (g * TILE)[None, :, None] + c[None, None, :],
+                 mask=valid[:, None, None] & nope, other=0.0)  # [BLOCK_T, 8, 64] fp8
+    rrow = tl.multiple_of(row // 2 + D_NOPE // 2, 8)
+    rope = tl.load(cache_bf16 + rrow[:, None, None] + c[None, None, :], mask=valid[:, None, None],
+                   other=0.0)  # [BLOCK_T, 1, 64] bf16
+    sbyte = tl.load(cache_u8 + srow[:, None, None] + g[None, :, None], mask=valid[:, None, None] & nope,
+                    other=0)  # [BLOCK_T, 8, 1]
+    scale = (sbyte.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+    k = tl.where(nope, (k8.to(tl.float32) * scale).to(tl.bfloat16), rope)
+    return tl.reshape(k, (BLOCK_T, SCALE_BYTES * TILE))
+
+
 @triton.autotune(configs=[c.to_triton() for c in TUNE_SPACE], key=["H", "TOKENS_BUCKET", "QUERIES_BUCKET"],
                  prune_configs_by={"early_config_prune": prune_configs},
                  do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup=3, rep=15, quantiles=quantiles))
-@triton.jit(do_not_specialize=["stride_qb", "stride_qs", "num_tokens", "stride_ib", "stride_is", "H", "S_Q", "TOPK",
-                               "split_offset", "s_total", "TOKENS_BUCKET", "QUERIES_BUCKET"])
+# q's strides stay specialised (multiples of 512 whatever the batch): 16-byte q loads, no recompiles
+@triton.jit(do_not_specialize=["num_tokens", "stride_ib", "stride_is", "H", "S_Q", "TOPK", "split_offset", "s_total",
+                               "TOKENS_BUCKET", "QUERIES_BUCKET"])
 def tile512_partial_kernel(
     q_ptr,            # [b, s_q, h, 512] bf16, last stride 1
     stride_qb, stride_qs, stride_qh,
@@ -132,7 +156,7 @@ def tile512_partial_kernel(
     HAS_TOPK_LEN: tl.constexpr, DOT_FP32: tl.constexpr,
     D_NOPE: tl.constexpr, D_ROPE: tl.constexpr, TILE: tl.constexpr, NUM_TILES: tl.constexpr,
     DATA_BYTES: tl.constexpr, SCALE_BYTES: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, DEQUANT: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, DEQUANT: tl.constexpr, GATHER3D: tl.constexpr,
 ):
     D: tl.constexpr = D_NOPE + D_ROPE
     pid_h = tl.program_id(0)
@@ -167,22 +191,27 @@ def tile512_partial_kernel(
         page = (safe // block_size).to(tl.int64)
         off = (safe % block_size).to(tl.int64)
         row = tl.multiple_of(page * stride_page + off * DATA_BYTES, 16)  # [BLOCK_T] byte offset of the token
-        if DEQUANT == 0 or DOT_FP32:  # the interpreter decodes fp8 at load and garbles bit casts
-            k8 = tl.load(cache_f8 + row[:, None] + d[None, :], mask=valid[:, None] & is_nope[None, :], other=0.0)
-        else:
-            k8 = tl.load(cache_u8 + row[:, None] + d[None, :], mask=valid[:, None] & is_nope[None, :], other=0)
-        # bf16 element (row + 448)/2 + (d - 448) for the rope columns; the nope columns are masked off
-        rrow = tl.multiple_of(row // 2 - D_NOPE // 2, 8)
-        rope = tl.load(cache_bf16 + rrow[:, None] + d[None, :], mask=valid[:, None] & (d >= D_NOPE)[None, :],
-                       other=0.0)  # [BLOCK_T, 512] bf16, zero outside the rope columns
         srow = page * stride_page + block_size * DATA_BYTES + off * SCALE_BYTES
-        sbyte = tl.load(cache_u8 + srow[:, None] + g[None, :], mask=valid[:, None] & (g < NUM_TILES)[None, :],
-                        other=0)  # [BLOCK_T, SCALE_BYTES]; the pad byte's group is the rope's: scale 0
-        if DEQUANT == 0 or DOT_FP32:
-            k_nope = dequant_fp32(k8, sbyte, BLOCK_T, SCALE_BYTES, TILE, D)
+        if GATHER3D:
+            k = gather_tile_3d(cache_f8, cache_u8, cache_bf16, row, srow, valid, BLOCK_T, D_NOPE, NUM_TILES, TILE,
+                               SCALE_BYTES)
         else:
-            k_nope = dequant_bf16_bits(k8, sbyte, BLOCK_T, SCALE_BYTES, TILE, D)
-        k = tl.where(is_nope[None, :], k_nope, rope)  # [BLOCK_T, 512] bf16, exact
+            if DEQUANT == 0 or DOT_FP32:  # the interpreter decodes fp8 at load and garbles bit casts
+                k8 = tl.load(cache_f8 + row[:, None] + d[None, :], mask=valid[:, None] & is_nope[None, :],
+                             other=0.0)
+            else:
+                k8 = tl.load(cache_u8 + row[:, None] + d[None, :], mask=valid[:, None] & is_nope[None, :], other=0)
+            # bf16 element (row + 448)/2 + (d - 448) for the rope columns; the nope columns are masked off
+            rrow = tl.multiple_of(row // 2 - D_NOPE // 2, 8)
+            rope = tl.load(cache_bf16 + rrow[:, None] + d[None, :], mask=valid[:, None] & (d >= D_NOPE)[None, :],
+                           other=0.0)  # [BLOCK_T, 512] bf16, zero outside the rope columns
+            sbyte = tl.load(cache_u8 + srow[:, None] + g[None, :], mask=valid[:, None] & (g < NUM_TILES)[None, :],
+                            other=0)  # [BLOCK_T, SCALE_BYTES]; the pad byte's group is the rope's: scale 0
+            if DEQUANT == 0 or DOT_FP32:
+                k_nope = dequant_fp32(k8, sbyte, BLOCK_T, SCALE_BYTES, TILE, D)
+            else:
+                k_nope = dequant_bf16_bits(k8, sbyte, BLOCK_T, SCALE_BYTES, TILE, D)
+            k = tl.where(is_nope[None, :], k_nope, rope)  # [BLOCK_T, 512] bf16, exact
         if DOT_FP32:
             k = k.to(tl.float32)
         s = mma(q, tl.trans(k), DOT_FP32)  # [BLOCK_H, BLOCK_T]
@@ -225,12 +254,13 @@ def check_config(config) -> TiledConfig:
 
 
 def launch_tile512_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
-                           tokens_per_split, sm_scale, config=None, DEQUANT=0):
+                           tokens_per_split, sm_scale, config=None, DEQUANT=0, GATHER3D=0):
     """Run the 512-tile partial kernel for one KV scope into splits [split_offset, split_offset+num_splits)."""
     b, s_q, h, _ = q.shape
     args = dict(**partial_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
                                part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
-                               sm_scale=sm_scale), **layout_constexprs(), DEQUANT=DEQUANT)
+                               sm_scale=sm_scale), **layout_constexprs(), DEQUANT=DEQUANT,
+                GATHER3D=GATHER3D)
     if INTERPRET and config is None:
         config = interpreter_config(h)
     if config is None:
