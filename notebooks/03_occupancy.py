@@ -169,9 +169,11 @@ c1 = over32_share == 1.0
 c2 = fit16_8_share == 1.0
 lines.append("\n**Claims:**")
 lines.append(f"- sm_120 report, 'BLOCK_T = 32 exceeds ~99 KB': {'confirmed' if c1 else 'refuted'} for this kernel: "
-             f"{100 * over32_share:.0f}% of its BLOCK_T = 32 configs are over (the rest fit at small BLOCK_H).")
+             f"{100 * over32_share:.0f}% of its BLOCK_T = 32 configs are over (those with BLOCK_H "
+             f"{sorted(set(over32[over32.shared_bytes > limits['sm_120']].BLOCK_H))}).")
 lines.append(f"- sm_120 report, 'BLOCK_T = 16 with 8 warps fits': {'confirmed' if c2 else 'refuted'}: "
-             f"{100 * fit16_8_share:.0f}% of those configs fit (BLOCK_H = 64 does not).")
+             f"{100 * fit16_8_share:.0f}% of those configs fit (over the limit: BLOCK_H "
+             f"{sorted(set(fit16_8[fit16_8.shared_bytes > limits['sm_120']].BLOCK_H))}).")
 r = regs90.pivot_table(index=["BLOCK_H", "PREFETCH"], columns="num_warps", values="registers")
 if {4, 8} <= set(r.columns):
     pairs = ", ".join(f"H{h} pf{p}: {int(r.loc[(h, p), 4])} vs {int(r.loc[(h, p), 8])}" for h, p in r.index)
