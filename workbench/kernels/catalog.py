@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..registry import KernelSpec, register
-from . import gather, mma, simt, tile512
+from . import gather, mma, simt, tile512, wgmma
 from .configs import TiledConfig
 from .common import layout_constexprs
 
@@ -61,6 +61,16 @@ _tile512("tile512_3d", 4, "tile512 gathered as a [BLOCK_T, 8, 64] view: exact-si
          "a 3-stage pipeline buffers 576 B/token instead of 1.6 KB (102 KB vs 131+ KB at BLOCK_H=16, BLOCK_T=32), so "
          "cp.async gathers fit 2 blocks/SM; unpipelined it adds layout shuffles (STS 73 -> 312): expect the tuner "
          "to pick 3 stages and gain 10-20% at h16", GATHER3D=1)
+
+register(KernelSpec(
+    name="wgmma", kind="split", rung=5, interpretable=False,
+    summary="Gluon, sm_90: K and q in shared memory for wgmma (tokens as M), next tile's loads in flight, "
+            "async PV overlapping the next dequant",
+    prediction="no q operand in registers and loads overlapped with MMA: h16 50-70 us (from 113), h64 < 100 us",
+    launch=wgmma.launch_wgmma_partial, jit=wgmma.wgmma_partial_kernel, config_cls=TiledConfig,
+    allowed=wgmma.ALLOWED, config_space=tuple(wgmma.CONFIG_SPACE), shared_model=wgmma.estimate_shared_bytes,
+    check_configs=({"BLOCK_H": 64, "BLOCK_T": 64, "num_warps": 8}, {"BLOCK_H": 16, "BLOCK_T": 64, "num_warps": 8},
+                   {"BLOCK_H": 32, "BLOCK_T": 64, "num_warps": 8})))
 
 register(KernelSpec(
     name="gather", kind="probe", summary="speed-of-light probe: the decode's bytes and split plan, no math",

@@ -1,0 +1,214 @@
+"""Ladder rung "wgmma": a Gluon kernel for Hopper, with q and the KV tile in shared memory.
+
+Every Triton rung below this one holds q as an mma.sync operand in registers (128 of 255 at
+BLOCK_H=16) and waits on each tile's gathers, so 2 blocks of 4 warps fit an SM and the loads are
+not overlapped. Here, with explicit layouts (Gluon):
+
+- the token tile is the M side of the MMA (swapped: S^T = K q^T and O^T = K^T P^T), so wgmma
+  takes K (A) and q (B) from shared memory and any BLOCK_H of 16..64 runs without padding;
+- the two warpgroups split S^T by heads and O^T by output columns: no duplicated work, and the
+  fp32 accumulator is 2*BLOCK_H registers per thread (32 at 16 heads, 128 at 64);
+- the next tile's bytes are loaded into registers before this tile's MMAs, and the PV wgmma runs
+  asynchronously while the next tile is dequantised into the other of two shared K buffers.
+
+What it should move (written before measuring): the issue-rate limit of the Triton rungs (CPI ~6
+at 2 warps per scheduler, ncu) gives way to overlap: h16 from 113 us towards the 33 us gather
+floor plus the dequant time (~10 us for 993 tokens/SM), so 50-70 us; h64 below 100 us.
+GPU only (sm_90): Gluon does not run under the interpreter.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma, warpgroup_mma_init,
+                                                              warpgroup_mma_wait)
+
+from .common import D_NOPE, D_ROPE, DATA_BYTES, NUM_TILES, SCALE_BYTES, TILE, partial_args
+from .configs import TiledConfig
+
+ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(64,), num_warps=(8,), num_stages=(1,))
+CONFIG_SPACE = [TiledConfig(BLOCK_H=bh, BLOCK_T=64, num_warps=8) for bh in ALLOWED["BLOCK_H"]]
+NUM_WARPS = 8  # two warpgroups
+
+
+def estimate_shared_bytes(c: TiledConfig) -> int:
+    """Two bf16 K tiles (2 KB/token), q (1 KB/head), P^T (2 B/token/head), the rope staging (128 B/token);
+    the epilogue's transposed accumulator (2 KB/head) reuses freed space."""
+    return 2 * 1024 * c.BLOCK_T + 1024 * c.BLOCK_H + 2 * c.BLOCK_T * c.BLOCK_H + 128 * c.BLOCK_T
+
+
+@gluon.jit
+def wgmma_partial_kernel(
+    q_ptr,            # [b, s_q, h, 512] bf16, last stride 1
+    stride_qb, stride_qs, stride_qh,
+    cache_f8, cache_u8, cache_bf16,  # flat views of one cache
+    stride_page, block_size, num_tokens,
+    idx_ptr,          # [b, s_q, topk] int32
+    stride_ib, stride_is,
+    topk_len_ptr,     # [b] int32 (read only when HAS_TOPK_LEN)
+    part_out_ptr,     # [b*s_q, h, s_total, 512] fp32
+    part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2
+    sm_scale_log2,
+    H, S_Q, TOPK, split_offset, tokens_per_split, s_total,
+    TOKENS_BUCKET, QUERIES_BUCKET,
+    HAS_TOPK_LEN: gl.constexpr, DOT_FP32: gl.constexpr,
+    D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, NUM_TILES: gl.constexpr,
+    DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr,
+    BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr,
+):
+    D: gl.constexpr = D_NOPE + D_ROPE
+    G: gl.constexpr = SCALE_BYTES  # 8 column groups of TILE: 7 fp8 nope tiles and the rope
+    # [BLOCK_T, G, TILE] raw bytes: 16 contiguous bytes per thread, 8 rows per warp
+    L3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [1, 8, 4], [8, 1, 1], [2, 1, 0])
+    ROWS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))        # [BLOCK_T]
+    GRP2: gl.constexpr = gl.SliceLayout(2, L3)                           # [BLOCK_T, G]
+    ROPE: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])  # [BLOCK_T, TILE] bf16, 16 B/thread
+    QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [8, 1], [1, 0])   # [BLOCK_H, D] bf16
+    # S^T [BLOCK_T, BLOCK_H]: the two warpgroups take half of the heads each
+    SL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                 instr_shape=[16, BLOCK_H // 2, 16])
+    # O^T [D, BLOCK_H]: the two warpgroups take alternate 64-row blocks of the output columns
+    OL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
+                                                 instr_shape=[16, BLOCK_H, 16])
+    OUT: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, 8], [0, 1])  # [D, BLOCK_H], coalesced along d
+    K_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, D], gl.bfloat16)
+    Q_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D], gl.bfloat16)
+    P_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, BLOCK_H], gl.bfloat16)
+
+    pid_h = gl.program_id(0)
+    split = gl.program_id(1)
+    pid_q = gl.program_id(2)
+    bi = pid_q // S_Q
+    si = pid_q % S_Q
+
+    qh = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, QL))
+    qd = gl.arange(0, D, layout=gl.SliceLayout(0, QL))
+    q = gl.load(q_ptr + bi * stride_qb + si * stride_qs + qh[:, None] * stride_qh + qd[None, :],
+                mask=(qh < H)[:, None], other=0.0)  # [BLOCK_H, 512] bf16
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, D], Q_SMEM, q)
+    k_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_T, D], K_SMEM)
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_T, BLOCK_H], P_SMEM)
+
+    end_all = TOPK
+    if HAS_TOPK_LEN:
+        end_all = gl.minimum(gl.load(topk_len_ptr + bi), TOPK)
+    start = split * tokens_per_split
+    end = gl.minimum(start + tokens_per_split, end_all)
+    idx_row = idx_ptr + bi * stride_ib + si * stride_is
+
+    g = gl.arange(0, G, layout=gl.SliceLayout(0, GRP2))
+    g3 = gl.expand_dims(gl.expand_dims(g, 0), 2)  # [1, G, 1]
+    c3 = gl.expand_dims(gl.expand_dims(gl.arange(0, TILE, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
+    rc = gl.arange(0, TILE, layout=gl.SliceLayout(0, ROPE))
+
+    # the first tile's bytes; each loop step dequantises the bytes in hand and loads the next tile's
+    nope, rope, sbyte, valid = _load_tile(cache_f8, cache_u8, cache_bf16, idx_row, start, end, num_tokens,
+                                          stride_page, block_size, g, g3, c3, rc, D_NOPE, NUM_TILES,
+                                          DATA_BYTES, SCALE_BYTES, TILE, BLOCK_T, ROWS, ROPE)
+
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(0, SL))
+    l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(0, SL))
+    acc = warpgroup_mma_init(gl.zeros([D, BLOCK_H], gl.float32, layout=OL))  # carried as an async result
+    s_zero = gl.zeros([BLOCK_T, BLOCK_H], gl.float32, layout=SL)
+    buf = 0
+    for t0 in range(start, end, BLOCK_T):
+        # dequantise the tile in hand into K buffer `buf` (the other buffer may still feed the last PV)
+        scale = (gl.expand_dims(sbyte, 2).to(gl.int32) << 23).to(gl.float32, bitcast=True)  # [BLOCK_T, G, 1]
+        k3 = (nope.to(gl.float8e4nv, bitcast=True).to(gl.float32) * scale).to(gl.bfloat16)
+        rope3 = gl.expand_dims(gl.convert_layout(rope, gl.SliceLayout(1, L3)), 1)  # [BLOCK_T, 1, TILE]
+        k3 = gl.where(g3 < NUM_TILES, k3, rope3)  # the rope fills the padding group: one 512-wide tile
+        kb = k_smem.index(buf)
+        kb.store(gl.reshape(k3, [BLOCK_T, D]))
+        cur_valid = valid
+        # the next tile's gathers are in flight during this tile's MMAs and softmax
+        nope, rope, sbyte, valid = _load_tile(cache_f8, cache_u8, cache_bf16, idx_row, t0 + BLOCK_T, end,
+                                              num_tokens, stride_page, block_size, g, g3, c3, rc, D_NOPE,
+                                              NUM_TILES, DATA_BYTES, SCALE_BYTES, TILE, BLOCK_T, ROWS, ROPE)
+        fence_async_shared()
+        gl.thread_barrier()
+        s = warpgroup_mma(kb, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)  # [BLOCK_T, BLOCK_H]
+        s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))  # also retires the last PV
+        v = gl.convert_layout(cur_valid, gl.SliceLayout(1, SL))
+        s = gl.where(gl.expand_dims(v, 1), s * sm_scale_log2, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 0))
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
+        alpha = gl.exp2(m_i - m_use)
+        p = gl.exp2(s - gl.expand_dims(m_use, 0))
+        l_i = l_i * alpha + gl.sum(p, 0)
+        m_i = m_new
+        p_smem.store(p.to(gl.bfloat16))
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, OL)), 0)
+        fence_async_shared()
+        gl.thread_barrier()
+        acc = warpgroup_mma(kb.permute((1, 0)), p_smem, acc, is_async=True)  # O^T += K^T P^T
+        buf = 1 - buf
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+
+    live = l_i > 0
+    inv_l = gl.where(live, 1.0 / l_i, 0.0)
+    lse2 = gl.where(live, m_i + gl.log2(l_i), float("-inf"))
+    heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, SL))
+    slot = (pid_q * H + heads) * s_total + split_offset + split  # [BLOCK_H]
+    gl.store(part_lse_ptr + slot, lse2, mask=heads < H)
+    out = gl.convert_layout(acc * gl.expand_dims(gl.convert_layout(inv_l, gl.SliceLayout(0, OL)), 0), OUT)
+    oh = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, OUT))
+    od = gl.arange(0, D, layout=gl.SliceLayout(1, OUT))
+    oslot = (pid_q * H + oh) * s_total + split_offset + split
+    live_o = gl.convert_layout(live, gl.SliceLayout(0, OUT))
+    # an empty split writes only its -inf LSE; the combine never reads its out
+    gl.store(part_out_ptr + gl.expand_dims(oslot.to(gl.int64) * D, 0) + gl.expand_dims(od, 1), out,
+             mask=gl.expand_dims((oh < H) & live_o, 0))
+
+
+@gluon.jit
+def _load_tile(cache_f8, cache_u8, cache_bf16, idx_row, t0, end, num_tokens, stride_page, block_size,
+               g, g3, c3, rc, D_NOPE: gl.constexpr, NUM_TILES: gl.constexpr, DATA_BYTES: gl.constexpr,
+               SCALE_BYTES: gl.constexpr, TILE: gl.constexpr, BLOCK_T: gl.constexpr, ROWS: gl.constexpr,
+               ROPE: gl.constexpr):
+    """Issue one tile's loads: (nope [BLOCK_T, G, TILE] u8, rope [BLOCK_T, TILE] bf16, scale bytes
+    [BLOCK_T, G] u8, valid [BLOCK_T]). Invalid tokens and the padding group load as zero."""
+    offs = t0 + gl.arange(0, BLOCK_T, layout=ROWS)
+    idx = gl.load(idx_row + offs, mask=offs < end, other=-1)
+    valid = (offs < end) & (idx >= 0) & (idx < num_tokens)
+    safe = gl.where(valid, idx, 0)
+    page = (safe // block_size).to(gl.int64)
+    off = (safe % block_size).to(gl.int64)
+    row = page * stride_page + off * DATA_BYTES  # [BLOCK_T] byte offset of the token
+    row3 = gl.expand_dims(gl.expand_dims(row, 1), 2)
+    v3 = gl.expand_dims(gl.expand_dims(valid, 1), 2)
+    nope = gl.load(cache_u8 + row3 + g3 * TILE + c3, mask=v3 & (g3 < NUM_TILES), other=0)
+    srow = page * stride_page + block_size * DATA_BYTES + off * SCALE_BYTES
+    sbyte = gl.load(cache_u8 + gl.expand_dims(srow, 1) + gl.expand_dims(g, 0),
+                    mask=gl.expand_dims(valid, 1) & gl.expand_dims(g < NUM_TILES, 0), other=0)
+    rrow = gl.convert_layout((row + D_NOPE) // 2, gl.SliceLayout(1, ROPE))
+    rvalid = gl.convert_layout(valid, gl.SliceLayout(1, ROPE))
+    rope = gl.load(cache_bf16 + gl.expand_dims(rrow, 1) + gl.expand_dims(rc, 0), mask=gl.expand_dims(rvalid, 1),
+                   other=0.0)
+    return nope, rope, sbyte, valid
+
+
+def check_config(config) -> TiledConfig:
+    return TiledConfig.from_any(config, ALLOWED, "wgmma")
+
+
+def default_config(heads: int) -> TiledConfig:
+    return TiledConfig(BLOCK_H=min(64, max(16, triton.next_power_of_2(heads))), BLOCK_T=64, num_warps=NUM_WARPS)
+
+
+def launch_wgmma_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
+                         tokens_per_split, sm_scale, config=None):
+    """Run the Gluon partial kernel for one KV scope into splits [split_offset, split_offset+num_splits)."""
+    if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] != 9:
+        raise RuntimeError("impl='wgmma' is a Hopper (sm_90) Gluon kernel: it needs an sm_90 GPU "
+                           "(it does not run under TRITON_INTERPRET)")
+    b, s_q, h, _ = q.shape
+    cfg = default_config(h) if config is None else check_config(config)
+    args = partial_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
+                        part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
+                        sm_scale=sm_scale)
+    grid = (triton.cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
+    wgmma_partial_kernel[grid](**args, D_NOPE=D_NOPE, D_ROPE=D_ROPE, TILE=TILE, NUM_TILES=NUM_TILES,
+                               DATA_BYTES=DATA_BYTES, SCALE_BYTES=SCALE_BYTES, BLOCK_H=cfg.BLOCK_H,
+                               BLOCK_T=cfg.BLOCK_T, num_warps=NUM_WARPS)
