@@ -37,7 +37,10 @@ for item in ${NCU:-}; do
   impl="${item%%=*}"; cfg="${item#*=}"
   timeout 300 ncu --clock-control none --kernel-name regex:partial --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --section SourceCounters --section MemoryWorkloadAnalysis \
+    --section SourceCounters --section MemoryWorkloadAnalysis --print-details all \
+    --metrics "$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' long_scoreboard short_scoreboard \
+      barrier wait math_pipe_throttle mio_throttle lg_throttle not_selected selected dispatch_stall membar \
+      no_instruction drain imc_miss branch_resolving tex_throttle sleeping | sed 's/,$//')" \
     python3 -m workbench.profile --impl "$impl" --heads "${NCU_HEADS:-16}" --config "$cfg" > "$OUT/ncu_${impl}_h${NCU_HEADS:-16}.txt" 2>&1
   echo "ncu $impl: exit $?; $(grep -E 'Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|DRAM Throughput' "$OUT/ncu_${impl}_h${NCU_HEADS:-16}.txt" | tr -s ' ' | tr '\n' ';')"
 done

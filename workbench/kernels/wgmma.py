@@ -56,14 +56,16 @@ def wgmma_partial_kernel(
     HAS_TOPK_LEN: gl.constexpr, DOT_FP32: gl.constexpr,
     D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, NUM_TILES: gl.constexpr,
     DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr,
-    BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr,
+    BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr,
 ):
     D: gl.constexpr = D_NOPE + D_ROPE
     G: gl.constexpr = SCALE_BYTES  # 8 column groups of TILE: 7 fp8 nope tiles and the rope
-    # [BLOCK_T, G, TILE] raw bytes: 16 contiguous bytes per thread, 8 rows per warp
-    L3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [1, 8, 4], [8, 1, 1], [2, 1, 0])
+    W: gl.constexpr = TILE // 4  # int32 words of one fp8 group
+    # [BLOCK_T, G, W] raw words (4 fp8 each): 16 contiguous bytes per thread, 8 rows per warp
+    L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 8, 4], [8, 1, 1], [2, 1, 0])
     ROWS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))        # [BLOCK_T]
     GRP2: gl.constexpr = gl.SliceLayout(2, L3)                           # [BLOCK_T, G]
+    KW: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32)
     ROPE: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])  # [BLOCK_T, TILE] bf16, 16 B/thread
     QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [8, 1], [1, 0])   # [BLOCK_H, D] bf16
     # S^T [BLOCK_T, BLOCK_H]: the two warpgroups take half of the heads each
@@ -73,7 +75,7 @@ def wgmma_partial_kernel(
     OL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
                                                  instr_shape=[16, BLOCK_H, 16])
     OUT: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, 8], [0, 1])  # [D, BLOCK_H], coalesced along d
-    K_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, D], gl.bfloat16)
+    K_SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16)
     Q_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D], gl.bfloat16)
     P_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, BLOCK_H], gl.bfloat16)
 
@@ -100,13 +102,16 @@ def wgmma_partial_kernel(
 
     g = gl.arange(0, G, layout=gl.SliceLayout(0, GRP2))
     g3 = gl.expand_dims(gl.expand_dims(g, 0), 2)  # [1, G, 1]
-    c3 = gl.expand_dims(gl.expand_dims(gl.arange(0, TILE, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
+    w3 = gl.expand_dims(gl.expand_dims(gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
     rc = gl.arange(0, TILE, layout=gl.SliceLayout(0, ROPE))
+    cache_w = cache_u8.to(gl.pointer_type(gl.int32), bitcast=True)
 
-    # the first tile's bytes; each loop step dequantises the bytes in hand and loads the next tile's
-    nope, rope, sbyte, valid = _load_tile(cache_f8, cache_u8, cache_bf16, idx_row, start, end, num_tokens,
-                                          stride_page, block_size, g, g3, c3, rc, D_NOPE, NUM_TILES,
-                                          DATA_BYTES, SCALE_BYTES, TILE, BLOCK_T, ROWS, ROPE)
+    # software pipeline: indices two tiles ahead, bytes one tile ahead of the tile being dequantised
+    idx = _load_idx(idx_row, start, end, BLOCK_T, ROWS)
+    words, rope, sbyte, valid = _load_tile(cache_w, cache_u8, cache_bf16, idx, start, end, num_tokens, stride_page,
+                                           block_size, g, g3, w3, rc, D_NOPE, DATA_BYTES, SCALE_BYTES, W,
+                                           BLOCK_T, ROWS, ROPE, BS_SHIFT)
+    idx = _load_idx(idx_row, start + BLOCK_T, end, BLOCK_T, ROWS)
 
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(0, SL))
     l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(0, SL))
@@ -115,17 +120,19 @@ def wgmma_partial_kernel(
     buf = 0
     for t0 in range(start, end, BLOCK_T):
         # dequantise the tile in hand into K buffer `buf` (the other buffer may still feed the last PV)
-        scale = (gl.expand_dims(sbyte, 2).to(gl.int32) << 23).to(gl.float32, bitcast=True)  # [BLOCK_T, G, 1]
-        k3 = (nope.to(gl.float8e4nv, bitcast=True).to(gl.float32) * scale).to(gl.bfloat16)
-        rope3 = gl.expand_dims(gl.convert_layout(rope, gl.SliceLayout(1, L3)), 1)  # [BLOCK_T, 1, TILE]
-        k3 = gl.where(g3 < NUM_TILES, k3, rope3)  # the rope fills the padding group: one 512-wide tile
+        sc = gl.where(sbyte == 0, 0, (sbyte.to(gl.int32) + 56) << 7) * 65537  # bf16 2**(e-71), twice
+        lo, hi = _dequant_words(words, gl.expand_dims(sc, 2))
         kb = k_smem.index(buf)
-        kb.store(gl.reshape(k3, [BLOCK_T, D]))
+        # the last group holds rope bytes as if fp8 (garbage); the rope store below replaces it
+        kb._reinterpret(gl.int32, [BLOCK_T, D // 2], KW).store(gl.reshape(gl.join(lo, hi), [BLOCK_T, D // 2]))
+        gl.thread_barrier()
+        kb.slice(D_NOPE, D_ROPE, dim=1).store(rope)
         cur_valid = valid
         # the next tile's gathers are in flight during this tile's MMAs and softmax
-        nope, rope, sbyte, valid = _load_tile(cache_f8, cache_u8, cache_bf16, idx_row, t0 + BLOCK_T, end,
-                                              num_tokens, stride_page, block_size, g, g3, c3, rc, D_NOPE,
-                                              NUM_TILES, DATA_BYTES, SCALE_BYTES, TILE, BLOCK_T, ROWS, ROPE)
+        words, rope, sbyte, valid = _load_tile(cache_w, cache_u8, cache_bf16, idx, t0 + BLOCK_T, end, num_tokens,
+                                               stride_page, block_size, g, g3, w3, rc, D_NOPE, DATA_BYTES,
+                                               SCALE_BYTES, W, BLOCK_T, ROWS, ROPE, BS_SHIFT)
+        idx = _load_idx(idx_row, t0 + 2 * BLOCK_T, end, BLOCK_T, ROWS)
         fence_async_shared()
         gl.thread_barrier()
         s = warpgroup_mma(kb, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)  # [BLOCK_T, BLOCK_H]
@@ -163,30 +170,71 @@ def wgmma_partial_kernel(
 
 
 @gluon.jit
-def _load_tile(cache_f8, cache_u8, cache_bf16, idx_row, t0, end, num_tokens, stride_page, block_size,
-               g, g3, c3, rc, D_NOPE: gl.constexpr, NUM_TILES: gl.constexpr, DATA_BYTES: gl.constexpr,
-               SCALE_BYTES: gl.constexpr, TILE: gl.constexpr, BLOCK_T: gl.constexpr, ROWS: gl.constexpr,
-               ROPE: gl.constexpr):
-    """Issue one tile's loads: (nope [BLOCK_T, G, TILE] u8, rope [BLOCK_T, TILE] bf16, scale bytes
-    [BLOCK_T, G] u8, valid [BLOCK_T]). Invalid tokens and the padding group load as zero."""
+def _load_idx(idx_row, t0, end, BLOCK_T: gl.constexpr, ROWS: gl.constexpr):
     offs = t0 + gl.arange(0, BLOCK_T, layout=ROWS)
-    idx = gl.load(idx_row + offs, mask=offs < end, other=-1)
+    return gl.load(idx_row + offs, mask=offs < end, other=-1)
+
+
+@gluon.jit
+def _load_tile(cache_w, cache_u8, cache_bf16, idx, t0, end, num_tokens, stride_page, block_size,
+               g, g3, w3, rc, D_NOPE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr,
+               W: gl.constexpr, BLOCK_T: gl.constexpr, ROWS: gl.constexpr, ROPE: gl.constexpr,
+               BS_SHIFT: gl.constexpr):
+    """Issue one tile's loads: (words [BLOCK_T, G, W] int32 = 4 fp8 each, rope [BLOCK_T, TILE] bf16, scale
+    bytes [BLOCK_T, G] u8, valid [BLOCK_T]). Invalid tokens load as zero, so NaN in an unselected page
+    never enters a dot. Group G-1 reads the first rope bytes and the pad scale byte: both are replaced.
+    """
+    offs = t0 + gl.arange(0, BLOCK_T, layout=ROWS)
     valid = (offs < end) & (idx >= 0) & (idx < num_tokens)
     safe = gl.where(valid, idx, 0)
-    page = (safe // block_size).to(gl.int64)
-    off = (safe % block_size).to(gl.int64)
+    if BS_SHIFT >= 0:  # power-of-two pages: every lane of a warp splits the same 8 indices, so keep it cheap
+        page = (safe >> BS_SHIFT).to(gl.int64)
+        off = (safe & ((1 << BS_SHIFT) - 1)).to(gl.int64)
+    else:
+        page = (safe.to(gl.uint32) // block_size).to(gl.int64)
+        off = (safe.to(gl.uint32) % block_size).to(gl.int64)
     row = page * stride_page + off * DATA_BYTES  # [BLOCK_T] byte offset of the token
-    row3 = gl.expand_dims(gl.expand_dims(row, 1), 2)
+    row3 = gl.expand_dims(gl.expand_dims(row // 4, 1), 2)
     v3 = gl.expand_dims(gl.expand_dims(valid, 1), 2)
-    nope = gl.load(cache_u8 + row3 + g3 * TILE + c3, mask=v3 & (g3 < NUM_TILES), other=0)
+    words = gl.load(cache_w + row3 + g3 * W + w3, mask=v3, other=0)
     srow = page * stride_page + block_size * DATA_BYTES + off * SCALE_BYTES
-    sbyte = gl.load(cache_u8 + gl.expand_dims(srow, 1) + gl.expand_dims(g, 0),
-                    mask=gl.expand_dims(valid, 1) & gl.expand_dims(g < NUM_TILES, 0), other=0)
+    sbyte = gl.load(cache_u8 + gl.expand_dims(srow, 1) + gl.expand_dims(g, 0), mask=gl.expand_dims(valid, 1),
+                    other=0)
     rrow = gl.convert_layout((row + D_NOPE) // 2, gl.SliceLayout(1, ROPE))
     rvalid = gl.convert_layout(valid, gl.SliceLayout(1, ROPE))
     rope = gl.load(cache_bf16 + gl.expand_dims(rrow, 1) + gl.expand_dims(rc, 0), mask=gl.expand_dims(rvalid, 1),
                    other=0.0)
-    return nope, rope, sbyte, valid
+    return words, rope, sbyte, valid
+
+
+@gluon.jit
+def _dequant_words(words, sc):
+    """Four e4m3 bytes (one int32 word) -> two words of bf16 pairs, exactly, with no fp32 step.
+
+    ``((b & 0x80) << 8) | ((b & 0x7F) << 4)`` is the bf16 of the e4m3 value times 2**-120 (subnormals
+    included); two exact bf16x2 multiplies, by 2**64 and by the scale pair sc = 2**(e-71), restore it
+    (e <= 198: scales up to 2**71; the quantiser writes 105 and up). A zero scale (masked) gives 0.
+    """
+    return gl.inline_asm_elementwise(
+        asm="""{
+        .reg .b32 t0, t1, u0, u1, c64;
+        mov.b32 c64, 0x5F805F80;
+        prmt.b32 t0, $2, 0, 0x1404;
+        prmt.b32 t1, $2, 0, 0x3424;
+        shr.b32 u0, t0, 4;
+        shr.b32 u1, t1, 4;
+        and.b32 u0, u0, 0x07F007F0;
+        and.b32 u1, u1, 0x07F007F0;
+        and.b32 t0, t0, 0x80008000;
+        and.b32 t1, t1, 0x80008000;
+        or.b32 t0, t0, u0;
+        or.b32 t1, t1, u1;
+        mul.rn.bf16x2 t0, t0, c64;
+        mul.rn.bf16x2 t1, t1, c64;
+        mul.rn.bf16x2 $0, t0, $3;
+        mul.rn.bf16x2 $1, t1, $3;
+        }""",
+        constraints="=r,=r,r,r", args=[words, sc], dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
 
 
 def check_config(config) -> TiledConfig:
@@ -209,6 +257,8 @@ def launch_wgmma_partial(*, q, cache, indices, topk_length, part_out, part_lse, 
                         part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
                         sm_scale=sm_scale)
     grid = (triton.cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
-    wgmma_partial_kernel[grid](**args, D_NOPE=D_NOPE, D_ROPE=D_ROPE, TILE=TILE, NUM_TILES=NUM_TILES,
+    bs = cache.shape[1]
+    bs_shift = bs.bit_length() - 1 if bs & (bs - 1) == 0 else -1  # shifts for power-of-two pages
+    wgmma_partial_kernel[grid](**args, BS_SHIFT=bs_shift, D_NOPE=D_NOPE, D_ROPE=D_ROPE, TILE=TILE, NUM_TILES=NUM_TILES,
                                DATA_BYTES=DATA_BYTES, SCALE_BYTES=SCALE_BYTES, BLOCK_H=cfg.BLOCK_H,
                                BLOCK_T=cfg.BLOCK_T, num_warps=NUM_WARPS)
