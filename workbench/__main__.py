@@ -155,7 +155,7 @@ def publish_table(csv, data_dir: Path | None = None) -> list[Path]:
             pairs.append((src, data_dir / f"{stem}{suffix}"))
     taken = [str(d) for _, d in pairs if d.exists()]
     if taken:
-        raise ValueError(f"{', '.join(taken)} exists already; a published table is never replaced")
+        raise ValueError(f"already in data/: {', '.join(taken)}; a published table is never replaced")
     data_dir.mkdir(parents=True, exist_ok=True)
     for src, dst in pairs:
         with open(dst, "xb") as f:  # "x": fail rather than replace, even against a concurrent writer
