@@ -241,7 +241,8 @@ def layout_constexprs() -> dict:
 
 def interpreter_config(heads: int) -> TiledConfig:
     """The one config the CPU interpreter runs: big tiles mean few (slow) interpreted programs."""
-    return TiledConfig(BLOCK_H=min(64, max(16, triton.next_power_of_2(heads))), BLOCK_T=64)
+    bh = min(64, max(16, triton.next_power_of_2(heads)))
+    return TiledConfig(BLOCK_H=bh, BLOCK_T=64, num_warps=8 if bh == 64 else 4)  # within the register rule
 
 
 def check_config(config) -> TiledConfig:

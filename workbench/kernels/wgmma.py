@@ -191,8 +191,8 @@ def _load_tile(cache_w, cache_u8, cache_bf16, idx, t0, end, num_tokens, stride_p
         page = (safe >> BS_SHIFT).to(gl.int64)
         off = (safe & ((1 << BS_SHIFT) - 1)).to(gl.int64)
     else:
-        page = (safe.to(gl.uint32) // block_size).to(gl.int64)
-        off = (safe.to(gl.uint32) % block_size).to(gl.int64)
+        page = (safe.to(gl.uint32) // block_size.to(gl.uint32)).to(gl.int64)
+        off = (safe.to(gl.uint32) % block_size.to(gl.uint32)).to(gl.int64)
     row = page * stride_page + off * DATA_BYTES  # [BLOCK_T] byte offset of the token
     row3 = gl.expand_dims(gl.expand_dims(row // 4, 1), 2)
     v3 = gl.expand_dims(gl.expand_dims(valid, 1), 2)
