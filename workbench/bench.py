@@ -59,9 +59,9 @@ HEADS = (16, 32, 64, 128)
 
 def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str, ...], dict | None]]:
     """(shape, providers, modes, forced config) for a named sweep."""
-    fast = ("mma", "flashmla")
+    fast = ("auto", "flashmla", "gather")  # the default kernel beside FlashMLA and the gather floor
     if name == "smoke":
-        return [(BenchShape(2, 64, 512), ("mma", "flashmla", "simt", "reference"), ("eager", "graph"), None)]
+        return [(BenchShape(2, 64, 512), ("auto", "flashmla", "simt", "reference"), ("eager", "graph"), None)]
     if name == "batch":
         return [(BenchShape(b, h, k), fast, ("eager",) + (("graph",) if b <= 8 else ()), None)
                 for k in (512, 2048) for h in HEADS for b in BATCHES]

@@ -50,7 +50,7 @@ def _check_runnable(q: torch.Tensor, impl: str) -> None:
 
 
 def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_length=None,
-                      extra_cache=None, extra_indices=None, extra_topk_length=None, impl="mma", config=None):
+                      extra_cache=None, extra_indices=None, extra_topk_length=None, impl="auto", config=None):
     """Sparse MLA decode over a MODEL1 paged FP8 KV cache (DeepSeek-V4).
 
     q: [b, s_q, h, 512] bf16; cache: [num_blocks, block_size, 1, 584] uint8/fp8 view;
@@ -59,19 +59,21 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     clamped to [0, topk] (a negative length selects nothing, a length above topk selects all); extra_*: a second scope
     in the same softmax.
     sm_scale: a positive real (Python or numpy scalar, or 0-dim tensor); default 512**-0.5.
-    impl: "mma" (head-batched tensor-core kernel), "simt" (per-head baseline) or "reference" (fp32 torch).
-    config: one kernel config (dict) to run without autotuning, e.g. for CUDA graph capture:
-    mma: {"BLOCK_H", "BLOCK_T", "num_warps", "num_stages", "PREFETCH"}; simt: {"BLOCK_T", "num_warps"}.
+    impl: "auto" (default: the fastest kernel that passes every GPU check on this device: "wgmma" on sm_90,
+    else "tile512"), any registered kernel (``workbench.registry.decode_impls()``: the optimisation ladder's
+    rungs "mma", "tile512", "tile512_bf16dq", "tile512_3d", "wgmma", the per-head "simt"), or "reference".
+    config: one kernel config (dict) to run without autotuning, e.g. for CUDA graph capture; the keys are
+    the kernel's ``registry.get(impl).allowed`` (tiled kernels: BLOCK_H, BLOCK_T, num_warps, num_stages).
 
     Returns (out [b, s_q, h, 512] bf16, lse [b, h, s_q] fp32): natural-log LSE without the sink;
     a query with no valid token gives out = 0 and lse = +inf.
     """
     if impl not in registry.decode_impls():
         raise ValueError(f"impl: expected one of {registry.decode_impls()}, got {impl!r}")
-    spec = registry.get(impl)
     dims = check_decode_args(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink, topk_length=topk_length,
                              extra_cache=extra_cache, extra_indices=extra_indices,
                              extra_topk_length=extra_topk_length)
+    spec = registry.get(registry.resolve(impl, q.device))
     sm_scale = MODEL1.d ** -0.5 if sm_scale is None else float(sm_scale)
     if spec.kind == "reference":
         if config is not None:
@@ -113,7 +115,7 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     return out, lse
 
 
-def warmup(cases, impl: str = "mma") -> int:
+def warmup(cases, impl: str = "auto") -> int:
     """Run every case once so each autotune key a server will see is tuned before CUDA graph capture.
 
     cases: iterable of :class:`workbench.cache.DecodeCase` (or dicts of decode keyword arguments).
