@@ -42,7 +42,8 @@ def _tile512(name, rung, summary, prediction, **fixed):
         name=name, kind="split", rung=rung, summary=summary, prediction=prediction,
         launch=lambda **kw: tile512.launch_tile512_partial(**kw, **fixed), jit=tile512.tile512_partial_kernel,
         config_cls=TiledConfig, allowed=tile512.ALLOWED, config_space=tuple(tile512.CONFIG_SPACE),
-        fixed_meta=fixed, shared_model=tile512.estimate_shared_bytes, lab_signature=SPLIT_SIGNATURE,
+        fixed_meta=fixed, lab_signature=SPLIT_SIGNATURE,
+        shared_model=lambda c, arch=None: tile512.estimate_shared_bytes(c, fixed.get("GATHER3D", 0), arch),
         check_configs=tuple(dict(BLOCK_H=bh, BLOCK_T=bt, num_warps=w, num_stages=st)
                             for bh, bt, w, st in ((64, 32, 8, 1), (16, 16, 4, 1), (32, 32, 8, 3), (64, 16, 8, 3),
                                                   (16, 64, 4, 1))),

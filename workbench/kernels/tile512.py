@@ -26,18 +26,51 @@ CONFIG_SPACE = tiled_space(ALLOWED)
 TUNE_SPACE = [c for c in CONFIG_SPACE if c.BLOCK_T <= 32 and c.num_stages != 2]
 
 
-def estimate_shared_bytes(c: TiledConfig) -> int:
-    """q tile (1 KB/head), the bf16 K tile for the dots (1 KB/token) and, from 3 stages on, one raw
-    fp8+rope tile (512+128 B/token) per extra stage; the BLOCK_H=64 epilogue converts the fp32
-    accumulator through shared memory (2 KB/head)."""
-    loop = 1024 * c.BLOCK_H + 1024 * c.BLOCK_T
-    if c.num_stages >= 3:
-        loop += (c.num_stages - 1) * 648 * c.BLOCK_T
-    return max(loop, 2048 * c.BLOCK_H if c.BLOCK_H >= 64 else 0)
+def estimate_shared_bytes(c: TiledConfig, GATHER3D: int | None = None, arch: str | None = None) -> int:
+    """Shared-memory model, fitted to what Triton 3.6 compiles (the resource lab's tables), in bytes.
+
+    Main loop: the bf16 q tile (1024 B per head) and the bf16 K tile: 2048 B per token where the dots
+    are mma.sync (sm_89, sm_120, and BLOCK_H < 64 everywhere: the tile and its transposed copy for
+    the two dots), 1024 B per token where they take K from shared memory (wgmma on sm_90, tcgen05 on
+    sm_100, at BLOCK_H = 64).
+    From 2 stages on, the pipelined gathers buffer one tile of raw bytes: 1536 B per token for the
+    flat gather (the 512 fp8 bytes and the 512-wide masked bf16 rope load, 1024 B), 636 B for the
+    [BLOCK_T, 8, 64] gather (GATHER3D=1: 448 + 128 bytes and its scale bytes); and each stage past the
+    first buffers the indices and row offsets (4 B per token flat, 8 B per token 3d).
+    sm_100 at BLOCK_H = 64 keeps tcgen05 barriers and staging: 512 B, plus 16 B per token when pipelined
+    (the model takes the largest of num_warps 4/8 and DEQUANT 0/1).
+    sm_90 at BLOCK_H = 64 converts the fp32 [BLOCK_H, 512] accumulator through shared memory in the
+    epilogue (2048 B per head), which reuses the loop's space: the larger of the two counts.
+    DEQUANT (the bf16-bits dequant) changes none of these.
+
+    ``GATHER3D``: the rung's switch; None (unknown) takes the larger of the two gathers. ``arch``: a
+    target name ("sm_90"); None takes the largest over every target. Checked against every compiled
+    config of tile512, tile512_bf16dq and tile512_3d (num_stages 1-3) on sm_90, sm_100, sm_120 and
+    sm_89: never below the compiled number, exact on sm_90, sm_120 and sm_89, at most 1.5 KB above on
+    sm_100, never on the wrong side of a per-block limit (tests/test_resources.py).
+    """
+    if GATHER3D is None:
+        return max(estimate_shared_bytes(c, g, arch) for g in (0, 1))
+    if arch is None:
+        from ..targets import TARGETS
+        return max(estimate_shared_bytes(c, GATHER3D, a) for a in TARGETS)
+    from ..targets import get_target
+    cap = get_target(arch).capability
+    wide = c.BLOCK_H >= 64
+    smem_operands = wide and cap in (90, 100)
+    loop = 1024 * c.BLOCK_H + (1024 if smem_operands else 2048) * c.BLOCK_T
+    if c.num_stages >= 2:
+        loop += (636 if GATHER3D else 1536) * c.BLOCK_T + (8 if GATHER3D else 4) * (c.num_stages - 1) * c.BLOCK_T
+    if wide and cap == 100:
+        loop += 512 + (16 * c.BLOCK_T if c.num_stages >= 2 else 0)
+    if wide and cap == 90:
+        loop = max(loop, 2048 * c.BLOCK_H)
+    return loop
 
 
-def prune_reason(c: TiledConfig, heads: int, target) -> tuple[int, str | None]:
-    est = estimate_shared_bytes(c)
+def prune_reason(c: TiledConfig, heads: int, target, GATHER3D: int | None = None) -> tuple[int, str | None]:
+    """(estimated shared bytes on ``target``, reason to prune or None); GATHER3D None bounds both gathers."""
+    est = estimate_shared_bytes(c, GATHER3D, target.arch)
     if est > target.smem_per_block:
         return est, f"shared memory ~{est} B > {target.smem_per_block} B per block on {target.arch}"
     if c.BLOCK_H * 512 // (32 * c.num_warps) > 128:
