@@ -91,14 +91,22 @@ def _cmd_bench(a):
 
 
 def _resource_table(df) -> str:
-    """The printout of a lab table: one row per config, PREFETCH included (it lives in the config cell)."""
+    """The printout of a lab table: one row per config, PREFETCH and the rungs' switches (DEQUANT, GATHER3D)
+    included, then the numbers; "-" where a kernel has no such key."""
+    import pandas as pd
+
     from .results import parse_config
     df = df.copy()
     if "PREFETCH" not in df.columns:
         df["PREFETCH"] = [parse_config(c).get("PREFETCH") for c in df["config"]]
-    df["PREFETCH"] = df["PREFETCH"].map(lambda v: "-" if v is None or v != v else int(v))  # "-": no such key
-    cols = ["kernel", "arch", "BLOCK_H", "BLOCK_T", "num_warps", "num_stages", "PREFETCH", "status",
-            "model_shared_bytes", "shared_bytes", "registers", "spill_stores", "mma", "warps_per_sm", "limiter"]
+    front = ["kernel", "arch", "BLOCK_H", "BLOCK_T", "num_warps", "num_stages", "PREFETCH"]
+    # the lab puts every config column (switches included) between the config label and status
+    head = list(df.columns[:list(df.columns).index("status")]) if "status" in df.columns else []
+    switches = [c for c in head if c not in front and c not in ("config", "kernel", "arch")]
+    for c in ["PREFETCH", *switches]:
+        df[c] = df[c].map(lambda v: "-" if v is None or pd.isna(v) else int(v))  # "-": no such key
+    cols = [*front, *switches, "status", "model_shared_bytes", "shared_bytes", "registers", "spill_stores", "mma",
+            "ld_global_avg_bytes", "cp_async", "warps_per_sm", "limiter"]
     return df[[c for c in cols if c in df.columns]].to_string(index=False)
 
 
@@ -196,7 +204,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--out", help=out_help.format("check"))
     c.add_argument("--name", default="correctness_h200.csv")
     c.add_argument("--publish", action="store_true", help=publish_help)
-    c.add_argument("--sanitize", choices=["mma", "simt"], help="run one small case (for compute-sanitizer)")
+    from .gpu_check import checked_impls
+    c.add_argument("--sanitize", choices=checked_impls(), help="run one small case (for compute-sanitizer)")
     c.set_defaults(fn=_cmd_check)
     b = sub.add_parser("bench", help="run a benchmark sweep (needs CUDA)")
     b.add_argument("--sweep", default="smoke", choices=sweeps, metavar="SWEEP",

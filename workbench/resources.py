@@ -1,86 +1,194 @@
 """Resource and occupancy lab: compile any kernel config for sm_120/sm_100/sm_90/sm_89 with no GPU.
 
 ``triton.compile(ASTSource(...), target=GPUTarget("cuda", cap, 32))`` cross-compiles on any
-machine; the cuobjdump inside Triton's wheel reads registers, stack and spills from the
-cubin; the SASS says whether the dots became HGMMA (Hopper wgmma), HMMA (mma.sync) or
-neither. The kernels are compiled from their ``@triton.jit`` functions, so the lab always
-sees the code that runs.
+machine; the cuobjdump inside Triton's wheel reads registers, stack and shared memory from the
+cubin, ptxas's own log gives the spills, the PTX gives the global loads by width and the
+``cp.async`` copies, and the SASS says whether the dots became UTCMMA (tcgen05), HGMMA (Hopper
+wgmma), HMMA (mma.sync) or neither. The kernels are compiled from their ``@triton.jit`` functions,
+so the lab always sees the code that runs.
+
+Which kernels: every registry entry with a ``lab_signature`` (:func:`workbench.registry.compiled_kernels`),
+each over its whole ``config_space`` with its ``fixed_meta`` switches, plus the few kernels that have
+no registry entry of their own yet (:data:`LAB_EXTRAS`: the combine, and the SIMT baseline until its
+entry carries a lab signature). ``KERNELS`` is read from the registry each time it is asked for, so a
+kernel registered later is a choice of ``python -m workbench resources --kernel`` with no other edit.
+
+Per compiled config the table has the flat config columns (``BLOCK_H``, ``BLOCK_T``, ``num_warps``,
+``num_stages``, ``PREFETCH`` and the rung's switches such as ``DEQUANT``/``GATHER3D``), the config's
+short ``config`` label, the model's and the compiler's shared bytes, registers, spills, occupancy,
+and what the optimisation ladder reads: ``ld_global_{1,2,4,8,16}B`` (static ``ld.global``
+instructions in the PTX by bytes per instruction), ``ld_global`` and ``ld_global_avg_bytes``
+(their count-weighted mean width), ``cp_async`` (``cp.async.ca/cg.shared.global`` instructions)
+with ``cp_async_avg_bytes``, and ``mma`` (the tensor-core instruction kind in the SASS) with
+``mma_count`` and the count of each kind (``hgmma``, ``hmma``, ``utcmma``).
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import subprocess
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
+from typing import Callable
 
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from .kernels import combine as combine_mod
-from .kernels import mma as mma_mod
-from .kernels import simt as simt_mod
-from .kernels.common import config_dict, layout_constexprs, target_override
+from .kernels.configs import KernelConfig
 from .targets import TARGETS, get_target
 
-KERNELS = ("mma", "simt", "combine")
+LOAD_WIDTHS = (1, 2, 4, 8, 16)      # bytes per ld.global instruction the table counts
+MMA_KINDS = ("utcmma", "hgmma", "hmma")
 
 
-def _ptr(dtype):
-    return "*" + dtype
+# ----------------------------------------------------------------------------- which kernels
+
+@dataclass(frozen=True)
+class LabKernel:
+    """What the lab needs to compile one kernel: its jit object, argument types and configs."""
+    name: str
+    jit: object                                  # @triton.jit (or autotuned) object
+    signature: dict                              # runtime argument -> Triton type ("*bf16", "i32", ...)
+    constexprs: Callable                         # typed config -> every constexpr of a compile
+    configs: tuple                               # typed configs: the whole space the lab compiles
+    config_cls: type
+    shared_model: Callable | None = None         # typed config[, arch=] -> estimated shared bytes (None: no model)
+    fixed_meta: dict = field(default_factory=dict)  # constexpr switches pinned by the entry (table columns)
 
 
-# argument types; pointers are 16-byte aligned like torch allocations
-_MMA_SIG = dict(q_ptr=_ptr("bf16"), stride_qb="i32", stride_qs="i32", stride_qh="i32", cache_f8=_ptr("fp8e4nv"),
-                cache_u8=_ptr("u8"), cache_bf16=_ptr("bf16"), stride_page="i64", block_size="i32", num_tokens="i32",
-                idx_ptr=_ptr("i32"), stride_ib="i32", stride_is="i32", topk_len_ptr=_ptr("i32"),
-                part_out_ptr=_ptr("fp32"), part_lse_ptr=_ptr("fp32"), sm_scale_log2="fp32", H="i32", S_Q="i32",
-                TOPK="i32", split_offset="i32", tokens_per_split="i32", s_total="i32", TOKENS_BUCKET="i32",
-                QUERIES_BUCKET="i32")
-_SIMT_SIG = dict(q_ptr=_ptr("bf16"), stride_qb="i32", stride_qs="i32", stride_qh="i32",
-                 **{f"{p}{k}": v for p in ("", "x_") for k, v in dict(
-                     cache_f8=_ptr("fp8e4nv"), cache_u8=_ptr("u8"), cache_bf16=_ptr("bf16"), stride_page="i64",
-                     block_size="i32", num_tokens="i32", idx_ptr=_ptr("i32"), stride_ib="i32", stride_is="i32",
-                     topk_len_ptr=_ptr("i32")).items()},
-                 TOPK="i32", X_TOPK="i32", sink_ptr=_ptr("fp32"), out_ptr=_ptr("bf16"), lse_ptr=_ptr("fp32"),
-                 sm_scale_log2="fp32", H="i32", S_Q="i32", TOPK_BUCKET="i32")
-_COMBINE_SIG = dict(part_out_ptr=_ptr("fp32"), part_lse_ptr=_ptr("fp32"), sink_ptr=_ptr("fp32"),
-                    out_ptr=_ptr("bf16"), lse_ptr=_ptr("fp32"), H="i32", S_Q="i32", s_total="i32", S_BUCKET="i32")
+@dataclass(frozen=True)
+class SimtConfig(KernelConfig):
+    """The SIMT baseline's config (its registry entry has no typed config yet)."""
+    BLOCK_T: int = 0
 
 
-def _jit_fn(kernel: str):
-    return {"mma": mma_mod.mma_partial_kernel, "simt": simt_mod.simt_kernel,
-            "combine": combine_mod.combine_kernel}[kernel].fn
+@dataclass(frozen=True)
+class CombineConfig(KernelConfig):
+    """The combine kernel's config: launch options only."""
+    num_stages: int = 3  # triton.Config's default, which the combine's autotune configs keep
 
 
-def kernel_configs(kernel: str) -> list[triton.Config]:
-    return {"mma": mma_mod.MMA_CONFIG_SPACE, "simt": simt_mod.SIMT_CONFIGS, "combine": combine_mod.COMBINE_CONFIGS}[kernel]
+def _from_spec(spec, siblings=()) -> LabKernel:
+    """A registry entry as the lab sees it.
+
+    A switch that a sibling entry of the same jit function pins (tile512_3d's GATHER3D=1) but this entry does
+    not is off (0), as the launchers default it; it becomes a constexpr and a table column of this entry too.
+    """
+    switches = {k: 0 for s in siblings if s.jit is spec.jit and s is not spec for k in s.fixed_meta}
+    fixed = {**switches, **spec.fixed_meta}
+
+    def constexprs(c, _own=spec.lab_constexprs, _fixed=fixed):
+        return {**_fixed, **_own(c)}
+    return LabKernel(name=spec.name, jit=spec.jit, signature=dict(spec.lab_signature), constexprs=constexprs,
+                     configs=tuple(spec.config_space), config_cls=spec.config_cls, shared_model=spec.shared_model,
+                     fixed_meta=dict(sorted(fixed.items())))
 
 
-def _signature_and_constexprs(kernel: str, cfg: triton.Config):
-    if kernel == "mma":
-        sig = dict(_MMA_SIG)
-        const = dict(HAS_TOPK_LEN=False, DOT_FP32=False, **layout_constexprs(),
-                     **{"PREFETCH": mma_mod.DEFAULT_PREFETCH, **cfg.kwargs})
-    elif kernel == "simt":
-        sig = dict(_SIMT_SIG)
-        const = dict(HAS_TOPK_LEN=False, HAS_EXTRA=False, X_HAS_TOPK_LEN=False, HAS_SINK=True, RNE_BY_HAND=False,
-                     **layout_constexprs(), **cfg.kwargs)
-    elif kernel == "combine":
-        sig = dict(_COMBINE_SIG)
-        const = dict(HAS_SINK=True, D=512, S_PAD=16, RNE_BY_HAND=False, **cfg.kwargs)
-    else:
-        raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
-    fn = _jit_fn(kernel)
-    missing = [a for a in fn.arg_names if a not in sig and a not in const]
+def _simt() -> LabKernel:
+    from .kernels import simt
+    from .kernels.common import layout_constexprs
+    scope = dict(cache_f8="*fp8e4nv", cache_u8="*u8", cache_bf16="*bf16", stride_page="i64", block_size="i32",
+                 num_tokens="i32", idx_ptr="*i32", stride_ib="i32", stride_is="i32", topk_len_ptr="*i32")
+    sig = dict(q_ptr="*bf16", stride_qb="i32", stride_qs="i32", stride_qh="i32",
+               **{f"{p}{k}": v for p in ("", "x_") for k, v in scope.items()},
+               TOPK="i32", X_TOPK="i32", sink_ptr="*fp32", out_ptr="*bf16", lse_ptr="*fp32", sm_scale_log2="fp32",
+               H="i32", S_Q="i32", TOPK_BUCKET="i32")
+    return LabKernel(
+        name="simt", jit=simt.simt_kernel, signature=sig, config_cls=SimtConfig,
+        configs=tuple(SimtConfig.from_triton(c) for c in simt.SIMT_CONFIGS),
+        constexprs=lambda c: dict(HAS_TOPK_LEN=False, HAS_EXTRA=False, X_HAS_TOPK_LEN=False, HAS_SINK=True,
+                                  RNE_BY_HAND=False, **layout_constexprs(), **c.meta()),
+        shared_model=lambda c: simt.estimate_simt_shared_bytes(c.BLOCK_T, c.num_warps))
+
+
+def _combine() -> LabKernel:
+    from .kernels import combine
+    sig = dict(part_out_ptr="*fp32", part_lse_ptr="*fp32", sink_ptr="*fp32", out_ptr="*bf16", lse_ptr="*fp32",
+               H="i32", S_Q="i32", s_total="i32", S_BUCKET="i32")
+    return LabKernel(
+        name="combine", jit=combine.combine_kernel, signature=sig, config_cls=CombineConfig,
+        configs=tuple(CombineConfig.from_triton(c) for c in combine.COMBINE_CONFIGS),
+        constexprs=lambda c: dict(HAS_SINK=True, D=512, S_PAD=16, RNE_BY_HAND=False, **c.meta()),
+        shared_model=lambda c: 0)  # no shared-memory tiles; its reductions are warp shuffles at these sizes
+
+
+# Kernels the lab compiles that have no registry entry with a lab signature. A registry entry of the
+# same name (with a lab_signature) takes precedence, so each can move into the registry with no edit here.
+LAB_EXTRAS: dict[str, Callable[[], LabKernel]] = {"simt": _simt, "combine": _combine}
+
+
+def lab_kernels() -> dict[str, LabKernel]:
+    """Every kernel the lab compiles, by name: the registry's compiled kernels, then the extras."""
+    from . import registry
+    specs = [registry.get(n) for n in registry.compiled_kernels()]
+    out = {s.name: _from_spec(s, specs) for s in specs}
+    for name, make in LAB_EXTRAS.items():
+        out.setdefault(name, make())
+    return out
+
+
+def lab_kernel(name: str) -> LabKernel:
+    kernels = lab_kernels()
+    if name not in kernels:
+        raise ValueError(f"kernel: expected one of {tuple(kernels)}, got {name!r}")
+    return kernels[name]
+
+
+def __getattr__(name):
+    # KERNELS (the CLI's choices) is read from the registry on every access, never frozen at import
+    if name == "KERNELS":
+        return tuple(lab_kernels())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def kernel_configs(kernel: str) -> list:
+    """The typed configs the lab compiles for a kernel (its whole config space)."""
+    return list(lab_kernel(kernel).configs)
+
+
+def typed_config(kernel: str | LabKernel, cfg):
+    """A config (typed, ``triton.Config``, dict, or a table's ``config`` cell) as the kernel's typed config."""
+    lk = lab_kernel(kernel) if isinstance(kernel, str) else kernel
+    if isinstance(cfg, KernelConfig):
+        return cfg
+    if isinstance(cfg, triton.Config):
+        return lk.config_cls.from_triton(cfg)
+    if isinstance(cfg, str):
+        from .results import parse_config
+        cfg = parse_config(cfg)
+    names = {f.name for f in fields(lk.config_cls)}
+    unknown = sorted(set(cfg) - names)
+    if unknown:
+        raise ValueError(f"config: unknown keys {unknown} for the {lk.name} kernel; expected {sorted(names)}")
+    return lk.config_cls(**cfg)
+
+
+# ----------------------------------------------------------------------------- compiling one config
+
+def _jit_function(obj):
+    """The JITFunction under an autotuner/heuristics wrapper (``.fn`` of a JITFunction is the Python function)."""
+    from triton.runtime.jit import JITFunction
+    while not isinstance(obj, JITFunction):
+        obj = obj.fn
+    return obj
+
+
+def _signature_and_constexprs(lk: LabKernel, cfg):
+    fn = _jit_function(lk.jit)
+    const = dict(lk.constexprs(cfg))
+    missing = [a for a in fn.arg_names if a not in lk.signature and a not in const]
     if missing:
-        raise RuntimeError(f"resource lab signature for {kernel} lacks {missing}: update resources.py")
-    full = {a: (sig[a] if a in sig else "constexpr") for a in fn.arg_names}
-    return fn, full, const
+        raise RuntimeError(f"resource lab: {lk.name} at {cfg.label} has no type or constexpr value for {missing}: "
+                           f"complete its lab_signature / lab_constexprs")
+    sig = {a: (lk.signature[a] if a in lk.signature else "constexpr") for a in fn.arg_names}
+    return fn, sig, {a: v for a, v in const.items() if a in fn.arg_names}
 
 
 def _attrs(fn, sig):
+    """Pointer arguments are 16-byte aligned, like torch allocations."""
     return {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if sig[a].startswith("*")}
 
 
@@ -88,24 +196,34 @@ def _attrs(fn, sig):
 class CompileResult:
     kernel: str
     arch: str
-    config: str
-    BLOCK_H: int | None
-    BLOCK_T: int | None
-    num_warps: int
-    num_stages: int
+    config: str                 # the typed config's label, e.g. "BLOCK_H=16,BLOCK_T=32,num_warps=4,num_stages=1"
+    columns: dict               # flat config columns: the typed config's and the entry's fixed switches
     status: str                 # fits | pruned | over_limit | compile_error
     reason: str
     model_shared_bytes: int | None
-    shared_bytes: int | None
-    registers: int | None
-    stack_bytes: int | None
-    spill_stores: int | None
-    spill_loads: int | None
-    mma: str | None             # UTCMMA (tcgen05) | HGMMA (wgmma) | HMMA (mma.sync) | none
+    shared_bytes: int | None = None
+    registers: int | None = None
+    stack_bytes: int | None = None
+    spill_stores: int | None = None
+    spill_loads: int | None = None
+    mma: str | None = None      # UTCMMA (tcgen05) | HGMMA (wgmma) | HMMA (mma.sync) | none
+    mma_count: int | None = None
+    code: dict = field(default_factory=dict)   # instruction counts: loads by width, cp.async, MMA kinds
     blocks_per_sm: int | None = None
     warps_per_sm: int | None = None
     occupancy: float | None = None
     limiter: str | None = None
+
+    def as_row(self) -> dict:
+        """One flat table row: kernel, arch, config, its columns, then the numbers."""
+        d = {k: getattr(self, k) for k in ("kernel", "arch", "config")}
+        d.update(self.columns)
+        for f in fields(self):
+            if f.name not in ("kernel", "arch", "config", "columns", "code"):
+                d[f.name] = getattr(self, f.name)
+            if f.name == "mma_count":
+                d.update(self.code)
+        return d
 
 
 def _cuobjdump() -> str:
@@ -130,66 +248,54 @@ def _read_cubin(cubin: bytes) -> tuple[dict, str]:
     return usage, sass
 
 
+_MMA_PATTERNS = {"utcmma": r"\bUTC\w*MMA\b",  # Blackwell datacenter tensor cores (tcgen05)
+                 "hgmma": r"\bHGMMA\b", "hmma": r"\bHMMA\b"}
+
+
+def mma_counts(sass: str) -> dict:
+    """Tensor-core instructions in the SASS, per kind."""
+    return {k: len(re.findall(p, sass)) for k, p in _MMA_PATTERNS.items()}
+
+
 def _mma_kind(sass: str) -> str:
-    if re.search(r"\bUTC\w*MMA\b", sass):  # Blackwell datacenter tensor cores (tcgen05)
-        return "UTCMMA"
-    if re.search(r"\bHGMMA\b", sass):
-        return "HGMMA"
-    if re.search(r"\bHMMA\b", sass):
-        return "HMMA"
-    return "none"
+    counts = mma_counts(sass)
+    return next((k.upper() for k in MMA_KINDS if counts[k]), "none")
 
 
-def model_shared_bytes(kernel: str, cfg: triton.Config) -> int:
-    kw = cfg.kwargs
-    if kernel == "mma":
-        return mma_mod.estimate_mma_shared_bytes(kw["BLOCK_H"], kw["BLOCK_T"], cfg.num_warps, cfg.num_stages,
-                                                 kw.get("PREFETCH", mma_mod.DEFAULT_PREFETCH))
-    if kernel == "simt":
-        return simt_mod.estimate_simt_shared_bytes(kw["BLOCK_T"], cfg.num_warps)
-    return 0
+# an ld.global instruction, predicated or not, with its modifiers: ld.global.L1::evict_last.v4.b32 -> 16 B
+_LD_GLOBAL = re.compile(r"^\s*(?:@!?%\w+\s+)?ld\.global((?:\.[\w:]+)*)\s", re.M)
+_CP_ASYNC = re.compile(r"^\s*(?:@!?%\w+\s+)?cp\.async\.(?:ca|cg)\.shared\.global(?:\.[\w:]+)*\s+"
+                       r"\[[^\]]*\]\s*,\s*\[[^\]]*\]\s*,\s*(0x[0-9a-fA-F]+|\d+)", re.M)
 
 
-def compile_config(kernel: str, arch: str, cfg: triton.Config | dict, *, respect_pruning: bool = False
-                   ) -> CompileResult:
-    """Compile one config for one target and read its resources (no GPU needed)."""
-    _check_compilable()
-    target = get_target(arch)
-    if isinstance(cfg, dict):
-        cfg = triton.Config({k: v for k, v in cfg.items() if k not in ("num_warps", "num_stages")},
-                            num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 1))
-    model = model_shared_bytes(kernel, cfg)
-    reason = None
-    if kernel == "mma":
-        _, reason = mma_mod.mma_prune_reason(cfg, 0, target)  # the shared-memory model alone
-    base = dict(kernel=kernel, arch=arch, config=str(config_dict(cfg)), BLOCK_H=cfg.kwargs.get("BLOCK_H"),
-                BLOCK_T=cfg.kwargs.get("BLOCK_T"), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                model_shared_bytes=model)
-    empty = dict(shared_bytes=None, registers=None, stack_bytes=None, spill_stores=None, spill_loads=None, mma=None)
-    if reason and respect_pruning:
-        return CompileResult(**base, status="pruned", reason=reason, **empty)
-    fn, sig, const = _signature_and_constexprs(kernel, cfg)
-    src = ASTSource(fn, sig, const, attrs=_attrs(fn, sig))
-    try:
-        with target_override(arch):
-            k = triton.compile(src, target=GPUTarget("cuda", target.capability, 32),
-                               options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
-    except Exception as e:  # noqa: BLE001 - the reason is the result
-        msg = str(e).strip().splitlines()
-        short = next((ln for ln in msg if "out of resource" in ln or "error" in ln.lower()), msg[-1] if msg else "")
-        return CompileResult(**base, status="compile_error", reason=f"{type(e).__name__}: {short}"[:300], **empty)
-    usage, sass = _read_cubin(k.asm["cubin"])
-    shared = int(k.metadata.shared)
-    stack = usage["stack"]
-    over = shared > target.smem_per_block or usage["registers"] > target.max_regs_per_thread
-    occ = target.occupancy(num_warps=cfg.num_warps, regs_per_thread=usage["registers"], shared_bytes=shared)
-    spill_st, spill_ld = _ptxas_spills(k)
-    status = "over_limit" if over else ("pruned" if reason else "fits")
-    why = (f"compiled shared {shared} B > {target.smem_per_block} B per block" if over
-           else (reason or "fits"))
-    return CompileResult(**base, status=status, reason=why, shared_bytes=shared, registers=usage["registers"],
-                         stack_bytes=stack, spill_stores=spill_st, spill_loads=spill_ld, mma=_mma_kind(sass),
-                         **occ)
+def _load_bytes(mods: str) -> int:
+    vec = re.search(r"\.v(\d+)\b", mods)
+    bits = re.findall(r"\.[bsuf](\d+)\b", mods)
+    return (int(vec.group(1)) if vec else 1) * (int(bits[-1]) // 8 if bits else 0)
+
+
+def ptx_memory_counts(ptx: str) -> dict:
+    """Static global loads in PTX by bytes per instruction, and cp.async copies into shared memory.
+
+    ``ld_global_{w}B``: ld.global instructions moving w bytes per thread; ``ld_global_avg_bytes``: their
+    count-weighted mean width (a kernel of only 16-byte loads shows 16.0); ``cp_async``: cp.async.ca/cg
+    instructions (the compiler-pipelined gathers) and ``cp_async_avg_bytes`` their mean copy size.
+    """
+    widths = [_load_bytes(m) for m in _LD_GLOBAL.findall(ptx)]
+    out = {f"ld_global_{w}B": widths.count(w) for w in LOAD_WIDTHS}
+    other = [w for w in widths if w not in LOAD_WIDTHS]
+    out["ld_global_other"] = len(other)
+    out["ld_global"] = len(widths)
+    out["ld_global_avg_bytes"] = round(sum(widths) / len(widths), 3) if widths else 0.0
+    cps = [int(s, 0) for s in _CP_ASYNC.findall(ptx)]
+    out["cp_async"] = len(cps)
+    out["cp_async_avg_bytes"] = round(sum(cps) / len(cps), 3) if cps else 0.0
+    return out
+
+
+def _spills_from_log(log: str) -> tuple[int, int] | None:
+    m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def _ptxas_spills(k) -> tuple[int, int]:
@@ -205,9 +311,86 @@ def _ptxas_spills(k) -> tuple[int, int]:
             f.write(ptx)
         r = subprocess.run([ptxas, "-v", f"--gpu-name={sm}", p, "-o", os.path.join(d, "k.cubin")],
                            capture_output=True, text=True)
-    m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stderr + r.stdout)
-    return (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
+    return _spills_from_log(r.stderr + r.stdout) or (-1, -1)
 
+
+def _compile(src, target, options) -> tuple[object, str]:
+    """triton.compile, keeping ptxas's -v log (spills) when it really runs ptxas (not on a cache hit)."""
+    from triton import knobs
+    buf = io.StringIO()
+    old = knobs.nvidia.dump_ptxas_log
+    knobs.nvidia.dump_ptxas_log = True
+    try:
+        with contextlib.redirect_stdout(buf):
+            k = triton.compile(src, target=target, options=options)
+    finally:
+        knobs.nvidia.dump_ptxas_log = old
+    return k, buf.getvalue()
+
+
+def model_shared_bytes(kernel: str | LabKernel, cfg, arch: str | None = None) -> int | None:
+    """The kernel's shared-memory model for a config; a model that takes an ``arch`` keyword gets the target
+    (tile512's does: wgmma/tcgen05 tiles differ from mma.sync ones), others are target-independent."""
+    import inspect
+    lk = lab_kernel(kernel) if isinstance(kernel, str) else kernel
+    if lk.shared_model is None:
+        return None
+    cfg = typed_config(lk, cfg)
+    try:
+        takes_arch = "arch" in inspect.signature(lk.shared_model).parameters
+    except (TypeError, ValueError):
+        takes_arch = False
+    return int(lk.shared_model(cfg, arch=arch) if takes_arch and arch else lk.shared_model(cfg))
+
+
+def model_prune_reason(lk: LabKernel, model: int | None, arch: str) -> str | None:
+    """The shared-memory model's verdict alone (heads not considered): a reason to prune, or None."""
+    t = get_target(arch)
+    if model is not None and model > t.smem_per_block:
+        return f"shared memory ~{model} B > {t.smem_per_block} B per block on {arch}"
+    return None
+
+
+def compile_config(kernel: str, arch: str, cfg, *, respect_pruning: bool = False) -> CompileResult:
+    """Compile one config (typed, dict or ``triton.Config``) for one target and read its resources (no GPU)."""
+    from .kernels.common import target_override
+    _check_compilable()
+    lk = lab_kernel(kernel)
+    target = get_target(arch)
+    cfg = typed_config(lk, cfg)
+    model = model_shared_bytes(lk, cfg, arch)
+    reason = model_prune_reason(lk, model, arch)
+    base = dict(kernel=kernel, arch=arch, config=cfg.label, columns={**cfg.columns(), **lk.fixed_meta},
+                model_shared_bytes=model)
+    if reason and respect_pruning:
+        return CompileResult(**base, status="pruned", reason=reason)
+    fn, sig, const = _signature_and_constexprs(lk, cfg)
+    src = ASTSource(fn, sig, const, attrs=_attrs(fn, sig))
+    try:
+        with target_override(arch):
+            k, log = _compile(src, GPUTarget("cuda", target.capability, 32),
+                              dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+    except Exception as e:  # noqa: BLE001 - the reason is the result
+        msg = str(e).strip().splitlines()
+        short = next((ln for ln in msg if "out of resource" in ln or "error" in ln.lower()), msg[-1] if msg else "")
+        return CompileResult(**base, status="compile_error", reason=f"{type(e).__name__}: {short}"[:300])
+    usage, sass = _read_cubin(k.asm["cubin"])
+    shared = int(k.metadata.shared)
+    over = shared > target.smem_per_block or usage["registers"] > target.max_regs_per_thread
+    occ = target.occupancy(num_warps=cfg.num_warps, regs_per_thread=usage["registers"], shared_bytes=shared)
+    spill_st, spill_ld = _spills_from_log(log) or _ptxas_spills(k)
+    status = "over_limit" if over else ("pruned" if reason else "fits")
+    why = (f"compiled shared {shared} B > {target.smem_per_block} B per block" if over
+           else (reason or "fits"))
+    counts = mma_counts(sass)
+    kind = _mma_kind(sass)
+    return CompileResult(**base, status=status, reason=why, shared_bytes=shared, registers=usage["registers"],
+                         stack_bytes=usage["stack"], spill_stores=spill_st, spill_loads=spill_ld, mma=kind,
+                         mma_count=counts.get(kind.lower(), 0), code={**ptx_memory_counts(k.asm["ptx"]), **counts},
+                         **occ)
+
+
+# ----------------------------------------------------------------------------- processes, sweeps, tables
 
 def without_interpreter(code: str) -> str:
     """Run Python code in a fresh process without TRITON_INTERPRET (kernels compile there); return its stdout."""
@@ -226,66 +409,101 @@ def _check_compilable():
                            "use lab_frame(...) (it runs a separate process) or `python -m workbench resources`")
 
 
-def lab_frame(arch: str = "sm_120", kernel: str = "mma", configs: list[dict] | None = None):
-    """Resource table for (arch, kernel[, configs]) from a separate compile process; works under the interpreter."""
+def lab_frame(arch: str = "sm_120", kernel: str = "mma", configs: list[dict] | None = None, setup: str = ""):
+    """Resource table for (arch, kernel[, configs]) from a separate compile process; works under the interpreter.
+
+    ``setup``: Python run first in that process (e.g. importing a module that registers a kernel).
+    """
     import json
 
     import pandas as pd
-    code = ("import json, dataclasses; from workbench.resources import compile_config, sweep;"
-            f"cfgs = {json.dumps(configs)};"
-            f"res = [compile_config({kernel!r}, {arch!r}, c) for c in cfgs] if cfgs else sweep({arch!r}, {kernel!r}, False);"
-            "print(json.dumps([dataclasses.asdict(r) for r in res]))")
-    return pd.DataFrame(json.loads(without_interpreter(code).splitlines()[-1]))
+    code = (f"{setup}\n"
+            "import json; from workbench.resources import compile_config, sweep\n"
+            f"cfgs = json.loads({json.dumps(configs)!r})\n"
+            f"res = [compile_config({kernel!r}, {arch!r}, c) for c in cfgs] if cfgs else "
+            f"sweep({arch!r}, {kernel!r}, False)\n"
+            "print(json.dumps([r.as_row() for r in res]))")
+    return to_frame(json.loads(without_interpreter(code).splitlines()[-1]))
+
+
+def sweep_jobs(arch: str = "sm_120", kernel: str = "mma") -> list[tuple[str, str, object]]:
+    """(kernel, arch, typed config) for every compile a sweep makes; 'all' for every kernel or target."""
+    archs = list(TARGETS) if arch == "all" else [get_target(arch).arch]
+    kernels = lab_kernels()
+    names = list(kernels) if kernel == "all" else [lab_kernel(kernel).name]
+    return [(k, a, c) for a in archs for k in names for c in kernels[k].configs]
 
 
 def sweep(arch: str = "sm_120", kernel: str = "mma", progress: bool = True) -> list[CompileResult]:
-    """Compile the whole shipped config space of a kernel for a target.
+    """Compile the whole config space of a kernel (or 'all' of them) for a target (or 'all').
 
     Configs the pruning model drops are still compiled, so the model can be checked
     against the compiler: status 'pruned' with compiled numbers shows whether the
     model was right to drop them.
     """
     from tqdm.auto import tqdm
-    archs = list(TARGETS) if arch == "all" else [arch]
-    kernels = list(KERNELS) if kernel == "all" else [kernel]
-    jobs = [(k, a, c) for a in archs for k in kernels for c in kernel_configs(k)]
+    jobs = sweep_jobs(arch, kernel)
     return [compile_config(k, a, c) for k, a, c in tqdm(jobs, desc="compile", disable=not progress)]
 
 
-def apply_model(df):
-    """Recompute the pruning model's columns (model_shared_bytes, status) of a lab table with the current code.
+FRONT = ("kernel", "arch", "config")
+CONFIG_COLUMNS = ("BLOCK_H", "BLOCK_T", "num_warps", "num_stages", "PREFETCH")
 
-    The compiled numbers do not depend on the model, so a table stays valid when the model changes.
+
+def to_frame(results):
+    """A lab table: CompileResults (or their rows) as one frame, config columns after kernel/arch/config."""
+    import pandas as pd
+    rows = [r.as_row() if isinstance(r, CompileResult) else dict(r) for r in results]
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    known = {k for lk in lab_kernels().values() for k in (*lk.fixed_meta, *(f.name for f in fields(lk.config_cls)))}
+    switches = [c for c in df.columns if c in known and c not in CONFIG_COLUMNS]
+    cfg_cols = [c for c in CONFIG_COLUMNS if c in df.columns] + switches
+    for c in cfg_cols:
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
+    order = [*FRONT, *cfg_cols]
+    return df[order + [c for c in df.columns if c not in order]]
+
+
+def apply_model(df):
+    """Recompute the pruning model's columns (model_shared_bytes, status, reason) of a lab table with the current code.
+
+    The compiled numbers do not depend on the model, so a table stays valid when the model changes. The config
+    cell may be an old ``str(dict)`` or a new label (:func:`workbench.results.parse_config` reads both); rows of a
+    kernel the lab no longer knows keep their columns. The fixed switches come from the current registry entry.
     """
-    import ast
+    from .results import parse_config
     df = df.copy()
+    kernels = lab_kernels()
     for i, r in df.iterrows():
-        cfg_d = ast.literal_eval(r["config"])
-        cfg = triton.Config({k: v for k, v in cfg_d.items() if k not in ("num_warps", "num_stages")},
-                            num_warps=cfg_d["num_warps"], num_stages=cfg_d["num_stages"])
-        df.at[i, "model_shared_bytes"] = model_shared_bytes(r["kernel"], cfg)
+        lk = kernels.get(r["kernel"])
+        if lk is None:
+            continue
+        cfg = typed_config(lk, parse_config(r["config"]))
+        model = model_shared_bytes(lk, cfg, r["arch"])
+        df.at[i, "model_shared_bytes"] = model
         if r["status"] in ("fits", "pruned"):
-            reason = mma_mod.mma_prune_reason(cfg, 0, get_target(r["arch"]))[1] if r["kernel"] == "mma" else None
+            reason = model_prune_reason(lk, model, r["arch"])
             df.at[i, "status"], df.at[i, "reason"] = ("pruned", reason) if reason else ("fits", "fits")
     return df
 
 
-def to_frame(results):
-    import pandas as pd
-    return pd.DataFrame([asdict(r) for r in results])
+PRINT_COLUMNS = ["kernel", "arch", "BLOCK_H", "BLOCK_T", "num_warps", "num_stages", "PREFETCH", "status",
+                 "model_shared_bytes", "shared_bytes", "registers", "spill_stores", "mma", "ld_global_avg_bytes",
+                 "cp_async", "warps_per_sm", "limiter"]
 
 
 def sweep_to_csv(arch="sm_120", kernel="mma", csv=None, progress=True):
     import datetime as dt
 
     from .provenance import git_commit
+    commit, date = git_commit(), dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # the code compiled
     df = to_frame(sweep(arch, kernel, progress))
     df["triton"] = triton.__version__
-    df["git_commit"] = git_commit()
-    df["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    df["git_commit"] = commit
+    df["date"] = date
     if csv:
         df.to_csv(csv, index=False)
-    cols = ["kernel", "arch", "BLOCK_H", "BLOCK_T", "num_warps", "num_stages", "status", "model_shared_bytes",
-            "shared_bytes", "registers", "spill_stores", "mma", "warps_per_sm", "limiter"]
-    print(df[cols].to_string(index=False))
+    print(df[[c for c in PRINT_COLUMNS if c in df.columns]].to_string(index=False))
     return df
