@@ -27,10 +27,10 @@ class SplitPlan:
     tokens_per_split: int
 
 
-def plan_splits(*, queries: int, heads: int, topk: int, num_sms: int) -> SplitPlan:
-    """Split one scope's topk so that queries*head_groups*splits programs fill about WAVES x num_sms."""
+def plan_splits(*, queries: int, heads: int, topk: int, num_sms: int, waves: int = WAVES) -> SplitPlan:
+    """Split one scope's topk so that queries*head_groups*splits programs fill about waves x num_sms."""
     base = queries * triton.cdiv(heads, NOMINAL_BLOCK_H)
-    want = max(1, round(WAVES * num_sms / base))
+    want = max(1, round(waves * num_sms / base))
     g = SPLIT_GRANULE
     tps = max(g, triton.cdiv(triton.cdiv(topk, want), g) * g)
     tps = max(tps, triton.cdiv(triton.cdiv(topk, MAX_SPLITS_PER_SCOPE), g) * g)
@@ -100,7 +100,8 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     scopes = [(cache, indices, topk_length)]
     if extra_cache is not None:
         scopes.append((extra_cache, extra_indices, extra_topk_length))
-    plans = [plan_splits(queries=b * s_q, heads=h, topk=ix.shape[2], num_sms=sms) for _, ix, _ in scopes]
+    plans = [plan_splits(queries=b * s_q, heads=h, topk=ix.shape[2], num_sms=sms, waves=spec.split_waves)
+             for _, ix, _ in scopes]
     s_total = sum(p.num_splits for p in plans)
     part_out = torch.empty(b * s_q, h, s_total, MODEL1.d, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(b * s_q, h, s_total, dtype=torch.float32, device=q.device)

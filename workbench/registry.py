@@ -34,6 +34,7 @@ class KernelSpec:
     lab_signature: dict = field(default_factory=dict)  # runtime argument -> Triton type, for the lab
     lab_constexprs: Callable | None = None  # typed config -> every constexpr of a compile
     check_configs: tuple = ()               # configs (dicts) the GPU checks cycle through; the first is "fixed"
+    split_waves: int = 2                    # split kinds: programs per SM the split plan aims for
     interpretable: bool = True              # False: GPU only (Gluon); CPU tests skip it, the GPU checks cover it
     rung: int | None = None                 # position on the optimisation ladder (None: not a rung)
     prediction: str = ""                    # written before it was measured: what should move

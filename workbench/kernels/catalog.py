@@ -65,6 +65,7 @@ _tile512("tile512_3d", 4, "tile512 gathered as a [BLOCK_T, 8, 64] view: exact-si
 
 register(KernelSpec(
     name="wgmma", kind="split", rung=5, interpretable=False,
+    split_waves=1,  # one 150-205 KB block per SM: one wave, and half the fp32 partials the combine reads
     summary="Gluon, sm_90: K and q in shared memory for wgmma (tokens as M), next tile's loads in flight, "
             "async PV overlapping the next dequant",
     prediction="no q operand in registers and loads overlapped with MMA: h16 50-70 us (from 113), h64 < 100 us",
