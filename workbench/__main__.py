@@ -133,6 +133,16 @@ def _provenance_of(csv: Path) -> dict:
     return rows.iloc[0].to_dict() if len(rows) else {}
 
 
+def _sweep_label(csv: Path) -> str:
+    """'_<sweep>' for a bench table of one sweep: sweeps of one run often start in the same minute."""
+    import pandas as pd
+    cols = pd.read_csv(csv, nrows=0).columns
+    if "sweep" not in cols:
+        return ""
+    sweeps = pd.read_csv(csv, usecols=["sweep"])["sweep"].dropna().unique()
+    return f"_{re.sub(r'[^a-z0-9]+', '', str(sweeps[0]).lower())}" if len(sweeps) == 1 else ""
+
+
 def publish_table(csv, data_dir: Path | None = None) -> list[Path]:
     """Copy a run's table (with its .meta.json and .fit.csv) into data/ as <kind>_<gpu>_<date>.csv.
 
@@ -155,7 +165,7 @@ def publish_table(csv, data_dir: Path | None = None) -> list[Path]:
         when = dt.datetime.strptime(str(prov["date"]), "%Y-%m-%dT%H:%M:%SZ")
     except (KeyError, ValueError):
         raise ValueError(f"{csv}: its provenance has no date (date={prov.get('date')!r})") from None
-    stem = f"{kind}_{gpu_slug(gpu)}_{when:%Y%m%d-%H%M}"
+    stem = f"{kind}_{gpu_slug(gpu)}_{when:%Y%m%d-%H%M}" + _sweep_label(csv)
     pairs = [(csv, data_dir / f"{stem}.csv")]
     for suffix in (".meta.json", ".fit.csv"):
         src = csv.with_name(csv.stem + suffix)
