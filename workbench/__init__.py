@@ -2,6 +2,15 @@
 
 Set TRITON_INTERPRET=1 before importing to run the Triton kernels on the CPU.
 """
+import os as _os
+
+import triton as _triton
+
+# Tuned configs persist in Triton's cache (keyed by Triton version, target, kernel source and tuning key),
+# so a second process does not re-tune and `warmup` fills it; must precede the kernels' decoration.
+# WORKBENCH_AUTOTUNE_CACHE=0 turns it off.
+_triton.knobs.autotuning.cache = _os.environ.get("WORKBENCH_AUTOTUNE_CACHE", "1") != "0"
+
 from .accounting import DecodeCost, case_cost, count_valid_tokens, decode_cost
 from .cache import (DecodeCase, DecodeScope, build_case, dequantize_kv, indices_to_positions,
                     positions_to_indices, quantize_kv)
