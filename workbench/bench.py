@@ -50,7 +50,7 @@ class BenchShape:
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 132)
 ALL_ORDER = ("headline", "baselines", "batch", "warps", "production", "s_q2", "configs")  # most important first
-SWEEPS = ("smoke", "headline", "ladder", "forced", "batch", "s_q2", "production", "baselines", "warps", "configs",
+SWEEPS = ("smoke", "headline", "ladder", "forced", "crossover", "batch", "s_q2", "production", "baselines", "warps", "configs",
           "all")
 HEADLINE = (BenchShape(64, 16, 2048), BenchShape(64, 64, 2048), BenchShape(64, 128, 2048), BenchShape(1, 64, 512),
             BenchShape(64, 16, 128, block_size=256, extra_topk=512, extra_block_size=64))
@@ -100,6 +100,9 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
                                                     "PREFETCH": pf})
                      for bt in (16, 32) for w in ((4, 8) if group < 64 else (8,)) for pf in (0, 1)]
         return plan
+    if name == "crossover":  # where the Gluon kernel starts to beat the best Triton rung ("auto" picks by it)
+        return [(BenchShape(b, h, k), ("tile512", "wgmma"), ("graph",), None)
+                for k in (512, 2048) for h in (16, 64) for b in (1, 2, 4, 8, 16, 32)]
     if name == "headline":
         return [(BenchShape(64, h, 2048), fast, ("eager", "graph"), None) for h in (16, 64, 128)] + \
                [(BenchShape(1, 64, 512), fast, ("eager", "graph"), None)]
