@@ -77,3 +77,18 @@ def test_dequant_bits_formula_is_exact_for_every_code_and_scale():
         got = (as_bf16 * c64) * sc
         want = exact * 2.0 ** (e - 127)
         assert torch.equal(got.float()[finite], want[finite]), e
+
+
+def test_auto_picks_by_device_and_call_size(monkeypatch):
+    """'auto' follows the crossover sweep on sm_90 and the portable rung elsewhere."""
+    import workbench.kernels.common as common
+    assert registry.resolve("auto", "cpu") == "tile512"
+    assert registry.resolve("tile512_3d", "cpu") == "tile512_3d"  # a named kernel is never replaced
+    monkeypatch.setattr(common, "INTERPRET", False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (9, 0))
+    assert registry.resolve("auto", "cuda", queries=64, tokens=64 * 2048) == "wgmma"
+    assert registry.resolve("auto", "cuda", queries=4, tokens=4 * 2048) == "wgmma"
+    assert registry.resolve("auto", "cuda", queries=4, tokens=4 * 512) == "tile512"
+    assert registry.resolve("auto", "cuda", queries=1, tokens=2048) == "tile512"
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (12, 0))
+    assert registry.resolve("auto", "cuda", queries=64, tokens=64 * 2048) == "tile512"

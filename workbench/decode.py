@@ -73,7 +73,9 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     dims = check_decode_args(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink, topk_length=topk_length,
                              extra_cache=extra_cache, extra_indices=extra_indices,
                              extra_topk_length=extra_topk_length)
-    spec = registry.get(registry.resolve(impl, q.device))
+    queries = dims["b"] * dims["s_q"]
+    topk_all = indices.shape[2] + (extra_indices.shape[2] if extra_indices is not None else 0)
+    spec = registry.get(registry.resolve(impl, q.device, queries=queries, tokens=queries * topk_all))
     sm_scale = MODEL1.d ** -0.5 if sm_scale is None else float(sm_scale)
     if spec.kind == "reference":
         if config is not None:

@@ -85,11 +85,17 @@ def decode_impls() -> tuple[str, ...]:
     return (AUTO,) + names("split", "fused", "reference")
 
 
-def resolve(impl: str, device) -> str:
-    """The kernel "auto" stands for on ``device``: the fastest rung that passes every GPU check there.
+SMALL_CALL_QUERIES, SMALL_CALL_TOKENS = 8, 8192
 
-    On sm_90 that is the Gluon kernel "wgmma" (data/: 84 vs 114 us for tile512 at b64 h16, 124 vs 168 us
-    at h64); anywhere else, or under the interpreter, the best portable Triton rung, "tile512".
+
+def resolve(impl: str, device, queries: int = 1 << 30, tokens: int = 1 << 30) -> str:
+    """The kernel "auto" stands for: the fastest rung that passes every GPU check, for this call's size.
+
+    On sm_90 that is the Gluon kernel "wgmma" (data/, b64 topk2048: 77 vs 114 us for tile512 at h16, 112
+    vs 168 us at h64), except for calls with fewer than 8 queries and under 8192 selected tokens in all,
+    where its one block per SM and 64-token tiles lose to tile512 (crossover sweep: b1-b2 1.01-1.26x
+    slower, b4 topk512 1.11-1.20x). Anywhere else, or under the interpreter, the portable "tile512".
+    ``queries`` is b * s_q; ``tokens`` is queries * (topk + extra topk).
     """
     if impl != AUTO:
         return impl
@@ -98,7 +104,8 @@ def resolve(impl: str, device) -> str:
     from .kernels.common import INTERPRET
     dev = torch.device(device)
     if dev.type == "cuda" and not INTERPRET and torch.cuda.get_device_capability(dev)[0] == 9:
-        return "wgmma"
+        if queries >= SMALL_CALL_QUERIES or tokens >= SMALL_CALL_TOKENS:
+            return "wgmma"
     return "tile512"
 
 
