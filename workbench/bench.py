@@ -259,6 +259,16 @@ def make_provider(name: str):
     raise ValueError(f"provider: expected one of {provider_names()}, got {name!r}")
 
 
+def kernel_of(provider: str, shape: BenchShape) -> str:
+    """The kernel a provider runs on this shape here: "auto" is recorded as what it resolved to."""
+    if provider != "auto":
+        return provider
+    from . import registry
+    queries = shape.batch * shape.s_q
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return registry.resolve("auto", device, queries=queries, tokens=queries * (shape.topk + shape.extra_topk))
+
+
 def config_columns(provider: str, config) -> dict:
     """The forced config as a short label and flat columns ('' and nothing else when autotuned)."""
     if config is None:
@@ -333,7 +343,8 @@ def bench_one(shape: BenchShape, provider: str, modes, *, pool: InputPool, ceili
               sweep: str = "", prov: dict | None = None, providers_cache: dict | None = None) -> list[dict]:
     """Rows (one per mode) for one provider on one shape; skipped or wrong providers get a row saying why."""
     prov = prov or provenance()
-    base = dict(sweep=sweep, provider=provider, kernel=provider, **asdict(shape), **config_columns(provider, config),
+    base = dict(sweep=sweep, provider=provider, kernel=kernel_of(provider, shape), **asdict(shape),
+                **config_columns(provider, config),
                 **{k: prov.get(k) for k in COLUMNS if k in prov}, **ceilings)
     rows = []
     try:
