@@ -79,3 +79,32 @@ def load_bench(paths=None, data_dir: Path | str = DATA):
     df["stale"] = stale_flags(df)
     df.loc[df["provider"].isin(PEER_PROVIDERS), "stale"] = False  # a peer's time does not depend on our code
     return df
+
+
+def load_correctness(data_dir: Path | str = DATA, name: str | None = None):
+    """One GPU correctness table (``correctness_*.csv``): the newest by default, or the file ``name``.
+
+    Newest means the latest ``date`` in the table (its run time), then the latest file name; the
+    old undated ``correctness_h200.csv`` stays readable with ``name="correctness_h200.csv"``. The
+    frame gets a ``source`` column (the file name).
+    """
+    import pandas as pd
+    data_dir = Path(data_dir)
+    if name is not None:
+        path = data_dir / name
+    else:
+        paths = sorted(p for p in data_dir.glob("correctness_*.csv") if not p.name.endswith(".meta.csv"))
+        if not paths:
+            raise FileNotFoundError(f"no correctness_*.csv table in {data_dir}")
+
+        def newest(p):
+            try:
+                dates = pd.read_csv(p, usecols=["date"])["date"].dropna().astype(str)
+                date = dates.max() if len(dates) else ""
+            except (ValueError, KeyError):
+                date = ""
+            return (date, p.name)
+        path = max(paths, key=newest)
+    df = pd.read_csv(path)
+    df["source"] = path.name
+    return df
