@@ -14,7 +14,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from workbench import plotting as P  # noqa: E402
-from workbench.results import load_bench, parse_config  # noqa: E402
+from workbench.results import load_bench, load_correctness, parse_config  # noqa: E402
 
 ROOT = P.Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
@@ -37,6 +37,23 @@ def _with_new_providers(ok):
     gather = base.assign(provider="gather", kernel="gather", median_us=base.median_us * 0.4)
     rung = ok[(ok.provider == "mma") & (ok.config == "")].assign(kernel="mma_rung_tile512", median_us=1.0)
     return pd.concat([ok, gather, rung], ignore_index=True)
+
+
+LADDER_SHAPES = {"h16": (64, 16, 2048, 0), "h64": (64, 64, 2048, 0), "h128": (64, 128, 2048, 0),
+                 "b1": (1, 64, 512, 0), "prod": (64, 16, 128, 512)}
+
+
+def _ladder_times(ok):
+    """Rows for fig_ladder from the committed ladder tables (panel, kernel, median_us) and the rungs in order."""
+    from workbench import registry
+    rungs = [s.name for s in registry.rungs()]
+    lad = ok[(ok.sweep == "ladder") & (ok.config == "") & (ok["mode"] == "graph") & (ok.s_q == 1)]
+    lad = lad[lad.source == lad.sort_values("date").source.iloc[-1]]
+    rows = []
+    for key, (b, h, k, e) in LADDER_SHAPES.items():
+        sub = lad[(lad.batch == b) & (lad.heads == h) & (lad.topk == k) & (lad.extra_topk == e)]
+        rows += [dict(panel=key, kernel=r.kernel, median_us=r.median_us) for r in sub.itertuples()]
+    return pd.DataFrame(rows), rungs
 
 
 def _tuned(ok):
@@ -115,8 +132,16 @@ def build(name, ok):
                           for i in ("mma", "simt") for h in (1, 5) for k in (1, 37)])
         return P.fig_worst_by_shape(g), "worst by shape", None
     if name == "correctness_gpu":
-        gpu = pd.read_csv(DATA / "correctness_h200.csv")
+        gpu = load_correctness(DATA)
+        return P.fig_gpu_checks(gpu)[0], "GPU checks", P.commit_provenance(gpu, gpu.source.iloc[0])
+    if name == "correctness_gpu_old_table":
+        gpu = load_correctness(DATA, name="correctness_h200.csv")
         return P.fig_gpu_checks(gpu)[0], "GPU checks", P._provenance_text([("35074e5", "2026-11-30", "", True)])
+    if name in ("ladder_time_per_rung", "ladder_b1_and_production"):
+        times, rungs = _ladder_times(ok)
+        panels = ([("h16", "b64 h16"), ("h64", "b64 h64"), ("h128", "b64 h128")] if name == "ladder_time_per_rung"
+                  else [("b1", "b1 h64 topk512"), ("prod", "production")])
+        return P.fig_ladder(times, panels, rungs, default="wgmma"), "ladder", note
     if name == "padding_costs":
         from workbench import padding
         return P.fig_padding_costs(pd.DataFrame(padding.padding_costs(block_t=64))), "padding", None
@@ -127,7 +152,8 @@ def build(name, ok):
     raise KeyError(name)
 
 
-FIGURES = ["throughput_time_vs_batch", "throughput_time_vs_batch_eager", "throughput_production_and_sq2",
+FIGURES = ["ladder_time_per_rung", "ladder_b1_and_production", "correctness_gpu_old_table",
+           "throughput_time_vs_batch", "throughput_time_vs_batch_eager", "throughput_production_and_sq2",
            "throughput_speedups", "throughput_roofline", "throughput_batch_model", "warps_4_vs_8",
            "occupancy_shared_memory", "occupancy_registers", "pruning_model_vs_compiled",
            "correctness_error_distribution", "correctness_worst_by_shape", "correctness_gpu", "padding_costs",
@@ -304,3 +330,42 @@ def test_readable_log_ticks_and_roofline_has_several_x_ticks(bench):
         assert len(xt) >= 2, xt
         yt = [t for t in ax.get_yticklabels() if t.get_text()]
         assert len(yt) <= 8
+
+
+def test_default_kernel_labels():
+    """'auto' is the default kernel; the seed 'mma' is never called the default."""
+    assert P.PROVIDER_LABELS["auto"] == "workbench default (auto)"
+    assert "default" not in P.PROVIDER_LABELS["mma"] and "seed" in P.PROVIDER_LABELS["mma"]
+    assert "auto" in P.PROVIDER_ORDER and "auto" in P.PROVIDER_COLORS
+
+
+def test_ladder_figure_draws_every_rung_and_both_reference_lines(bench):
+    times, rungs = _ladder_times(bench)
+    fig = P.fig_ladder(times, [("h16", "b64 h16")], rungs, default="wgmma")
+    ax = fig.axes[0]
+    assert len([p for p in ax.patches if p.get_height() > 0]) == len(rungs)
+    ys = sorted(round(float(ln.get_ydata()[0]), 3) for ln in ax.get_lines())
+    ref = times[(times.panel == "h16") & times.kernel.isin(["flashmla", "gather"])].median_us
+    assert ys == sorted(round(float(v), 3) for v in ref)
+    labels = [t.get_text() for lg in fig.legends for t in lg.get_texts()]
+    assert any("the default" in t for t in labels) and any(P.PROVIDER_LABELS["gather"] in t for t in labels)
+
+
+def test_same_run_times_prefers_auto_and_takes_peers_from_its_table(bench):
+    r = P.same_run_times(bench, batch=64, heads=16, topk=2048)
+    assert r["kernel"] == "auto" and r["source"].endswith("_headline.csv")
+    raw = pd.read_csv(DATA / r["source"])
+    sel = raw[(raw.provider == "flashmla") & (raw["mode"] == "graph") & (raw.batch == 64) & (raw.heads == 16)
+              & (raw.topk == 2048) & (raw.extra_topk == 0)]
+    assert r["flashmla_us"] == pytest.approx(sel.median_us.median())
+    prod = P.same_run_times(bench, batch=64, heads=16, topk=128, extra_topk=512)
+    assert prod["kernel"] == "wgmma" and prod["source"].endswith("_ladder.csv")  # no auto row at that shape
+
+
+def test_load_correctness_picks_the_newest_table_and_keeps_the_old_one():
+    new = load_correctness(DATA)
+    dated = sorted(DATA.glob("correctness_*.csv"))
+    newest = max(dated, key=lambda p: (str(pd.read_csv(p, usecols=["date"]).date.max()), p.name))
+    assert new.source.iloc[0] == newest.name
+    old = load_correctness(DATA, name="correctness_h200.csv")
+    assert old.source.iloc[0] == "correctness_h200.csv" and len(old)

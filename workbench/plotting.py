@@ -19,16 +19,24 @@ import numpy as np
 
 THEME = dict(style="whitegrid", context="notebook", palette="colorblind")
 PROVIDER_LABELS = {
-    "mma": "workbench (default kernel)",
+    "auto": "workbench default (auto)",
+    "mma": "seed MMA kernel",
     "flashmla": "FlashMLA",
     "gather": "gather floor (reads the bytes, no math)",
     "simt": "per-head SIMT kernel",
     "reference": "PyTorch reference",
 }
 PROVIDER_ORDER = list(PROVIDER_LABELS)
-PROVIDER_COLORS = {"mma": "#0072B2", "flashmla": "#E69F00", "gather": "#4D4D4D", "simt": "#009E73",
+PROVIDER_COLORS = {"auto": "#0072B2", "mma": "#56B4E9", "flashmla": "#E69F00", "gather": "#4D4D4D", "simt": "#009E73",
                    "reference": "#CC79A7"}
-PROVIDER_STYLE = {"gather": dict(linestyle=":", marker="s")}
+PROVIDER_STYLE = {"gather": dict(linestyle=":", marker="s"), "auto": dict(marker="D", markersize=7)}
+# The default kernel: provider "auto" (registry.resolve: "wgmma" on sm_90). Tables before 81746ba time the
+# seed as provider "mma"; the figures call that "seed MMA kernel", never the default.
+DEFAULT_PROVIDER = "auto"
+DEFAULT_FALLBACK = ("wgmma",)  # the kernel "auto" resolves to on the H200, timed by name in the ladder tables
+# One colour per kernel (optimisation-ladder rungs and the correctness tables' impl column).
+KERNEL_COLORS = {"mma": "#56B4E9", "tile512": "#D55E00", "tile512_bf16dq": "#CC79A7", "tile512_3d": "#8C6D31",
+                 "wgmma": "#0072B2", "auto": "#0072B2", "simt": "#009E73"}
 MODE_TITLES = {"graph": "CUDA-graph replay (the kernel's time)",
                "eager": "eager launch (host-bound below ~32 requests)"}
 POOR_R2 = 0.8
@@ -370,11 +378,15 @@ def fig_production(rows, panels, *, batches=None):
     return fig
 
 
-def fig_speedups(vs_fm, vs_simt, *, batches=None):
-    """Speed of the default kernel relative to FlashMLA by heads (graph and eager panels) and over SIMT."""
+def fig_speedups(vs_fm, vs_simt, *, batches=None, ours: str = "mma"):
+    """Speed of one of our providers (``ours``) relative to FlashMLA by heads (graph and eager panels) and over SIMT.
+
+    The frames hold the columns ``flashmla time / <ours> time`` and ``simt time / <ours> time``; the legend
+    names ``ours`` by its label (the batch sweeps only have the seed, "mma").
+    """
     import matplotlib.pyplot as plt
     import seaborn as sns
-    col = "flashmla time / mma time"
+    col = f"flashmla time / {ours} time"
     batches = sorted(set(batches if batches is not None else vs_fm["batch"]))
     heads = sorted(vs_fm["heads"].unique())
     colors = dict(zip(heads, sns.color_palette("viridis", len(heads))))
@@ -397,9 +409,9 @@ def fig_speedups(vs_fm, vs_simt, *, batches=None):
             ax.text(0.5, 0.5, f"no {mode} pairs", transform=ax.transAxes, ha="center", color="grey")
     ax = axes[2]
     if len(vs_simt):
-        sc = "simt time / mma time"
+        sc = f"simt time / {ours} time"
         vs = vs_simt.sort_values("batch")
-        bars = ax.bar([str(int(b)) for b in vs.batch], vs[sc], color=PROVIDER_COLORS["mma"])
+        bars = ax.bar([str(int(b)) for b in vs.batch], vs[sc], color=PROVIDER_COLORS.get(ours, "grey"))
         ax.bar_label(bars, fmt="%.0fx", fontsize=9)
         ax.set_ylim(0, float(vs[sc].max()) * 1.15)
         modes = ", ".join(sorted(vs_simt["mode"].unique()))
@@ -412,7 +424,7 @@ def fig_speedups(vs_fm, vs_simt, *, batches=None):
     h, lab = _dedupe(*axes[0].get_legend_handles_labels())
     if not h:
         h, lab = _dedupe(*axes[1].get_legend_handles_labels())
-    legend_below(fig, h, lab, ncol=len(heads), title="workbench (default kernel) at")
+    legend_below(fig, h, lab, ncol=len(heads), title=f"{PROVIDER_LABELS.get(ours, ours)} at")
     fig.tight_layout()
     return fig
 
@@ -515,6 +527,93 @@ def fig_batch_model(show):
     handles.append(Patch(facecolor="white", edgecolor="k", hatch="///"))
     labels.append(f"hatched: poor fit, r² < {POOR_R2}")
     legend_right(fig, handles, labels, title="provider, mode (pale: eager)")
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------
+# the default kernel's numbers and the optimisation ladder (notebooks 04 and 05)
+# ----------------------------------------------------------------------------------------------
+def same_run_times(ok, *, batch, heads, topk, extra_topk=0, mode="graph", ours=(DEFAULT_PROVIDER, *DEFAULT_FALLBACK),
+                   peers=("flashmla", "gather")) -> dict:
+    """Our kernel's time at one shape, with the peers' times from the same table (one run).
+
+    ok: rows of :func:`workbench.results.load_bench` (status ok). The first kernel in ``ours`` with an
+    autotuned (empty config) row at the shape wins; among tables, the newest whose rows are not stale, else
+    the newest. Returns kernel, ours_us, ``<peer>_us`` for each peer (NaN when the table has none), source,
+    git_commit, stale; ours_us is NaN and kernel None when nothing matches.
+    """
+    shape = ((ok["mode"] == mode) & (ok.batch == batch) & (ok.heads == heads) & (ok.topk == topk)
+             & (ok.s_q == 1) & (ok.extra_topk == extra_topk))
+    cfg = ok["config"].fillna("") if "config" in ok.columns else ""
+    kernel = ok["kernel"].fillna(ok["provider"]) if "kernel" in ok.columns else ok["provider"]
+    here = ok[shape & (cfg == "")]
+    kern = kernel[shape & (cfg == "")]
+    for k in ours:
+        rows = here[kern == k]
+        if rows.empty:
+            continue
+        fresh = rows[rows.stale == False]  # noqa: E712
+        pick = fresh if len(fresh) else rows
+        source = pick.sort_values(["date", "source"]).source.iloc[-1]
+        mine = pick[pick.source == source]
+        out = dict(kernel=k, ours_us=float(mine.median_us.median()), source=source,
+                   git_commit=str(mine.git_commit.iloc[0]), stale=bool(mine.stale.fillna(False).any()))
+        same = here[here.source == source]
+        for peer in peers:
+            r = same[same.provider == peer]
+            out[f"{peer}_us"] = float(r.median_us.median()) if len(r) else float("nan")
+        return out
+    return dict(kernel=None, ours_us=float("nan"), source="", git_commit="", stale=None,
+                **{f"{peer}_us": float("nan") for peer in peers})
+
+
+def fig_ladder(times, panels, rungs, *, default=None, labels=None):
+    """Time per optimisation-ladder rung (bars), one panel per shape, FlashMLA and the gather floor as lines.
+
+    times: rows with ``panel``, ``kernel`` and ``median_us`` (rungs, plus "flashmla" and "gather" as the
+    references); panels: (panel key, title) pairs; rungs: kernel names in ladder order; default: the rung
+    the default kernel resolves to (drawn with a black edge); labels: kernel -> tick label.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    labels = labels or {}
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 0.6, 4.3), squeeze=False)
+    for ax, (key, title) in zip(axes[0], panels):
+        sub = times[times.panel == key].groupby("kernel").median_us.median()
+        fm, floor = sub.get("flashmla", np.nan), sub.get("gather", np.nan)
+        top = []
+        for i, k in enumerate(rungs):
+            v = sub.get(k, np.nan)
+            if not np.isfinite(v):
+                ax.text(i, 0, "n/a", ha="center", va="bottom", fontsize=8, color="grey")
+                continue
+            ax.bar(i, v, width=0.7, color=KERNEL_COLORS.get(k, "grey"), edgecolor="k" if k == default else "white",
+                   linewidth=1.6 if k == default else 0.5)
+            txt = (f"{v:.0f}" if v >= 30 else f"{v:.1f}") + (f"\n{fm / v:.2f}x" if np.isfinite(fm) else "")
+            ax.text(i, v, txt, ha="center", va="bottom", fontsize=7.5, zorder=5,
+                    bbox=dict(facecolor="white", edgecolor="none", alpha=0.85, pad=0.6))
+            top.append(v)
+        for v, color, style in ((fm, PROVIDER_COLORS["flashmla"], "--"), (floor, PROVIDER_COLORS["gather"], ":")):
+            if np.isfinite(v):
+                ax.axhline(v, color=color, linestyle=style, linewidth=1.6)
+                top.append(v)
+        ax.set_ylim(0, max(top) * 1.28 if top else 1)
+        ax.set_xticks(range(len(rungs)))
+        ax.set_xticklabels([labels.get(k, k) for k in rungs], rotation=40, ha="right", fontsize=8)
+        ax.set_xlim(-0.6, len(rungs) - 0.4)
+        ax.grid(axis="x", visible=False)
+        ax.set_xlabel("rung (ladder order)")
+        ax.set_ylabel("time per call (us)" if ax is axes[0][0] else "")
+        ax.set_title(title, fontsize=10)
+    handles = [Patch(facecolor=KERNEL_COLORS.get(k, "grey"), edgecolor="k" if k == default else "white",
+                     linewidth=1.6 if k == default else 0.5) for k in rungs]
+    names = [labels.get(k, k) + (" (the default on this GPU)" if k == default else "") for k in rungs]
+    handles += [Line2D([], [], color=PROVIDER_COLORS["flashmla"], linestyle="--", linewidth=1.6),
+                Line2D([], [], color=PROVIDER_COLORS["gather"], linestyle=":", linewidth=1.6)]
+    names += [PROVIDER_LABELS["flashmla"] + " (same run)", PROVIDER_LABELS["gather"]]
+    legend_right(fig, handles, names, title="above each bar: us, then speed vs FlashMLA")
     fig.tight_layout()
     return fig
 
@@ -686,7 +785,7 @@ def fig_error_ecdf(ratio_df):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 4))
     impls = sorted(ratio_df.impl.unique())
-    colors = {"mma": PROVIDER_COLORS["mma"], "simt": PROVIDER_COLORS["simt"]}
+    colors = KERNEL_COLORS
     nz_all = ratio_df.ratio[ratio_df.ratio > 0]
     lo = max(float(nz_all.min()) / 2, 1e-12) if len(nz_all) else 1e-8
     for impl in impls:
@@ -741,7 +840,7 @@ def fig_gpu_checks(gpu):
     checked = worst.dropna(subset=["elem"])
     checks = sorted(checked.check.unique())
     impls = sorted(checked.impl.unique())
-    colors = {"mma": PROVIDER_COLORS["mma"], "simt": PROVIDER_COLORS["simt"]}
+    colors = KERNEL_COLORS
     fig, axes = plt.subplots(1, 2, figsize=(12, 0.9 + 0.75 * len(checks) * max(1, len(impls)) / 2 + 1.2),
                              sharey=True)
     hgt = 0.8 / max(1, len(impls))
@@ -771,7 +870,7 @@ def fig_gpu_checks(gpu):
     axes[0].set_ylabel("check")
     axes[0].set_ylim(len(checks) - 0.5, -0.5)
     h, lab = figure_handles(fig)
-    legend_right(fig, h, lab)
+    legend_right(fig, h, lab, title="kernel (impl)")
     fig.tight_layout()
     return fig, worst
 
