@@ -22,6 +22,10 @@ PROMISED = {
     "04_throughput": ["throughput_time_vs_batch.png", "throughput_time_vs_batch_eager.png", "throughput_production_and_sq2.png", "throughput_speedups.png",
                       "throughput_roofline.png", "throughput_batch_model.png", "headline_ratios.csv",
                       "batch_model_fit.csv"],
+    "05_optimization_ladder": ["ladder_time_per_rung.png", "ladder_time_per_rung.svg", "ladder_b1_and_production.png",
+                               "ladder_measurements.csv", "ladder_prediction_vs_measurement.csv",
+                               "ladder_wgmma_history.csv", "ladder_autotuner_check.csv", "ladder_ncu.csv",
+                               "ladder_goals.csv"],
 }
 
 
@@ -47,14 +51,48 @@ def test_notebook_writes_its_figures_and_tables(tiny_run, name):
         assert path.exists() and path.stat().st_size > 0, f"{name} did not write {f}"
 
 
+def _graph_row(table, provider, batch, heads, topk, extra_topk=0):
+    import pandas as pd
+    bench = pd.read_csv(ROOT / "data" / table)
+    kernel = bench.kernel.fillna(bench.provider) if "kernel" in bench else bench.provider
+    sel = bench[(kernel == provider) & (bench["mode"] == "graph") & (bench.batch == batch) & (bench.heads == heads)
+                & (bench.topk == topk) & (bench.config.isna()) & (bench.s_q == 1) & (bench.extra_topk == extra_topk)]
+    assert len(sel), (table, provider, batch, heads, topk)
+    return sel.median_us.median()
+
+
 def test_headline_numbers_come_from_data(tiny_run):
+    """Notebook 04's ratios are the default kernel's ('auto' rows), with the table and commit they came from."""
     import pandas as pd
     head = pd.read_csv(tiny_run / "figures" / "headline_ratios.csv")
-    bench = pd.read_csv(ROOT / "data" / "bench_h200.csv")
-    row = head[head.claim.str.contains("b64 h64")].iloc[0]
-    sel = bench[(bench.provider == "mma") & (bench["mode"] == "graph") & (bench.batch == 64) & (bench.heads == 64)
-                & (bench.topk == 2048) & (bench.config.isna()) & (bench.s_q == 1) & (bench.extra_topk == 0)]
-    assert row.mma_us == pytest.approx(sel.median_us.median())
+    row = head[head.claim.str.contains("b64 h64") & head.claim.str.contains("FlashMLA")].iloc[0]
+    assert row.kernel == "auto" and row.source.endswith("_headline.csv")
+    assert row.ours_us == pytest.approx(_graph_row(row.source, "auto", 64, 64, 2048))
+    assert row.other_us == pytest.approx(_graph_row(row.source, "flashmla", 64, 64, 2048))
+    assert str(row.git_commit) == str(pd.read_csv(ROOT / "data" / row.source).git_commit.iloc[0])
+
+
+def test_ladder_numbers_come_from_data(tiny_run):
+    """Notebook 05's per-rung times and goal inputs are the committed tables' numbers, not typed in."""
+    import pandas as pd
+    meas = pd.read_csv(tiny_run / "figures" / "ladder_measurements.csv")
+    table = meas.source.iloc[0]
+    assert table.endswith("_ladder.csv")
+    for kernel, (b, h, k, e), key in (("wgmma", (64, 16, 2048, 0), "h16"), ("mma", (64, 64, 2048, 0), "h64"),
+                                      ("tile512", (1, 64, 512, 0), "b1"), ("wgmma", (64, 16, 128, 512), "prod")):
+        r = meas[(meas.kernel == kernel) & (meas.key == key)].iloc[0]
+        us = _graph_row(table, kernel, b, h, k, e)
+        assert r.us == pytest.approx(us)
+        assert r.speed_vs_flashmla == pytest.approx(_graph_row(table, "flashmla", b, h, k, e) / us)
+        assert r.time_over_floor == pytest.approx(us / _graph_row(table, "gather", b, h, k, e))
+    goals = pd.read_csv(tiny_run / "figures" / "ladder_goals.csv")
+    assert len(goals) == 6 and set(goals.kernel) <= {"auto", "wgmma"}
+    g = goals[goals["shape"].str.startswith("b64 h16 topk2048")].iloc[0]
+    assert g.ours_us == pytest.approx(_graph_row(g.source, g.kernel, 64, 16, 2048))
+    assert g.flashmla_us == pytest.approx(_graph_row(g.source, "flashmla", 64, 16, 2048))
+    ncu = pd.read_csv(tiny_run / "figures" / "ladder_ncu.csv")
+    assert len(ncu) == len(list((ROOT / "data" / "ncu").glob("*_ncu_*.txt")))
+    assert ncu.registers.notna().all() and ncu.duration_us.notna().all()
 
 
 def test_every_run_gets_a_new_folder(tmp_path):
