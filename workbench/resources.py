@@ -188,8 +188,16 @@ def _signature_and_constexprs(lk: LabKernel, cfg):
 
 
 def _attrs(fn, sig):
-    """Pointer arguments are 16-byte aligned, like torch allocations."""
-    return {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if sig[a].startswith("*")}
+    """Pointer arguments are 16-byte aligned, like torch allocations; an integer typed ``"i32:16"`` in a
+    lab_signature is a multiple of 16, as Triton specialises one at launch (e.g. the q strides, 512-wide rows).
+    Integers typed plainly are compiled unspecialised, so loads addressed through them may show narrower here
+    than at run time."""
+    return {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
+            if sig[a].startswith("*") or sig[a].endswith(":16")}
+
+
+def _plain_types(sig):
+    return {a: t.split(":")[0] for a, t in sig.items()}
 
 
 @dataclass
@@ -365,7 +373,7 @@ def compile_config(kernel: str, arch: str, cfg, *, respect_pruning: bool = False
     if reason and respect_pruning:
         return CompileResult(**base, status="pruned", reason=reason)
     fn, sig, const = _signature_and_constexprs(lk, cfg)
-    src = ASTSource(fn, sig, const, attrs=_attrs(fn, sig))
+    src = ASTSource(fn, _plain_types(sig), const, attrs=_attrs(fn, sig))
     try:
         with target_override(arch):
             k, log = _compile(src, GPUTarget("cuda", target.capability, 32),
