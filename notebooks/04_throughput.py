@@ -20,7 +20,8 @@
 # `workbench.results.load_bench`), or from a fresh sweep when a GPU is present and `fresh=True`. Each
 # row is one (provider, shape, mode) measurement with median, p20 and p80 over cold-L2 calls, checked
 # against the fp32 reference first. "workbench default (auto)" is the default kernel, `impl="auto"`
-# (the Gluon `wgmma` rung on the H200), timed in the newest headline table; "seed MMA kernel" is the
+# (on the H200 the Gluon `wgmma` rung, or `tile512` for calls under 8 queries and 8192 selected
+# tokens), timed in the newest headline table; "seed MMA kernel" is the
 # autotuned head-batched Triton kernel the workbench started from (provider "mma"), which is all the
 # batch sweeps have. FlashMLA is the peer; the "gather floor", where a table has it, reads the same
 # bytes and does no math. The optimisation-ladder and forced-config tables are notebook 5's.
@@ -185,7 +186,7 @@ show[["provider", "mode", "heads", "fixed_us", "per_request_us", "r2", "points"]
 
 # %% [markdown]
 # ## Headline ratios of the default kernel
-# The default kernel is `impl="auto"` (`wgmma` on the H200). Each ratio takes our time and the
+# The default kernel is `impl="auto"` (`wgmma` or `tile512` on the H200, by call size). Each ratio takes our time and the
 # other provider's from the same table (one run): the "auto" rows of the newest headline table,
 # or, at a shape that table lacks, the `wgmma` rows of the newest ladder table. The SIMT ratio is
 # the exception: SIMT was timed only in an older run, so that ratio mixes runs and says so.
@@ -204,7 +205,8 @@ def speed(other, ours):
 
 
 def claim_row(claim, r, other_us, ratio, goal, target, note_=""):
-    return dict(claim=claim, kernel=r["kernel"], ours_us=r["ours_us"], other_us=other_us, speed_ratio=ratio,
+    return dict(claim=claim, kernel=r["kernel"], resolved=r["resolved"], ours_us=r["ours_us"], other_us=other_us,
+                speed_ratio=ratio,
                 goal=goal, target=target, source=r["source"], git_commit=r["git_commit"], stale=r["stale"], note=note_)
 
 
@@ -226,10 +228,10 @@ r = pick("graph", 1, 64, 512)
 head.append(claim_row("default at batch 1, h64 topk512 (graph)", r, r["flashmla_us"],
                       speed(r["flashmla_us"], r["ours_us"]), "time <= 2x FlashMLA (speed >= 0.5)", 0.5))
 r = pick("graph", 64, 16, 2048)
-row = tuned[(tuned.source == r["source"]) & (tuned.kernel == r["kernel"]) & (tuned["mode"] == "graph")
+row = tuned[(tuned.source == r["source"]) & (tuned.provider == r["kernel"]) & (tuned["mode"] == "graph")
             & (tuned.batch == 64) & (tuned.heads == 16) & (tuned.topk == 2048) & (tuned.s_q == 1) & (tuned.extra_topk == 0)]
 if row.empty:  # a fallback rung is not a default-kernel row: read it from the full table
-    row = ok[(ok.source == r["source"]) & (ok.kernel == r["kernel"]) & (ok["mode"] == "graph") & (ok.batch == 64)
+    row = ok[(ok.source == r["source"]) & (ok.provider == r["kernel"]) & (ok["mode"] == "graph") & (ok.batch == 64)
              & (ok.heads == 16) & (ok.topk == 2048) & (ok.s_q == 1) & (ok.extra_topk == 0) & (ok.config == "")]
 head.append(claim_row("default share of HBM copy bandwidth, b64 h16 topk2048 (graph)", r, float("nan"),
                       row.frac_hbm.median() if len(row) else float("nan"), ">= 0.65", 0.65))
@@ -248,9 +250,10 @@ print(markdown_table(headline.drop(columns=["note"]), floatfmt=".3g"))
 # %%
 goals = headline[headline.target.notna()]
 lines = []
-used = headline.groupby(["kernel", "source", "git_commit"], dropna=False).stale.first().reset_index()
-lines.append("**Default kernel (`impl=\"auto\"`, `wgmma` on the H200), measured in:** " + "; ".join(
-    f"{'auto' if u.kernel == 'auto' else u.kernel} rows of {u.source} at commit {u.git_commit}"
+used = headline.groupby(["kernel", "source", "git_commit"], dropna=False).agg(
+    stale=("stale", "first"), resolved=("resolved", lambda v: ", ".join(sorted(set(map(str, v)))))).reset_index()
+lines.append("**Default kernel (`impl=\"auto\"`), measured in:** " + "; ".join(
+    f"{'auto' if u.kernel == 'auto' else u.kernel} rows (ran {u.resolved}) of {u.source} at commit {u.git_commit}"
     + (" (STALE: the kernel sources changed since)" if u.stale else " (kernel sources unchanged since)")
     for u in used.itertuples()) + ".")
 lines.append(f"The batch-sweep figures above draw the seed MMA kernel: {note}")

@@ -348,18 +348,20 @@ def test_ladder_figure_draws_every_rung_and_both_reference_lines(bench):
     ref = times[(times.panel == "h16") & times.kernel.isin(["flashmla", "gather"])].median_us
     assert ys == sorted(round(float(v), 3) for v in ref)
     labels = [t.get_text() for lg in fig.legends for t in lg.get_texts()]
-    assert any("the default" in t for t in labels) and any(P.PROVIDER_LABELS["gather"] in t for t in labels)
+    assert any("'auto' runs" in t for t in labels) and any(P.PROVIDER_LABELS["gather"] in t for t in labels)
 
 
 def test_same_run_times_prefers_auto_and_takes_peers_from_its_table(bench):
     r = P.same_run_times(bench, batch=64, heads=16, topk=2048)
     assert r["kernel"] == "auto" and r["source"].endswith("_headline.csv")
+    assert r["source"] == max(p.name for p in DATA.glob("bench_*_headline.csv"))  # the newest headline table
     raw = pd.read_csv(DATA / r["source"])
     sel = raw[(raw.provider == "flashmla") & (raw["mode"] == "graph") & (raw.batch == 64) & (raw.heads == 16)
               & (raw.topk == 2048) & (raw.extra_topk == 0)]
     assert r["flashmla_us"] == pytest.approx(sel.median_us.median())
     prod = P.same_run_times(bench, batch=64, heads=16, topk=128, extra_topk=512)
     assert prod["kernel"] == "wgmma" and prod["source"].endswith("_ladder.csv")  # no auto row at that shape
+    assert P.default_kernel_rows(bench).provider.eq("auto").sum() == bench.provider.eq("auto").sum()
 
 
 def test_load_correctness_picks_the_newest_table_and_keeps_the_old_one():

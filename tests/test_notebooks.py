@@ -55,7 +55,8 @@ def _graph_row(table, provider, batch, heads, topk, extra_topk=0):
     import pandas as pd
     bench = pd.read_csv(ROOT / "data" / table)
     kernel = bench.kernel.fillna(bench.provider) if "kernel" in bench else bench.provider
-    sel = bench[(kernel == provider) & (bench["mode"] == "graph") & (bench.batch == batch) & (bench.heads == heads)
+    who = bench.provider if provider == "auto" else kernel  # auto rows record the rung they ran as their kernel
+    sel = bench[(who == provider) & (bench["mode"] == "graph") & (bench.batch == batch) & (bench.heads == heads)
                 & (bench.topk == topk) & (bench.config.isna()) & (bench.s_q == 1) & (bench.extra_topk == extra_topk)]
     assert len(sel), (table, provider, batch, heads, topk)
     return sel.median_us.median()

@@ -175,10 +175,11 @@ def default_kernel_rows(df):
     """Rows timing the providers the figures know with their default kernel.
 
     Optimisation-ladder rungs (a ``kernel`` other than the provider's own name) and unknown
-    providers are left out; notebook 05 shows those.
+    providers are left out; notebook 05 shows those. Rows of provider "auto" are kept whatever
+    kernel they record (newer tables record the rung "auto" resolved to for that call).
     """
     kernel = df["kernel"].fillna(df["provider"]) if "kernel" in df.columns else df["provider"]
-    return df[df["provider"].isin(PROVIDER_ORDER) & (kernel == df["provider"])]
+    return df[df["provider"].isin(PROVIDER_ORDER) & ((kernel == df["provider"]) | (df["provider"] == DEFAULT_PROVIDER))]
 
 
 def providers_in(df) -> list[str]:
@@ -538,10 +539,12 @@ def same_run_times(ok, *, batch, heads, topk, extra_topk=0, mode="graph", ours=(
                    peers=("flashmla", "gather")) -> dict:
     """Our kernel's time at one shape, with the peers' times from the same table (one run).
 
-    ok: rows of :func:`workbench.results.load_bench` (status ok). The first kernel in ``ours`` with an
-    autotuned (empty config) row at the shape wins; among tables, the newest whose rows are not stale, else
-    the newest. Returns kernel, ours_us, ``<peer>_us`` for each peer (NaN when the table has none), source,
-    git_commit, stale; ours_us is NaN and kernel None when nothing matches.
+    ok: rows of :func:`workbench.results.load_bench` (status ok). The first of ``ours`` with an
+    autotuned (empty config) row at the shape wins: "auto" means the rows of provider "auto", any other
+    name the rows of that kernel timed as itself. Among tables, the newest whose rows are not stale, else
+    the newest. Returns kernel (the name from ``ours``), resolved (the kernel the rows record: for "auto",
+    the rung it resolved to where the table says, else "auto"), ours_us, ``<peer>_us`` for each peer (NaN
+    when the table has none), source, git_commit, stale; ours_us is NaN and kernel None when nothing matches.
     """
     shape = ((ok["mode"] == mode) & (ok.batch == batch) & (ok.heads == heads) & (ok.topk == topk)
              & (ok.s_q == 1) & (ok.extra_topk == extra_topk))
@@ -549,22 +552,24 @@ def same_run_times(ok, *, batch, heads, topk, extra_topk=0, mode="graph", ours=(
     kernel = ok["kernel"].fillna(ok["provider"]) if "kernel" in ok.columns else ok["provider"]
     here = ok[shape & (cfg == "")]
     kern = kernel[shape & (cfg == "")]
+    prov = here["provider"]
     for k in ours:
-        rows = here[kern == k]
+        rows = here[prov == k] if k == DEFAULT_PROVIDER else here[(kern == k) & (prov == k)]
         if rows.empty:
             continue
         fresh = rows[rows.stale == False]  # noqa: E712
         pick = fresh if len(fresh) else rows
         source = pick.sort_values(["date", "source"]).source.iloc[-1]
         mine = pick[pick.source == source]
-        out = dict(kernel=k, ours_us=float(mine.median_us.median()), source=source,
+        resolved = mine["kernel"].fillna(mine["provider"]).iloc[0] if "kernel" in mine.columns else k
+        out = dict(kernel=k, resolved=str(resolved), ours_us=float(mine.median_us.median()), source=source,
                    git_commit=str(mine.git_commit.iloc[0]), stale=bool(mine.stale.fillna(False).any()))
         same = here[here.source == source]
         for peer in peers:
             r = same[same.provider == peer]
             out[f"{peer}_us"] = float(r.median_us.median()) if len(r) else float("nan")
         return out
-    return dict(kernel=None, ours_us=float("nan"), source="", git_commit="", stale=None,
+    return dict(kernel=None, resolved=None, ours_us=float("nan"), source="", git_commit="", stale=None,
                 **{f"{peer}_us": float("nan") for peer in peers})
 
 
@@ -573,14 +578,17 @@ def fig_ladder(times, panels, rungs, *, default=None, labels=None):
 
     times: rows with ``panel``, ``kernel`` and ``median_us`` (rungs, plus "flashmla" and "gather" as the
     references); panels: (panel key, title) pairs; rungs: kernel names in ladder order; default: the rung
-    the default kernel resolves to (drawn with a black edge); labels: kernel -> tick label.
+    the default kernel resolves to (drawn with a black edge), one name or {panel key: name} when it
+    depends on the call's size; labels: kernel -> tick label.
     """
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     labels = labels or {}
+    per_panel = default if isinstance(default, dict) else {key: default for key, _ in panels}
     fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 0.6, 4.3), squeeze=False)
     for ax, (key, title) in zip(axes[0], panels):
+        default = per_panel.get(key)
         sub = times[times.panel == key].groupby("kernel").median_us.median()
         fm, floor = sub.get("flashmla", np.nan), sub.get("gather", np.nan)
         top = []
@@ -607,9 +615,12 @@ def fig_ladder(times, panels, rungs, *, default=None, labels=None):
         ax.set_xlabel("rung (ladder order)")
         ax.set_ylabel("time per call (us)" if ax is axes[0][0] else "")
         ax.set_title(title, fontsize=10)
-    handles = [Patch(facecolor=KERNEL_COLORS.get(k, "grey"), edgecolor="k" if k == default else "white",
-                     linewidth=1.6 if k == default else 0.5) for k in rungs]
-    names = [labels.get(k, k) + (" (the default on this GPU)" if k == default else "") for k in rungs]
+    defaults = {per_panel.get(key) for key, _ in panels}
+    handles = [Patch(facecolor=KERNEL_COLORS.get(k, "grey"), edgecolor="k" if k in defaults else "white",
+                     linewidth=1.6 if k in defaults else 0.5) for k in rungs]
+    names = [labels.get(k, k) for k in rungs]
+    handles.append(Patch(facecolor="white", edgecolor="k", linewidth=1.6))
+    names.append("black edge: what 'auto' runs at that shape")
     handles += [Line2D([], [], color=PROVIDER_COLORS["flashmla"], linestyle="--", linewidth=1.6),
                 Line2D([], [], color=PROVIDER_COLORS["gather"], linestyle=":", linewidth=1.6)]
     names += [PROVIDER_LABELS["flashmla"] + " (same run)", PROVIDER_LABELS["gather"]]
