@@ -380,7 +380,9 @@ def compile_config(kernel: str, arch: str, cfg, *, respect_pruning: bool = False
                               dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
     except Exception as e:  # noqa: BLE001 - the reason is the result
         msg = str(e).strip().splitlines()
-        short = next((ln for ln in msg if "out of resource" in ln or "error" in ln.lower()), msg[-1] if msg else "")
+        detail = [ln for ln in msg if re.search(r"error\s+:", ln)]  # ptxas's own line, e.g. "requires sm_90"
+        short = next((ln for ln in detail + msg if "out of resource" in ln or "error" in ln.lower()),
+                     msg[-1] if msg else "")
         return CompileResult(**base, status="compile_error", reason=f"{type(e).__name__}: {short}"[:300])
     usage, sass = _read_cubin(k.asm["cubin"])
     shared = int(k.metadata.shared)
