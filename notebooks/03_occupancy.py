@@ -39,6 +39,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 import workbench as wb  # noqa: F401
+from workbench.kernels.configs import TiledConfig
 from workbench.kernels.mma import MMA_CONFIG_SPACE, mma_prune_reason
 from workbench.plotting import (bench_provenance, commit_provenance, fig_pruning, fig_registers, fig_shared_memory,
                                 fig_warps, gpu_label, save_figure, save_table, set_theme)
@@ -111,8 +112,7 @@ for arch in archs:
     t = get_target(arch)
     for cfg in MMA_CONFIG_SPACE:
         est, reason = mma_prune_reason(cfg, 0, t)
-        c = mma[(mma.arch == arch) & (mma.config == str({**cfg.kwargs, "num_warps": cfg.num_warps,
-                                                           "num_stages": cfg.num_stages}))]
+        c = mma[(mma.arch == arch) & (mma.config == TiledConfig.from_triton(cfg).label)]
         if c.empty:
             continue
         c = c.iloc[0]
