@@ -14,7 +14,7 @@ from .provenance import ROOT, kernel_source_hash, kernels_changed_since
 
 DATA = ROOT / "data"
 PEER_PROVIDERS = ("flashmla",)
-CONFIG_COLUMNS = ("BLOCK_H", "BLOCK_T", "num_warps", "num_stages", "PREFETCH", "NUM_STAGES", "SPLIT_WAVES")
+CONFIG_COLUMNS = ("BLOCK_H", "BLOCK_T", "num_warps", "num_stages", "PREFETCH")
 
 
 def parse_config(text) -> dict:
