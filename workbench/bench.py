@@ -223,14 +223,14 @@ class ProbeProvider:
             raise Skip("no CUDA GPU")
 
     def prepare(self, kw: dict, config=None):
-        from .decode import plan_splits
+        from .decode import split_plans
         q = kw["q"]
         b, s_q, h, _ = q.shape
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
         scopes = [(kw["cache"], kw["indices"])]
         if kw.get("extra_cache") is not None:
             scopes.append((kw["extra_cache"], kw["extra_indices"]))
-        plans = [plan_splits(queries=b * s_q, heads=h, topk=ix.shape[2], num_sms=sms) for _, ix in scopes]
+        plans = split_plans(queries=b * s_q, heads=h, indices=[ix for _, ix in scopes], num_sms=sms)
         sinks = [torch.empty(b * s_q, p.num_splits, dtype=torch.int32, device=q.device) for p in plans]
 
         def run():

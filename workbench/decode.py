@@ -37,6 +37,12 @@ def plan_splits(*, queries: int, heads: int, topk: int, num_sms: int, waves: int
     return SplitPlan(triton.cdiv(topk, tps), tps)
 
 
+def split_plans(*, queries: int, heads: int, indices, num_sms: int, waves: int = WAVES) -> list[SplitPlan]:
+    """One split plan per KV scope (``indices``: each scope's [b, s_q, topk] index tensor)."""
+    return [plan_splits(queries=queries, heads=heads, topk=ix.shape[2], num_sms=num_sms, waves=waves)
+            for ix in indices]
+
+
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
@@ -59,8 +65,8 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     clamped to [0, topk] (a negative length selects nothing, a length above topk selects all); extra_*: a second scope
     in the same softmax.
     sm_scale: a positive real (Python or numpy scalar, or 0-dim tensor); default 512**-0.5.
-    impl: "auto" (default: the fastest kernel that passes every GPU check on this device: "wgmma" on sm_90,
-    else "tile512"), any registered kernel (``workbench.registry.decode_impls()``: the optimisation ladder's
+    impl: "auto" (default: the fastest kernel that passes every GPU check for this device and call size:
+    "wgmma" on sm_90 from 8 queries or 8192 selected tokens, else "tile512"; see registry.resolve), any registered kernel (``workbench.registry.decode_impls()``: the optimisation ladder's
     rungs "mma", "tile512", "tile512_bf16dq", "tile512_3d", "wgmma", the per-head "simt"), or "reference".
     config: one kernel config (dict) to run without autotuning, e.g. for CUDA graph capture; the keys are
     the kernel's ``registry.get(impl).allowed`` (tiled kernels: BLOCK_H, BLOCK_T, num_warps, num_stages).
@@ -102,8 +108,8 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     scopes = [(cache, indices, topk_length)]
     if extra_cache is not None:
         scopes.append((extra_cache, extra_indices, extra_topk_length))
-    plans = [plan_splits(queries=b * s_q, heads=h, topk=ix.shape[2], num_sms=sms, waves=spec.split_waves)
-             for _, ix, _ in scopes]
+    plans = split_plans(queries=b * s_q, heads=h, indices=[ix for _, ix, _ in scopes], num_sms=sms,
+                        waves=spec.split_waves)
     s_total = sum(p.num_splits for p in plans)
     part_out = torch.empty(b * s_q, h, s_total, MODEL1.d, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(b * s_q, h, s_total, dtype=torch.float32, device=q.device)
