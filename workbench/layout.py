@@ -86,3 +86,18 @@ MODEL1 = CacheLayout(
 
 assert MODEL1.d == MODEL1.d_nope + MODEL1.d_rope
 assert MODEL1.data_bytes_per_token == 576 and MODEL1.bytes_per_token == 584
+
+LAYOUTS = {MODEL1.bytes_per_token: MODEL1}  # bytes per token -> layout; a second format registers here
+
+
+def layout_of(cache) -> CacheLayout:
+    """The layout a cache tensor is in, from its bytes per token (the last dimension, in bytes).
+
+    Kernels take their layout constants from here, so the layout travels with the cache: callers of
+    the launchers never name one. ValueError, naming ``cache``, for a width no layout has.
+    """
+    width = cache.shape[-1] * cache.element_size()
+    if width not in LAYOUTS:
+        raise ValueError(f"cache: {width} bytes per token matches no known layout "
+                         f"({', '.join(f'{n} B: {l.name}' for n, l in LAYOUTS.items())})")
+    return LAYOUTS[width]

@@ -47,7 +47,7 @@ def _tile512(name, rung, summary, prediction, **fixed):
         check_configs=tuple(dict(BLOCK_H=bh, BLOCK_T=bt, num_warps=w, num_stages=st)
                             for bh, bt, w, st in ((64, 32, 8, 1), (16, 16, 4, 1), (32, 32, 8, 3), (64, 16, 8, 3),
                                                   (16, 64, 4, 1))),
-        lab_constexprs=lambda c: dict(HAS_TOPK_LEN=False, DOT_FP32=False, **tile512.layout_constexprs(),
+        lab_constexprs=lambda c: dict(HAS_TOPK_LEN=False, DOT_FP32=False, **layout_constexprs(keys=tile512.LAYOUT_KEYS),
                                       **fixed, **c.meta())))
 
 

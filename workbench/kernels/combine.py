@@ -8,7 +8,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import INTERPRET, call_args, to_bf16
+from .common import INTERPRET, call_args, launch, to_bf16
 
 COMBINE_CONFIGS = [triton.Config({}, num_warps=w) for w in (1, 2, 4)]
 
@@ -73,6 +73,6 @@ def launch_combine(*, part_out, part_lse, attn_sink, out, lse, pinned: bool = Fa
                 RNE_BY_HAND=INTERPRET)
     grid = (b * s_q, h)
     if pinned:
-        combine_kernel.fn[grid](**args, num_warps=COMBINE_CONFIGS[0].num_warps)
+        launch(combine_kernel.fn, grid, dict(**args, num_warps=COMBINE_CONFIGS[0].num_warps))
     else:
-        combine_kernel[grid](**args)
+        launch(combine_kernel, grid, args)

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..layout import MODEL1
+from ..layout import MODEL1, CacheLayout
 from ..targets import GpuTarget, get_target, target_for_capability
 
 # Must be read when the kernels are decorated: TRITON_INTERPRET is fixed at import.
@@ -94,9 +94,18 @@ def to_bf16(x, RNE_BY_HAND: tl.constexpr):
         return x.to(tl.bfloat16)
 
 
-def layout_constexprs() -> dict:
-    return dict(D_NOPE=D_NOPE, NOPE_PAD=NOPE_PAD, D_ROPE=D_ROPE, TILE=TILE, NUM_TILES=NUM_TILES,
-                DATA_BYTES=DATA_BYTES, SCALE_BYTES=SCALE_BYTES)
+LAYOUT_KEYS = ("D_NOPE", "NOPE_PAD", "D_ROPE", "TILE", "NUM_TILES", "DATA_BYTES", "SCALE_BYTES")
+
+
+def layout_constexprs(layout: CacheLayout = MODEL1, keys: tuple = LAYOUT_KEYS) -> dict:
+    """A layout's constants as kernel constexprs (``keys``: those a kernel declares).
+
+    Launchers pass ``layout_of(cache)``, so the layout travels with the cache, not with a module global.
+    """
+    every = dict(D_NOPE=layout.d_nope, NOPE_PAD=layout.nope_pad, D_ROPE=layout.d_rope, TILE=layout.tile,
+                 NUM_TILES=layout.num_tiles, DATA_BYTES=layout.data_bytes_per_token,
+                 SCALE_BYTES=layout.scale_bytes_per_token)
+    return {k: every[k] for k in keys}
 
 
 def cache_views(cache: torch.Tensor):
@@ -122,6 +131,32 @@ def scope_args(prefix: str, cache: torch.Tensor, indices: torch.Tensor, topk_len
             f"{prefix}num_tokens": cache.shape[0] * cache.shape[1], f"{prefix}idx_ptr": indices,
             f"{prefix}stride_ib": indices.stride(0), f"{prefix}stride_is": indices.stride(1),
             f"{prefix}topk_len_ptr": topk_length if topk_length is not None else indices}
+
+
+_CAPTURE: list[list] = []
+
+
+def launch(kernel, grid, args: dict) -> None:
+    """Every kernel launch of the package goes through here: ``kernel[grid](**args)``.
+
+    Inside :class:`capture_launches` the launch is recorded instead, as ``(kernel, grid, args)``, so a decode
+    plan can bind it once (resolve the autotuner, compile) and replay it without the launchers' Python.
+    """
+    if _CAPTURE:
+        _CAPTURE[-1].append((kernel, grid, args))
+        return
+    kernel[grid](**args)
+
+
+class capture_launches:
+    """Context manager: record the launches made inside it (nothing runs); yields the list of records."""
+
+    def __enter__(self) -> list:
+        _CAPTURE.append([])
+        return _CAPTURE[-1]
+
+    def __exit__(self, *exc):
+        _CAPTURE.pop()
 
 
 def call_args(named_args: dict, kwargs: dict) -> dict:

@@ -14,8 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..layout import MODEL1
-from .common import INTERPRET, scope_args
+from ..layout import layout_of
+from .common import INTERPRET, launch, scope_args
 from .configs import KernelConfig
 
 ALLOWED = dict(BLOCK_T=(16, 32, 64), num_warps=(4, 8), num_stages=(1, 3))
@@ -80,13 +80,13 @@ def launch_gather(*, cache, indices, num_splits, tokens_per_split, sink=None, co
                 num_tokens=sa["num_tokens"], idx_ptr=indices, stride_ib=indices.stride(0),
                 stride_is=indices.stride(1), sink_ptr=sink, S_Q=s_q, TOPK=topk, tokens_per_split=tokens_per_split,
                 TOKENS_BUCKET=triton.next_power_of_2(tokens_per_split), QUERIES_BUCKET=triton.next_power_of_2(b * s_q),
-                DATA_BYTES=MODEL1.data_bytes_per_token, SCALE_BYTES=MODEL1.scale_bytes_per_token)
+                DATA_BYTES=layout_of(cache).data_bytes_per_token, SCALE_BYTES=layout_of(cache).scale_bytes_per_token)
     grid = (num_splits, b * s_q)
     if INTERPRET and config is None:
         config = GatherConfig(BLOCK_T=64)
     if config is None:
-        gather_kernel[grid](**args)
+        launch(gather_kernel, grid, args)
     else:
         cfg = GatherConfig.from_any(config, ALLOWED, "gather")
-        gather_kernel.fn[grid](**args, **cfg.meta(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        launch(gather_kernel.fn, grid, dict(**args, **cfg.meta(), num_warps=cfg.num_warps, num_stages=cfg.num_stages))
     return sink

@@ -10,7 +10,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import (INTERPRET, NOPE_PAD, D_ROPE, call_args, current_target, dequant_kv, layout_constexprs,
+from ..layout import layout_of
+from .common import (D_ROPE, INTERPRET, NOPE_PAD, call_args, current_target, dequant_kv, launch, layout_constexprs,
                      load_kv_raw, mma, normalize_config, partial_args, record_prune, to_bf16)
 
 ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(16, 32, 64), num_warps=(4, 8), num_stages=(1, 2), PREFETCH=(0, 1))
@@ -220,14 +221,14 @@ def launch_mma_partial(*, q, cache, indices, topk_length, part_out, part_lse, sp
     b, s_q, h, _ = q.shape
     args = dict(**partial_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
                                part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
-                               sm_scale=sm_scale), **layout_constexprs())
+                               sm_scale=sm_scale), **layout_constexprs(layout_of(cache)))
     if INTERPRET and config is None:
         config = interpreter_config(h)
     if config is None:
         grid = lambda META: (triton.cdiv(h, META["BLOCK_H"]), num_splits, b * s_q)  # noqa: E731
-        mma_partial_kernel[grid](**args)  # PREFETCH comes from each config
+        launch(mma_partial_kernel, grid, args)  # PREFETCH comes from each config
         return
     cfg = config if isinstance(config, triton.Config) else check_mma_config(config)
     meta = {"PREFETCH": DEFAULT_PREFETCH, **cfg.kwargs}
     grid = (triton.cdiv(h, meta["BLOCK_H"]), num_splits, b * s_q)
-    mma_partial_kernel.fn[grid](**args, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    launch(mma_partial_kernel.fn, grid, dict(**args, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages))

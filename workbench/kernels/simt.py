@@ -9,8 +9,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import (INTERPRET, call_args, LOG2E, current_target, gather_kv_tile, layout_constexprs, normalize_config,
-                     record_prune, scope_args, to_bf16)
+from ..layout import layout_of
+from .common import (INTERPRET, LOG2E, call_args, current_target, gather_kv_tile, launch, layout_constexprs,
+                     normalize_config, record_prune, scope_args, to_bf16)
 
 ALLOWED = dict(BLOCK_T=(16, 32, 64), num_warps=(2, 4, 8), num_stages=(1,))
 SIMT_CONFIGS = [triton.Config({"BLOCK_T": bt}, num_warps=w, num_stages=1)
@@ -154,12 +155,12 @@ def launch_simt(*, q, cache, indices, topk_length, extra_cache, extra_indices, e
                 TOPK_BUCKET=triton.next_power_of_2(topk + (extra_indices.shape[2] if has_extra else 0)),
                 HAS_TOPK_LEN=topk_length is not None, HAS_EXTRA=has_extra,
                 X_HAS_TOPK_LEN=has_extra and extra_topk_length is not None, HAS_SINK=attn_sink is not None,
-                RNE_BY_HAND=INTERPRET, **layout_constexprs())
+                RNE_BY_HAND=INTERPRET, **layout_constexprs(layout_of(cache)))
     grid = (b * s_q, h)
     if INTERPRET and config is None:
         config = INTERPRETER_CONFIG
     if config is None:
-        simt_kernel[grid](**args)
+        launch(simt_kernel, grid, args)
         return
     cfg = config if isinstance(config, triton.Config) else check_simt_config(config)
-    simt_kernel.fn[grid](**args, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    launch(simt_kernel.fn, grid, dict(**args, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages))

@@ -16,8 +16,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..layout import layout_of
 from .common import (D_NOPE, D_ROPE, INTERPRET, NUM_TILES, SCALE_BYTES, TILE, DATA_BYTES, call_args, current_target,
-                     mma, partial_args, record_prune, to_bf16)
+                     launch, layout_constexprs, mma, partial_args, record_prune, to_bf16)
 from .configs import TiledConfig, tiled_space
 
 # BLOCK_H x BLOCK_T x warps x stages; num_stages >= 3 turns the gathers into cp.async
@@ -267,9 +268,7 @@ def tile512_partial_kernel(
              mask=(hmask & live)[:, None])
 
 
-def layout_constexprs() -> dict:
-    return dict(D_NOPE=D_NOPE, D_ROPE=D_ROPE, TILE=TILE, NUM_TILES=NUM_TILES, DATA_BYTES=DATA_BYTES,
-                SCALE_BYTES=SCALE_BYTES)
+LAYOUT_KEYS = ("D_NOPE", "D_ROPE", "TILE", "NUM_TILES", "DATA_BYTES", "SCALE_BYTES")  # no NOPE_PAD: rope fills it
 
 
 def interpreter_config(heads: int) -> TiledConfig:
@@ -293,14 +292,15 @@ def launch_tile512_partial(*, q, cache, indices, topk_length, part_out, part_lse
     b, s_q, h, _ = q.shape
     args = dict(**partial_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
                                part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
-                               sm_scale=sm_scale), **layout_constexprs(), DEQUANT=DEQUANT,
+                               sm_scale=sm_scale), **layout_constexprs(layout_of(cache), LAYOUT_KEYS), DEQUANT=DEQUANT,
                 GATHER3D=GATHER3D)
     if INTERPRET and config is None:
         config = interpreter_config(h)
     if config is None:
         grid = lambda META: (triton.cdiv(h, META["BLOCK_H"]), num_splits, b * s_q)  # noqa: E731
-        tile512_partial_kernel[grid](**args)
+        launch(tile512_partial_kernel, grid, args)
         return
     cfg = check_config(config)
     grid = (triton.cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
-    tile512_partial_kernel.fn[grid](**args, **cfg.meta(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    launch(tile512_partial_kernel.fn, grid, dict(**args, **cfg.meta(), num_warps=cfg.num_warps,
+                                                 num_stages=cfg.num_stages))

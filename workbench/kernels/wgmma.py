@@ -25,12 +25,14 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma, warpgroup_mma_init,
                                                               warpgroup_mma_wait)
 
-from .common import D_NOPE, D_ROPE, DATA_BYTES, NUM_TILES, SCALE_BYTES, TILE, partial_args
+from ..layout import layout_of
+from .common import launch, layout_constexprs, partial_args
 from .configs import TiledConfig
 
 ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(64,), num_warps=(8,), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=bh, BLOCK_T=64, num_warps=8) for bh in ALLOWED["BLOCK_H"]]
 NUM_WARPS = 8  # two warpgroups
+LAYOUT_KEYS = ("D_NOPE", "D_ROPE", "TILE", "NUM_TILES", "DATA_BYTES", "SCALE_BYTES")
 
 
 def estimate_shared_bytes(c: TiledConfig) -> int:
@@ -259,6 +261,5 @@ def launch_wgmma_partial(*, q, cache, indices, topk_length, part_out, part_lse, 
     grid = (triton.cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
     bs = cache.shape[1]
     bs_shift = bs.bit_length() - 1 if bs & (bs - 1) == 0 else -1  # shifts for power-of-two pages
-    wgmma_partial_kernel[grid](**args, BS_SHIFT=bs_shift, D_NOPE=D_NOPE, D_ROPE=D_ROPE, TILE=TILE, NUM_TILES=NUM_TILES,
-                               DATA_BYTES=DATA_BYTES, SCALE_BYTES=SCALE_BYTES, BLOCK_H=cfg.BLOCK_H,
-                               BLOCK_T=cfg.BLOCK_T, num_warps=NUM_WARPS)
+    launch(wgmma_partial_kernel, grid, dict(**args, BS_SHIFT=bs_shift, **layout_constexprs(layout_of(cache), LAYOUT_KEYS),
+                                            BLOCK_H=cfg.BLOCK_H, BLOCK_T=cfg.BLOCK_T, num_warps=NUM_WARPS))
