@@ -1,0 +1,145 @@
+"""What the bench times: one provider per thing it can run, built from the kernel registry.
+
+A provider's ``prepare(kw, config)`` takes one rotation's decode keyword arguments (from
+:class:`workbench.sweeps.InputPool`) and returns a zero-argument callable that runs one call; all
+setup happens in ``prepare``, outside the timed region. A provider that cannot run here raises
+:class:`Skip`, whose message the bench records as the row's reason.
+
+- every decode in the registry (and "auto", "reference"): :class:`WorkbenchProvider`;
+- every probe (the gather floor): :class:`ProbeProvider`;
+- FlashMLA's SM90 MODEL1 decode: :class:`FlashMLAProvider`.
+"""
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+from .decode import sparse_mla_decode
+from .layout import MODEL1
+
+
+class Skip(Exception):
+    """A provider cannot run this shape here; the message is recorded as the reason."""
+
+
+def _flashmla():
+    try:
+        return importlib.import_module("flash_mla")
+    except Exception as e:  # noqa: BLE001 - any import failure means "not available"
+        raise Skip(f"flash_mla not importable ({type(e).__name__}: {e}); install the 'peers' extra")
+
+
+class FlashMLAProvider:
+    """FlashMLA's SM90 MODEL1 decode (sgl-flash-mla, use_legacy=True); fewer than 64 heads are padded to 64."""
+
+    name = "flashmla"
+
+    def __init__(self):
+        self.fm = _flashmla()
+        if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+            raise Skip("FlashMLA's legacy MODEL1 kernel needs an sm_90 GPU")
+
+    def prepare(self, kw: dict, config=None):
+        if config is not None:
+            raise Skip("FlashMLA takes no kernel config")
+        h = kw["q"].shape[2]
+        if h > 128:
+            raise Skip(f"FlashMLA supports 64 or 128 heads, got {h}")
+        hp = 64 if h <= 64 else 128
+        q = kw["q"] if h == hp else torch.nn.functional.pad(kw["q"], (0, 0, 0, hp - h))
+        sink = kw.get("attn_sink")
+        if sink is not None and h != hp:
+            sink = torch.nn.functional.pad(sink, (0, hp - h))
+        meta = self.fm.get_mla_metadata()[0]
+        args = dict(softmax_scale=kw["sm_scale"], indices=kw["indices"], attn_sink=sink,
+                    topk_length=kw.get("topk_length"), extra_k_cache=kw.get("extra_cache"),
+                    extra_indices_in_kvcache=kw.get("extra_indices"),
+                    extra_topk_length=kw.get("extra_topk_length"), use_legacy=True)
+
+        def run():
+            out, lse = self.fm.flash_mla_with_kvcache(q, kw["cache"], None, None, MODEL1.d, meta, **args)
+            return out[:, :, :h], lse[:, :h]
+        return run
+
+
+class WorkbenchProvider:
+    def __init__(self, impl: str):
+        self.name = impl
+        if impl != "reference" and not torch.cuda.is_available():
+            from .kernels.common import INTERPRET
+            if not INTERPRET:
+                raise Skip("no CUDA GPU (and TRITON_INTERPRET is not set)")
+
+    def prepare(self, kw: dict, config=None):
+        if self.name == "reference" and config is not None:
+            raise Skip("the reference takes no kernel config")
+        return lambda: sparse_mla_decode(**kw, impl=self.name, config=config)
+
+
+class ProbeProvider:
+    """A registered probe (the gather floor): the decode's split plan and bytes, no output to check."""
+
+    is_probe = True
+
+    def __init__(self, name: str):
+        from . import registry
+        self.name, self.spec = name, registry.get(name)
+        if not torch.cuda.is_available():
+            raise Skip("no CUDA GPU")
+
+    def prepare(self, kw: dict, config=None):
+        from .decode import split_plans
+        q = kw["q"]
+        b, s_q, h, _ = q.shape
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        scopes = [(kw["cache"], kw["indices"])]
+        if kw.get("extra_cache") is not None:
+            scopes.append((kw["extra_cache"], kw["extra_indices"]))
+        plans = split_plans(queries=b * s_q, heads=h, indices=[ix for _, ix in scopes], num_sms=sms)
+        sinks = [torch.empty(b * s_q, p.num_splits, dtype=torch.int32, device=q.device) for p in plans]
+
+        def run():
+            for (c, ix), p, sink in zip(scopes, plans, sinks):
+                self.spec.launch(cache=c, indices=ix, num_splits=p.num_splits, tokens_per_split=p.tokens_per_split,
+                                 sink=sink, config=config)
+            return sinks
+        return run
+
+
+def provider_names() -> tuple[str, ...]:
+    """Every provider the bench knows: the registered kernels (decodes and probes) and FlashMLA."""
+    from . import registry
+    return registry.names() + ("flashmla",)
+
+
+def make_provider(name: str):
+    """A provider object, or raise Skip with the reason it cannot run here."""
+    from . import registry
+    if name == "flashmla":
+        return FlashMLAProvider()
+    if name in registry.names("probe"):
+        return ProbeProvider(name)
+    if name in registry.decode_impls():
+        return WorkbenchProvider(name)
+    raise ValueError(f"provider: expected one of {provider_names()}, got {name!r}")
+
+
+def kernel_of(provider: str, shape) -> str:
+    """The kernel a provider runs on this shape (a :class:`workbench.sweeps.BenchShape`) here: "auto" is
+    recorded as what it resolved to."""
+    if provider != "auto":
+        return provider
+    from . import registry
+    queries = shape.batch * shape.s_q
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return registry.resolve("auto", device, queries=queries, tokens=queries * (shape.topk + shape.extra_topk))
+
+
+def config_columns(provider: str, config) -> dict:
+    """The forced config as a short label and flat columns ('' and nothing else when autotuned)."""
+    if config is None:
+        return dict(config="")
+    from . import registry
+    typed = registry.get(provider).check_config(config)
+    return dict(config=typed.label, **typed.columns())

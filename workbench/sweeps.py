@@ -1,0 +1,137 @@
+"""What the bench measures: shapes, the named sweeps over them, and the cold-KV inputs a shape is timed on.
+
+A sweep is a list of (shape, providers, modes, forced config) items; :func:`workbench.bench.run_sweep`
+runs each provider on each shape in each timing mode (:mod:`workbench.timing`).
+Every timed call reads cold KV: indices are drawn at random from a pool cache of about 600 MB (ten times
+the H200's L2), and the timed calls cycle through several index sets (:data:`ROTATIONS`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .cache import quantize_kv
+from .layout import MODEL1
+
+POOL_TOKENS = 1 << 20        # ~612 MB of cache per page size
+ROTATIONS = 8                # index sets cycled through by the timed calls
+
+
+@dataclass(frozen=True)
+class BenchShape:
+    batch: int
+    heads: int
+    topk: int
+    s_q: int = 1
+    block_size: int = 256
+    extra_topk: int = 0
+    extra_block_size: int = 64
+
+    @property
+    def label(self) -> str:
+        x = f"+x{self.extra_topk}@{self.extra_block_size}" if self.extra_topk else ""
+        return f"b{self.batch}-h{self.heads}-sq{self.s_q}-k{self.topk}@{self.block_size}{x}"
+
+
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 132)
+ALL_ORDER = ("headline", "baselines", "batch", "warps", "production", "s_q2", "configs")  # most important first
+SWEEPS = ("smoke", "headline", "ladder", "forced", "crossover", "batch", "s_q2", "production", "baselines", "warps",
+          "configs", "all")
+HEADLINE = (BenchShape(64, 16, 2048), BenchShape(64, 64, 2048), BenchShape(64, 128, 2048), BenchShape(1, 64, 512),
+            BenchShape(64, 16, 128, block_size=256, extra_topk=512, extra_block_size=64))
+HEADS = (16, 32, 64, 128)
+
+
+def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str, ...], dict | None]]:
+    """(shape, providers, modes, forced config) for a named sweep."""
+    fast = ("auto", "flashmla", "gather")  # the default kernel beside FlashMLA and the gather floor
+    if name == "smoke":
+        return [(BenchShape(2, 64, 512), ("auto", "flashmla", "simt", "reference"), ("eager", "graph"), None)]
+    if name == "batch":
+        return [(BenchShape(b, h, k), fast, ("eager",) + (("graph",) if b <= 8 else ()), None)
+                for k in (512, 2048) for h in HEADS for b in BATCHES]
+    if name == "s_q2":
+        return [(BenchShape(b, 64, 2048, s_q=2), fast, ("eager",), None) for b in BATCHES]
+    if name == "production":
+        return [(BenchShape(b, h, 128, block_size=256, extra_topk=512, extra_block_size=64), fast,
+                 ("eager",) + (("graph",) if b <= 8 else ()), None) for h in (64, 128) for b in BATCHES]
+    if name == "baselines":
+        return [(BenchShape(b, 64, 2048), ("simt", "reference"), ("eager",), None) for b in (1, 8, 64, 132)]
+    if name == "warps":
+        return [(BenchShape(b, h, 2048), ("mma",), ("eager",),
+                 {"BLOCK_H": min(64, h), "BLOCK_T": 16, "num_warps": w, "num_stages": 1, "PREFETCH": int(h <= 32)})
+                for h in (16, 64) for b in BATCHES for w in (4, 8)]
+    if name == "configs":
+        plan = []
+        for h in (16, 64, 128):
+            shape = BenchShape(64, h, 2048)
+            plan += [(shape, ("mma",), ("graph",), {"BLOCK_H": min(64, h), "BLOCK_T": bt, "num_warps": w,
+                                                      "num_stages": 1, "PREFETCH": pf})
+                     for bt in (16, 32) for w in (4, 8) for pf in (0, 1)]
+            plan.append((shape, fast, ("graph",), None))
+        return plan + [(BenchShape(1, 64, 512), fast, ("graph",), None)]
+    if name == "ladder":  # every rung beside FlashMLA and the gather floor, at the headline shapes
+        from . import registry
+        provs = tuple(r.name for r in registry.rungs()) + ("flashmla",) + registry.names("probe")
+        return [(shape, provs, ("graph",), None) for shape in HEADLINE]
+    if name == "forced":  # the configs the autotuner chooses among, each forced, to check its choice
+        plan = []
+        for shape, group in ((BenchShape(64, 16, 2048), 16), (BenchShape(64, 64, 2048), 64)):
+            for kernel in ("tile512", "tile512_3d"):
+                plan += [(shape, (kernel,), ("graph",), {"BLOCK_H": group, "BLOCK_T": bt, "num_warps": w,
+                                                         "num_stages": st})
+                         for bt in (16, 32) for w in ((4, 8) if group < 64 else (8,)) for st in (1, 3)]
+            plan += [(shape, ("mma",), ("graph",), {"BLOCK_H": group, "BLOCK_T": bt, "num_warps": w, "num_stages": 1,
+                                                    "PREFETCH": pf})
+                     for bt in (16, 32) for w in ((4, 8) if group < 64 else (8,)) for pf in (0, 1)]
+        return plan
+    if name == "crossover":  # where the Gluon kernel starts to beat the best Triton rung ("auto" picks by it)
+        return [(BenchShape(b, h, k), ("tile512", "wgmma"), ("graph",), None)
+                for k in (512, 2048) for h in (16, 64) for b in (1, 2, 4, 8, 16, 32)]
+    if name == "headline":
+        return [(BenchShape(64, h, 2048), fast, ("eager", "graph"), None) for h in (16, 64, 128)] + \
+               [(BenchShape(1, 64, 512), fast, ("eager", "graph"), None)]
+    if name == "all":
+        return [x for n in ALL_ORDER for x in sweep_shapes(n)]
+    raise ValueError(f"sweep: expected one of {SWEEPS}; got {name!r}")
+
+
+# ----------------------------------------------------------------------------- inputs
+
+class InputPool:
+    """Pool caches (one per page size) and per-shape rotating index sets, built on the GPU."""
+
+    def __init__(self, device="cuda", pool_tokens: int = POOL_TOKENS, seed: int = 0):
+        self.device, self.pool_tokens, self.seed = device, pool_tokens, seed
+        self._caches: dict[int, torch.Tensor] = {}
+
+    def cache(self, block_size: int) -> torch.Tensor:
+        if block_size not in self._caches:
+            g = torch.Generator(device=self.device).manual_seed(self.seed + block_size)
+            nb = self.pool_tokens // block_size
+            kv = torch.randn(nb, block_size, MODEL1.d, device=self.device, generator=g)
+            mag = torch.pow(10.0, torch.rand(nb, block_size, MODEL1.num_tiles + 1, device=self.device, generator=g)
+                            * 2 - 1)
+            kv[..., : MODEL1.d_nope] *= mag[..., : MODEL1.num_tiles].repeat_interleave(MODEL1.tile, dim=-1)
+            kv[..., MODEL1.d_nope:] *= mag[..., MODEL1.num_tiles:]
+            self._caches[block_size] = quantize_kv(kv.to(torch.bfloat16))
+            del kv
+        return self._caches[block_size]
+
+    def inputs(self, shape: BenchShape, rotations: int = ROTATIONS) -> list[dict]:
+        g = torch.Generator(device=self.device).manual_seed(self.seed + hash(shape.label) % 10_000)
+        q = (torch.randn(shape.batch, shape.s_q, shape.heads, MODEL1.d, device=self.device, generator=g)
+             .to(torch.bfloat16))
+        out = []
+        for _ in range(rotations):
+            kw = dict(q=q, cache=self.cache(shape.block_size), sm_scale=MODEL1.d ** -0.5,
+                      indices=torch.randint(0, self.pool_tokens, (shape.batch, shape.s_q, shape.topk),
+                                            device=self.device, generator=g, dtype=torch.int32))
+            if shape.extra_topk:
+                kw.update(extra_cache=self.cache(shape.extra_block_size),
+                          extra_indices=torch.randint(0, self.pool_tokens,
+                                                      (shape.batch, shape.s_q, shape.extra_topk),
+                                                      device=self.device, generator=g, dtype=torch.int32))
+            out.append(kw)
+        return out
