@@ -2,6 +2,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from workbench import bench
 from workbench.bench import COLUMNS, BenchShape, bench_one, fit_batch_model, rows_frame, summary_markdown, sweep_shapes
@@ -76,3 +77,161 @@ def test_fit_batch_model_recovers_a_line():
     fit = fit_batch_model(df).iloc[0]
     assert fit.fixed_us == pytest.approx(12.5) and fit.per_request_us == pytest.approx(3.25)
     assert fit.r2 == pytest.approx(1.0)
+
+
+# ----------------------------------------------------------------------------- host overhead (issue 10)
+
+def test_overhead_sweep_covers_the_issue():
+    from workbench.timing import MODES
+    assert "overhead" in bench.SWEEPS
+    items = sweep_shapes("overhead")
+    assert {(s.batch, s.heads, s.topk) for s, *_ in items} == {(1, 64, 512), (64, 16, 2048)}
+    for _, providers, modes, config in items:
+        assert set(providers) == {"auto", "auto+plan", "flashmla"} and config is None
+        assert {"eager_idle", "graph", "overhead"} <= set(modes)
+    for name in bench.SWEEPS:  # every sweep asks only for modes bench_one knows
+        assert all(set(modes) <= set(MODES) for _, _, modes, _ in sweep_shapes(name)), name
+
+
+def test_summarize_and_difference_quantiles():
+    import triton.testing
+    xs = [5.0, 1.0, 4.0, 2.0, 3.0, 10.0]
+    assert bench.summarize(xs) == pytest.approx(tuple(triton.testing._quantile(xs, bench.QUANTILES)))
+    assert bench.difference_quantiles([10.0], [3.0]) == (7.0, 7.0, 7.0)
+    a, b = [30.0, 31.0, 35.0], [8.0, 9.0]
+    med, p20, p80 = bench.difference_quantiles(a, b)
+    every = np.subtract.outer(a, b).ravel()
+    assert (med, p20, p80) == pytest.approx(tuple(np.quantile(every, [0.5, 0.2, 0.8])))
+    assert p20 <= med <= p80
+
+
+@pytest.fixture
+def fake_timers(monkeypatch):
+    """The GPU timers replaced by fixed samples; counts how often each mode was timed."""
+    calls = {}
+    samples = {"eager": [10.0, 11.0, 12.0], "eager_idle": [30.0, 31.0, 33.0, 36.0], "graph": [8.0, 9.0, 9.5]}
+
+    def timer(mode):
+        def run(fns):
+            assert len(fns) == bench.ROTATIONS and all(callable(f) for f in fns)
+            calls[mode] = calls.get(mode, 0) + 1
+            if isinstance(samples[mode], Exception):
+                raise samples[mode]
+            return samples[mode]
+        return run
+    for mode in list(bench.TIMERS):
+        monkeypatch.setitem(bench.TIMERS, mode, timer(mode))
+    return calls, samples
+
+
+CEILINGS = dict(hbm_copy_gbps=4000.0, gemm_tflops=700.0)
+
+
+def _tiny_pool():
+    return bench.InputPool("cpu", pool_tokens=1024)
+
+
+def test_overhead_rows_are_eager_idle_minus_graph_of_the_same_calls(fake_timers):
+    calls, samples = fake_timers
+    rows = bench_one(BenchShape(2, 16, 64), "reference", ("eager", "eager_idle", "graph", "overhead"),
+                     pool=_tiny_pool(), ceilings=CEILINGS, sweep="overhead", prov={"gpu": "cpu"})
+    assert calls == {"eager": 1, "eager_idle": 1, "graph": 1}, "each mode timed once; overhead reuses them"
+    by = {r["mode"]: r for r in rows}
+    assert [r["mode"] for r in rows] == ["eager", "eager_idle", "graph", "overhead"]
+    assert all(r["status"] == "ok" and r["check_passed"] for r in rows)
+    every = np.subtract.outer(samples["eager_idle"], samples["graph"]).ravel()
+    o = by["overhead"]
+    assert (o["median_us"], o["p20_us"], o["p80_us"]) == pytest.approx(tuple(np.quantile(every, [0.5, 0.2, 0.8])))
+    assert by["graph"]["median_us"] == pytest.approx(9.0) and by["eager_idle"]["median_us"] == pytest.approx(32.0)
+    assert "gbps" not in o and by["graph"]["gbps"] > 0, "an overhead is not a kernel time: no GB/s"
+    df = rows_frame(rows)
+    assert list(df.columns) == COLUMNS and np.isnan(df.set_index("mode").loc["overhead", "gbps"])
+
+
+def test_overhead_alone_times_what_it_needs_and_records_a_failed_timer(fake_timers):
+    calls, samples = fake_timers
+    rows = bench_one(BenchShape(2, 16, 64), "reference", ("overhead",), pool=_tiny_pool(), ceilings=CEILINGS)
+    assert calls == {"eager_idle": 1, "graph": 1} and [r["mode"] for r in rows] == ["overhead"]
+    calls.clear()
+    samples["graph"] = RuntimeError("capture failed")
+    rows = bench_one(BenchShape(2, 16, 64), "reference", ("eager_idle", "graph", "overhead"), pool=_tiny_pool(),
+                     ceilings=CEILINGS)
+    assert [r["status"] for r in rows] == ["ok", "error", "error"]
+    assert all("capture failed" in r["reason"] for r in rows[1:]) and calls == {"eager_idle": 1, "graph": 1}
+
+
+def test_unknown_mode_is_an_error():
+    with pytest.raises(ValueError, match="mode"):
+        bench_one(BenchShape(2, 16, 64), "reference", ("eager", "cold"), pool=_NoPool(), ceilings=CEILINGS)
+
+
+def test_plan_provider_is_skipped_until_the_plan_api_exists(monkeypatch):
+    import workbench
+    monkeypatch.delattr(workbench, "plan_decode", raising=False)
+    with pytest.raises(bench.Skip, match="plan_decode"):
+        bench.make_provider("auto+plan")
+    rows = bench_one(BenchShape(1, 64, 512), "auto+plan", ("eager_idle", "graph", "overhead"), pool=_NoPool(),
+                     ceilings=CEILINGS, prov={"gpu": "cpu"})
+    assert [r["status"] for r in rows] == ["skipped"] * 3 and all("plan_decode" in r["reason"] for r in rows)
+
+
+def test_plan_provider_plans_once_per_shape_outside_the_call(monkeypatch):
+    import workbench
+    from workbench import providers
+    made, launched = [], []
+
+    def plan_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_length=None, extra_cache=None,
+                    extra_indices=None, extra_topk_length=None, impl="auto", config=None):
+        made.append(dict(shape=tuple(indices.shape), impl=impl, config=config))
+        return object()
+
+    def decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_length=None, extra_cache=None,
+               extra_indices=None, extra_topk_length=None, impl="auto", config=None, plan=None):
+        launched.append((plan, indices))
+        return "out", "lse"
+    monkeypatch.setattr(workbench, "plan_decode", plan_decode, raising=False)
+    monkeypatch.setattr(providers, "sparse_mla_decode", decode)
+    p = bench.make_provider("auto+plan")
+    assert p.name == "auto+plan"
+    q, cache = torch.zeros(2, 1, 16, 512), torch.zeros(4, 64, 1, 584, dtype=torch.uint8)
+    rotations = [dict(q=q, cache=cache, indices=torch.full((2, 1, 32), i, dtype=torch.int32), sm_scale=0.04)
+                 for i in range(3)]
+    fns = [p.prepare(kw) for kw in rotations]
+    assert made == [dict(shape=(2, 1, 32), impl="auto", config=None)], "one plan for every rotation of a shape"
+    assert [f() for f in fns] == [("out", "lse")] * 3
+    plans = {id(plan) for plan, _ in launched}
+    assert len(plans) == 1 and [int(ix[0, 0, 0]) for _, ix in launched] == [0, 1, 2], "each rotation's own data"
+    p.prepare(dict(rotations[0], indices=torch.zeros(2, 1, 64, dtype=torch.int32)))
+    assert len(made) == 2 and made[1]["shape"] == (2, 1, 64), "a new shape gets a new plan"
+
+
+def test_plan_provider_is_listed_and_records_what_auto_runs():
+    shape = BenchShape(1, 64, 512)
+    assert "auto+plan" in bench.provider_names()
+    assert bench.kernel_of("auto+plan", shape) == bench.kernel_of("auto", shape) != "auto"
+    assert bench.config_columns("auto+plan", None) == dict(config="")
+    with pytest.raises(ValueError, match="provider"):
+        bench.make_provider("cutlass+plan")
+
+
+def test_overhead_rows_load_and_summarise(tmp_path):
+    from workbench.results import load_bench
+    common = dict(sweep="overhead", batch=1, s_q=1, heads=64, topk=512, block_size=256, extra_topk=0,
+                  extra_block_size=64, config="", status="ok", reason="", check_passed=True, gpu="x", driver="d",
+                  torch="2.11", triton="3.6.0", git_commit="abc", date="2026-12-01")
+    rows = []
+    for provider, idle, graph in (("auto", 380.0, 20.0), ("auto+plan", 40.0, 19.0), ("flashmla", 60.0, 18.0)):
+        for mode, med in (("eager_idle", idle), ("graph", graph), ("overhead", idle - graph)):
+            rows.append(dict(common, provider=provider, kernel=provider, mode=mode, median_us=med, p20_us=med - 1,
+                             p80_us=med + 1))
+    p = tmp_path / "bench_h200_overhead.csv"
+    rows_frame(rows).to_csv(p, index=False)
+    df = load_bench([p])
+    assert len(df) == 9 and set(df["mode"]) == {"eager_idle", "graph", "overhead"}
+    table = bench.overhead_table(df).set_index("provider")
+    assert table.loc["auto+plan", "overhead_us"] == pytest.approx(21.0)
+    assert table.loc["auto", "eager_idle_us"] == pytest.approx(380.0) and np.isnan(table.loc["auto", "eager_us"])
+    text = summary_markdown(df)
+    assert "Host overhead per call" in text and "| b1-h64-sq1-k512@256 | auto+plan | 21.0 (20.0-22.0) |" in text
+    assert "nan" not in text
+    assert "Host overhead" not in summary_markdown(df[df["mode"] != "overhead"])

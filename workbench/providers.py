@@ -6,12 +6,14 @@ setup happens in ``prepare``, outside the timed region. A provider that cannot r
 :class:`Skip`, whose message the bench records as the row's reason.
 
 - every decode in the registry (and "auto", "reference"): :class:`WorkbenchProvider`;
+- the same decode through a plan ("auto+plan", any decode name + "+plan"): :class:`PlanProvider`;
 - every probe (the gather floor): :class:`ProbeProvider`;
 - FlashMLA's SM90 MODEL1 decode: :class:`FlashMLAProvider`.
 """
 from __future__ import annotations
 
 import importlib
+import inspect
 
 import torch
 
@@ -77,6 +79,44 @@ class WorkbenchProvider:
         return lambda: sparse_mla_decode(**kw, impl=self.name, config=config)
 
 
+PLAN = "+plan"  # suffix of a decode provider that launches through a plan
+
+
+def _plan_key(kw: dict, config) -> tuple:
+    """What a plan is tied to: every argument's shape, strides, dtype and device (not its data), the rest by value."""
+    def one(v):
+        if isinstance(v, torch.Tensor):
+            return ("tensor", tuple(v.shape), tuple(v.stride()), str(v.dtype), str(v.device))
+        return repr(v)
+    return tuple(sorted((k, one(v)) for k, v in kw.items())) + (repr(config),)
+
+
+class PlanProvider(WorkbenchProvider):
+    """A decode through a plan (issue 10): ``workbench.plan_decode`` once per input shape, in ``prepare`` (outside
+    the timed region), then ``sparse_mla_decode(..., plan=plan)``, which launches with no validation or allocation
+    and returns the plan's own buffers. A plan is tied to the inputs' shapes and strides, not to their data, so
+    the one plan serves every rotation of a shape; a new shape replaces it."""
+
+    def __init__(self, impl: str):
+        super().__init__(impl)
+        self.impl, self.name = impl, impl + PLAN
+        self.plan_decode = getattr(importlib.import_module(__package__), "plan_decode", None)
+        if self.plan_decode is None:
+            raise Skip("workbench.plan_decode does not exist in this checkout (issue 10's plan API): no plan to time")
+        if "plan" not in inspect.signature(sparse_mla_decode).parameters:
+            raise Skip("sparse_mla_decode takes no plan= in this checkout (issue 10's plan API): no plan to time")
+        self._key, self._plan = None, None
+
+    def prepare(self, kw: dict, config=None):
+        key = _plan_key(kw, config)
+        if key != self._key:
+            self._key, self._plan = None, None  # let the old plan's buffers go before the new one is made
+            self._plan = self.plan_decode(**kw, impl=self.impl, config=config)
+            self._key = key
+        plan = self._plan
+        return lambda: sparse_mla_decode(**kw, plan=plan)
+
+
 class ProbeProvider:
     """A registered probe (the gather floor): the decode's split plan and bytes, no output to check."""
 
@@ -108,9 +148,10 @@ class ProbeProvider:
 
 
 def provider_names() -> tuple[str, ...]:
-    """Every provider the bench knows: the registered kernels (decodes and probes) and FlashMLA."""
+    """Every provider the bench knows: the registered kernels (decodes and probes), FlashMLA, and the default
+    decode through a plan ("auto+plan"; make_provider takes any decode name with "+plan")."""
     from . import registry
-    return registry.names() + ("flashmla",)
+    return registry.names() + ("flashmla", "auto" + PLAN)
 
 
 def make_provider(name: str):
@@ -122,12 +163,15 @@ def make_provider(name: str):
         return ProbeProvider(name)
     if name in registry.decode_impls():
         return WorkbenchProvider(name)
+    if name.endswith(PLAN) and name[: -len(PLAN)] in registry.decode_impls():
+        return PlanProvider(name[: -len(PLAN)])
     raise ValueError(f"provider: expected one of {provider_names()}, got {name!r}")
 
 
 def kernel_of(provider: str, shape) -> str:
     """The kernel a provider runs on this shape (a :class:`workbench.sweeps.BenchShape`) here: "auto" is
-    recorded as what it resolved to."""
+    recorded as what it resolved to (with or without a plan)."""
+    provider = provider.removesuffix(PLAN)
     if provider != "auto":
         return provider
     from . import registry
@@ -141,5 +185,5 @@ def config_columns(provider: str, config) -> dict:
     if config is None:
         return dict(config="")
     from . import registry
-    typed = registry.get(provider).check_config(config)
+    typed = registry.get(provider.removesuffix(PLAN)).check_config(config)
     return dict(config=typed.label, **typed.columns())

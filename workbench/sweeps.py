@@ -37,10 +37,16 @@ class BenchShape:
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 132)
 ALL_ORDER = ("headline", "baselines", "batch", "warps", "production", "s_q2", "configs")  # most important first
 SWEEPS = ("smoke", "headline", "ladder", "forced", "crossover", "batch", "s_q2", "production", "baselines", "warps",
-          "configs", "all")
+          "configs", "overhead", "all")
 HEADLINE = (BenchShape(64, 16, 2048), BenchShape(64, 64, 2048), BenchShape(64, 128, 2048), BenchShape(1, 64, 512),
             BenchShape(64, 16, 128, block_size=256, extra_topk=512, extra_block_size=64))
 HEADS = (16, 32, 64, 128)
+# Host overhead (issue 10): the plain default decode, the same decode through a plan, and FlashMLA, at a
+# host-bound and a GPU-bound shape, each timed every way; its "overhead" rows are eager_idle minus graph
+# per call (workbench.timing).
+OVERHEAD_SHAPES = (BenchShape(1, 64, 512), BenchShape(64, 16, 2048))
+OVERHEAD_PROVIDERS = ("auto", "auto+plan", "flashmla")
+OVERHEAD_MODES = ("eager", "eager_idle", "graph", "overhead")
 
 
 def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str, ...], dict | None]]:
@@ -92,6 +98,8 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
     if name == "headline":
         return [(BenchShape(64, h, 2048), fast, ("eager", "graph"), None) for h in (16, 64, 128)] + \
                [(BenchShape(1, 64, 512), fast, ("eager", "graph"), None)]
+    if name == "overhead":  # host cost per call (eager_idle minus graph), every provider timed in one run
+        return [(shape, OVERHEAD_PROVIDERS, OVERHEAD_MODES, None) for shape in OVERHEAD_SHAPES]
     if name == "all":
         return [x for n in ALL_ORDER for x in sweep_shapes(n)]
     raise ValueError(f"sweep: expected one of {SWEEPS}; got {name!r}")
