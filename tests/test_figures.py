@@ -371,3 +371,34 @@ def test_load_correctness_picks_the_newest_table_and_keeps_the_old_one():
     assert new.source.iloc[0] == newest.name
     old = load_correctness(DATA, name="correctness_h200.csv")
     assert old.source.iloc[0] == "correctness_h200.csv" and len(old)
+
+
+def test_overhead_figure_draws_a_bar_per_provider_and_shape(tmp_path):
+    rows = []
+    for (b, h, k), times in {(1, 64, 512): dict(auto=350.0, flashmla=30.0),
+                             (64, 16, 2048): {"auto": 160.0, "auto+plan": 4.0, "flashmla": -2.0}}.items():
+        for provider, med in times.items():
+            rows += [dict(provider=provider, mode="overhead", status="ok", batch=b, heads=h, topk=k, s_q=1,
+                          extra_topk=0, median_us=med, p20_us=med - 3, p80_us=med + 5),
+                     dict(provider=provider, mode="graph", status="ok", batch=b, heads=h, topk=k, s_q=1,
+                          extra_topk=0, median_us=1000.0, p20_us=999.0, p80_us=1001.0)]
+    rows.append(dict(rows[0], status="skipped", median_us=np.nan))
+    df = pd.DataFrame(rows)
+    files = []
+    for run in ("a", "b"):
+        fig = P.fig_overhead(df)
+        ax = fig.axes[0]
+        bars = sorted(round(p.get_height(), 6) for p in ax.patches if p.get_visible() and p.get_width() > 0)
+        assert bars == sorted([350.0, 30.0, 160.0, 4.0, -2.0]), "one bar per (provider, shape) overhead row"
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["b1 h64 topk512", "b64 h16 topk2048"]
+        assert any(t.get_text() == "n/a" for t in ax.texts), "auto+plan has no b1 row: marked, not dropped"
+        names = [t.get_text() for t in fig.legends[0].get_texts()]
+        assert names[:3] == [P.PROVIDER_LABELS["auto"], "workbench default through a plan (auto+plan)", "FlashMLA"]
+        assert "25 us" in names[-1] and ax.get_ylim()[0] < -2.0
+        paths = P.save_figure(fig, "overhead", tmp_path / run, title="host overhead", note="Measured at commit x.")
+        if run == "a":
+            assert not legend_overlaps(fig) and not missing_labels(fig)
+        files.append([p.read_bytes() for p in paths])
+    assert files[0] == files[1], "same bytes twice"
+    with pytest.raises(ValueError, match="overhead"):
+        P.fig_overhead(df[df["mode"] == "graph"])

@@ -629,6 +629,68 @@ def fig_ladder(times, panels, rungs, *, default=None, labels=None):
     return fig
 
 
+def fig_overhead(df, *, target_us: float | None = 25.0):
+    """Host overhead per call: bars of eager_idle minus graph (median, whiskers p20-p80), a group per shape, a bar
+    per provider.
+
+    df: bench rows (``load_bench`` or ``bench.rows_frame``); only ok rows of mode "overhead" (the bench's
+    ``overhead`` sweep) are drawn, several rows of one provider and shape as their medians. target_us: issue 10's
+    bound for the plan path, drawn as a dashed line (None for none).
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    rows = df[(df["status"] == "ok") & (df["mode"] == "overhead")]
+    if not len(rows):
+        raise ValueError("no ok 'overhead' rows to draw (python -m workbench bench --sweep overhead makes them)")
+    keys = ["batch", "heads", "topk", "s_q", "extra_topk"]
+    med = rows.groupby(keys + ["provider"])[["median_us", "p20_us", "p80_us"]].median()
+    shapes = sorted({k[:-1] for k in med.index})
+    known = ["auto", "auto+plan", "flashmla"]
+    provs = [p for p in known if p in set(rows.provider)] + sorted(set(rows.provider) - set(known))
+    labels = {"auto+plan": "workbench default through a plan (auto+plan)"}
+    colors = {p: PROVIDER_COLORS.get(p.removesuffix("+plan"), "#999999") for p in provs}
+    hatches = {p: "//" if p.endswith("+plan") else None for p in provs}
+
+    def shape_label(b, h, k, sq, extra):
+        return f"b{b} h{h} topk{k}" + (f" s_q{sq}" if sq != 1 else "") + (f" +{extra} extra" if extra else "")
+    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(shapes) * max(len(provs), 2) / 2, 4.3))
+    width = 0.8 / len(provs)
+    lows, highs = [0.0], [target_us or 0.0]
+    for i, shape in enumerate(shapes):
+        for j, p in enumerate(provs):
+            x = i - 0.4 + width * (j + 0.5)
+            if shape + (p,) not in med.index:
+                ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=7, color="grey")
+                continue
+            m, lo, hi = med.loc[shape + (p,)]
+            ax.bar(x, m, width=width * 0.9, color=colors[p], hatch=hatches[p], edgecolor="white", linewidth=0.5)
+            ax.errorbar(x, m, yerr=[[m - lo], [hi - m]], fmt="none", ecolor="k", elinewidth=1, capsize=3)
+            ax.text(x, max(m, hi), f"{m:.0f}" if abs(m) >= 30 else f"{m:.1f}", ha="center", va="bottom",
+                    fontsize=7.5, zorder=5, bbox=dict(facecolor="white", edgecolor="none", alpha=0.85, pad=0.6))
+            lows.append(min(m, lo))
+            highs.append(max(m, hi))
+    ax.axhline(0, color="k", linewidth=0.8)
+    if target_us is not None:
+        ax.axhline(target_us, color="#B00020", linestyle="--", linewidth=1.2)
+    span = max(highs) - min(lows)
+    ax.set_ylim(min(lows) - 0.05 * span if min(lows) < 0 else 0, max(highs) + 0.15 * span)
+    ax.set_xticks(range(len(shapes)))
+    ax.set_xticklabels([shape_label(*s) for s in shapes])
+    ax.set_xlim(-0.5, len(shapes) - 0.5)
+    ax.grid(axis="x", visible=False)
+    ax.set_xlabel("shape")
+    ax.set_ylabel("host overhead per call (us)\neager_idle minus graph")
+    handles = [Patch(facecolor=colors[p], hatch=hatches[p], edgecolor="white") for p in provs]
+    names = [labels.get(p, PROVIDER_LABELS.get(p, p)) for p in provs]
+    if target_us is not None:
+        handles.append(Line2D([], [], color="#B00020", linestyle="--", linewidth=1.2))
+        names.append(f"issue 10's bound for the plan path ({target_us:g} us)")
+    legend_right(fig, handles, names, title="provider (whiskers: p20-p80)")
+    fig.tight_layout()
+    return fig
+
+
 # ----------------------------------------------------------------------------------------------
 # occupancy (notebook 03)
 # ----------------------------------------------------------------------------------------------
