@@ -1,7 +1,13 @@
-"""The public decode entry point: argument checks, split planning, kernel dispatch, warmup."""
+"""The public decode entry point: argument checks, split planning, kernel dispatch, warmup.
+
+The pieces a decode is made of (``resolve_call``, ``allocate_workspace``, ``launch_stages``) are separate so that
+a decode plan can share them.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
+from typing import Callable
 
 import torch
 import triton
@@ -55,6 +61,12 @@ def _check_runnable(q: torch.Tensor, impl: str) -> None:
                            f"set before `import workbench` to run them on the CPU (q is on {q.device})")
 
 
+# Names of the user inputs of a decode, in the order a plan keeps them; each KV scope's three inputs.
+INPUT_NAMES = ("q", "cache", "indices", "topk_length", "attn_sink", "extra_cache", "extra_indices",
+               "extra_topk_length")
+SCOPE_INPUTS = (("cache", "indices", "topk_length"), ("extra_cache", "extra_indices", "extra_topk_length"))
+
+
 def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_length=None,
                       extra_cache=None, extra_indices=None, extra_topk_length=None, impl="auto", config=None):
     """Sparse MLA decode over a MODEL1 paged FP8 KV cache (DeepSeek-V4).
@@ -74,15 +86,9 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     Returns (out [b, s_q, h, 512] bf16, lse [b, h, s_q] fp32): natural-log LSE without the sink;
     a query with no valid token gives out = 0 and lse = +inf.
     """
-    if impl not in registry.decode_impls():
-        raise ValueError(f"impl: expected one of {registry.decode_impls()}, got {impl!r}")
-    dims = check_decode_args(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink, topk_length=topk_length,
-                             extra_cache=extra_cache, extra_indices=extra_indices,
-                             extra_topk_length=extra_topk_length)
-    queries = dims["b"] * dims["s_q"]
-    topk_all = indices.shape[2] + (extra_indices.shape[2] if extra_indices is not None else 0)
-    spec = registry.get(registry.resolve(impl, q.device, queries=queries, tokens=queries * topk_all))
-    sm_scale = MODEL1.d ** -0.5 if sm_scale is None else float(sm_scale)
+    spec, dims, sm_scale = resolve_call(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink,
+                                        topk_length=topk_length, extra_cache=extra_cache,
+                                        extra_indices=extra_indices, extra_topk_length=extra_topk_length, impl=impl)
     if spec.kind == "reference":
         if config is not None:
             raise ValueError("config: the reference has no kernel config")
@@ -95,33 +101,95 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     indices = indices if indices.stride(-1) == 1 else indices.contiguous()
     if extra_indices is not None and extra_indices.stride(-1) != 1:
         extra_indices = extra_indices.contiguous()
-    b, s_q, h = dims["b"], dims["s_q"], dims["h"]
-    out = torch.empty(b, s_q, h, MODEL1.d, dtype=torch.bfloat16, device=q.device)
-    lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
-    if spec.kind == "fused":
-        spec.launch(q=q, cache=cache, indices=indices, topk_length=topk_length, extra_cache=extra_cache,
-                    extra_indices=extra_indices, extra_topk_length=extra_topk_length, attn_sink=attn_sink,
-                    sm_scale=sm_scale, out=out, lse=lse, config=config)
-        return out, lse
+    scopes = decode_scopes(cache, indices, topk_length, extra_cache, extra_indices, extra_topk_length)
+    work = allocate_workspace(spec, q, scopes)
+    for stage in launch_stages(spec, q=q, scopes=scopes, attn_sink=attn_sink, sm_scale=sm_scale, config=config,
+                               work=work):
+        stage.run()
+    return work.out, work.lse
 
-    sms = _num_sms(q.device)
+
+def resolve_call(q, cache, indices, *, sm_scale, attn_sink, topk_length, extra_cache, extra_indices,
+                 extra_topk_length, impl):
+    """Validate one decode call and pick its kernel: (spec, dims from check_decode_args, sm_scale as a float)."""
+    if impl not in registry.decode_impls():
+        raise ValueError(f"impl: expected one of {registry.decode_impls()}, got {impl!r}")
+    dims = check_decode_args(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink, topk_length=topk_length,
+                             extra_cache=extra_cache, extra_indices=extra_indices,
+                             extra_topk_length=extra_topk_length)
+    queries = dims["b"] * dims["s_q"]
+    topk_all = indices.shape[2] + (extra_indices.shape[2] if extra_indices is not None else 0)
+    spec = registry.get(registry.resolve(impl, q.device, queries=queries, tokens=queries * topk_all))
+    return spec, dims, MODEL1.d ** -0.5 if sm_scale is None else float(sm_scale)
+
+
+def decode_scopes(cache, indices, topk_length, extra_cache=None, extra_indices=None, extra_topk_length=None):
+    """The call's KV scopes, each (cache, indices, topk_length); the extra one only when it is given."""
     scopes = [(cache, indices, topk_length)]
     if extra_cache is not None:
         scopes.append((extra_cache, extra_indices, extra_topk_length))
-    plans = split_plans(queries=b * s_q, heads=h, indices=[ix for _, ix, _ in scopes], num_sms=sms,
-                        waves=spec.split_waves)
-    s_total = sum(p.num_splits for p in plans)
+    return tuple(scopes)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """What one decode writes: its outputs, and for split kernels the fp32 partials and their split plans."""
+
+    out: torch.Tensor                 # [b, s_q, h, 512] bf16
+    lse: torch.Tensor                 # [b, h, s_q] fp32
+    part_out: torch.Tensor | None     # [b*s_q, h, s_total, 512] fp32 (split kinds; None for fused)
+    part_lse: torch.Tensor | None     # [b*s_q, h, s_total] fp32
+    splits: tuple[SplitPlan, ...]     # one per scope (split kinds)
+
+
+def allocate_workspace(spec, q, scopes) -> Workspace:
+    """Allocate the outputs (and split scratch) of one decode with kernel ``spec`` over ``scopes``."""
+    b, s_q, h, _ = q.shape
+    out = torch.empty(b, s_q, h, MODEL1.d, dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
+    if spec.kind != "split":
+        return Workspace(out, lse, None, None, ())
+    splits = tuple(split_plans(queries=b * s_q, heads=h, indices=[ix for _, ix, _ in scopes],
+                               num_sms=_num_sms(q.device), waves=spec.split_waves))
+    s_total = sum(p.num_splits for p in splits)
     part_out = torch.empty(b * s_q, h, s_total, MODEL1.d, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(b * s_q, h, s_total, dtype=torch.float32, device=q.device)
+    return Workspace(out, lse, part_out, part_lse, splits)
+
+
+@dataclass(frozen=True)
+class LaunchStage:
+    """One step of a decode's launch sequence and the user inputs (``INPUT_NAMES``) its launches read."""
+
+    inputs: tuple[str, ...]
+    run: Callable[[], None]
+
+
+def launch_stages(spec, *, q, scopes, attn_sink, sm_scale, config, work: Workspace) -> tuple[LaunchStage, ...]:
+    """The launches of one decode, in order: one fused launch, or a partial per scope and the combine.
+
+    The plain path runs them; a plan runs them once under ``capture_launches`` to bind each launch, so both
+    paths share one launch sequence.
+    """
+    if spec.kind == "fused":
+        (cache, indices, topk_length), *extra = scopes
+        extra_cache, extra_indices, extra_topk_length = extra[0] if extra else (None, None, None)
+        return (LaunchStage(INPUT_NAMES, partial(
+            spec.launch, q=q, cache=cache, indices=indices, topk_length=topk_length, extra_cache=extra_cache,
+            extra_indices=extra_indices, extra_topk_length=extra_topk_length, attn_sink=attn_sink,
+            sm_scale=sm_scale, out=work.out, lse=work.lse, config=config)),)
+    stages = []
     offset = 0
-    for (c, ix, tl_), plan in zip(scopes, plans):
-        spec.launch(q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,
-                           split_offset=offset, num_splits=plan.num_splits, tokens_per_split=plan.tokens_per_split,
-                           sm_scale=sm_scale, config=config)
-        offset += plan.num_splits
-    launch_combine(part_out=part_out, part_lse=part_lse, attn_sink=attn_sink, out=out, lse=lse,
-                   pinned=INTERPRET or config is not None)
-    return out, lse
+    for names, (c, ix, tl_), split in zip(SCOPE_INPUTS, scopes, work.splits):
+        stages.append(LaunchStage(("q",) + names, partial(
+            spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=work.part_out, part_lse=work.part_lse,
+            split_offset=offset, num_splits=split.num_splits, tokens_per_split=split.tokens_per_split,
+            sm_scale=sm_scale, config=config)))
+        offset += split.num_splits
+    stages.append(LaunchStage(("attn_sink",), partial(
+        launch_combine, part_out=work.part_out, part_lse=work.part_lse, attn_sink=attn_sink, out=work.out,
+        lse=work.lse, pinned=INTERPRET or config is not None)))
+    return tuple(stages)
 
 
 def warmup(cases, impl: str = "auto") -> int:
