@@ -235,3 +235,16 @@ def test_overhead_rows_load_and_summarise(tmp_path):
     assert "Host overhead per call" in text and "| b1-h64-sq1-k512@256 | auto+plan | 21.0 (20.0-22.0) |" in text
     assert "nan" not in text
     assert "Host overhead" not in summary_markdown(df[df["mode"] != "overhead"])
+
+
+def test_auto_plan_runs_through_the_real_plan_api(fake_timers):
+    """auto+plan through bench_one on the CPU (interpreter): planned once, checked against the reference."""
+    import workbench
+    if not hasattr(workbench, "plan_decode"):
+        pytest.skip("workbench.plan_decode is not in this checkout yet")
+    calls, _ = fake_timers
+    rows = bench_one(BenchShape(1, 16, 64), "auto+plan", ("graph", "overhead"), pool=_tiny_pool(), ceilings=CEILINGS,
+                     sweep="overhead", prov={"gpu": "cpu"})
+    assert [r["status"] for r in rows] == ["ok", "ok"], rows[0].get("reason")
+    assert rows[0]["check_passed"] and rows[0]["kernel"] == bench.kernel_of("auto", BenchShape(1, 16, 64))
+    assert calls == {"eager_idle": 1, "graph": 1}
