@@ -18,6 +18,7 @@ from .decode import IMPLS, plan_splits, sparse_mla_decode, warmup
 from .kernels.common import INTERPRET, PRUNE_RECORD
 from .layout import MODEL1, CacheLayout
 from .metrics import assert_close, compare
+from .plan import DecodePlan, plan_decode
 from .reference import sparse_mla_decode_reference
 
 
@@ -28,7 +29,7 @@ def pruned_configs(kernel: str | None = None) -> list[dict]:
             for d in PRUNE_RECORD if kernel is None or d.kernel == kernel]
 
 
-__all__ = ["MODEL1", "CacheLayout", "DecodeCase", "DecodeScope", "DecodeCost", "IMPLS", "INTERPRET",
+__all__ = ["MODEL1", "CacheLayout", "DecodeCase", "DecodeScope", "DecodeCost", "DecodePlan", "IMPLS", "INTERPRET",
            "assert_close", "build_case", "case_cost", "compare", "count_valid_tokens", "decode_cost",
-           "dequantize_kv", "indices_to_positions", "plan_splits", "positions_to_indices", "pruned_configs",
+           "dequantize_kv", "indices_to_positions", "plan_decode", "plan_splits", "positions_to_indices", "pruned_configs",
            "quantize_kv", "sparse_mla_decode", "sparse_mla_decode_reference", "warmup"]

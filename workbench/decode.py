@@ -1,7 +1,7 @@
 """The public decode entry point: argument checks, split planning, kernel dispatch, warmup.
 
-The pieces a decode is made of (``resolve_call``, ``allocate_workspace``, ``launch_stages``) are separate so that
-a decode plan can share them.
+The pieces a decode is made of (``resolve_call``, ``allocate_workspace``, ``launch_stages``) are shared with
+:mod:`workbench.plan`, which binds the same launches once for repeated calls.
 """
 from __future__ import annotations
 
@@ -68,7 +68,8 @@ SCOPE_INPUTS = (("cache", "indices", "topk_length"), ("extra_cache", "extra_indi
 
 
 def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_length=None,
-                      extra_cache=None, extra_indices=None, extra_topk_length=None, impl="auto", config=None):
+                      extra_cache=None, extra_indices=None, extra_topk_length=None, impl="auto", config=None,
+                      plan=None):
     """Sparse MLA decode over a MODEL1 paged FP8 KV cache (DeepSeek-V4).
 
     q: [b, s_q, h, 512] bf16; cache: [num_blocks, block_size, 1, 584] uint8/fp8 view;
@@ -82,10 +83,20 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     rungs "mma", "tile512", "tile512_bf16dq", "tile512_3d", "wgmma", the per-head "simt"), or "reference".
     config: one kernel config (dict) to run without autotuning, e.g. for CUDA graph capture; the keys are
     the kernel's ``registry.get(impl).allowed`` (tiled kernels: BLOCK_H, BLOCK_T, num_warps, num_stages).
+    plan: a :class:`workbench.plan.DecodePlan` from :func:`workbench.plan_decode` for inputs of these shapes,
+    dtypes, strides and device: the call then skips validation, kernel choice, split planning and allocation,
+    checks only that the inputs still match the plan (a mismatch is a ValueError naming the argument) and
+    launches the plan's bound kernels, without a host synchronisation. impl ("auto" means the plan's kernel),
+    config and sm_scale may be left out; given, they must be the plan's.
 
     Returns (out [b, s_q, h, 512] bf16, lse [b, h, s_q] fp32): natural-log LSE without the sink;
     a query with no valid token gives out = 0 and lse = +inf.
+    WITH A PLAN, out and lse ARE THE PLAN'S OWN BUFFERS (``plan.out``, ``plan.lse``): the next call with the same
+    plan overwrites them, as a CUDA graph replay does. Copy them (or use them up) before calling again.
     """
+    if plan is not None:
+        return plan.launch(q, cache, indices, sm_scale, attn_sink, topk_length, extra_cache, extra_indices,
+                           extra_topk_length, impl, config)
     spec, dims, sm_scale = resolve_call(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink,
                                         topk_length=topk_length, extra_cache=extra_cache,
                                         extra_indices=extra_indices, extra_topk_length=extra_topk_length, impl=impl)
