@@ -5,10 +5,12 @@ GPU (default; an H200 is the target):
     TRITON_INTERPRET=0 .venv/bin/python scripts/plan_overhead.py [--impl auto] [--calls 200]
 
 For impl at b1 h64 topk512 and b64 h16 topk2048 it checks that the plan path equals the plain path bit for
-bit, then prints microseconds per call for the plain path and the plan path run eagerly back to back, and for
-the plan path replayed from a CUDA graph. Every mode re-reads the same inputs (warm L2), so eager minus graph
-is the host cost per call that the GPU does not hide. It also prints the bench's cold-L2 eager time
-(``workbench.bench.time_eager``, which flushes L2 before each call and so hides part of the host cost).
+bit, then prints microseconds per call (medians, ``workbench.timing``): the plain path and the plan path each
+launched onto an idle GPU (``time_idle``: synchronize, then time one call, so all host time before and
+between its kernels counts), the plan path replayed from a CUDA graph (``time_graph``: the kernels' own time),
+and their differences, the host overhead per call (the bench's ``overhead`` rows). The issue's target: plan
+minus graph at most 25 us at b1 h64 topk512. ``b2b`` is the plan path's time per call issued back to back
+(host and GPU overlapping, as in serving).
 
 CPU (``--stub``): the host-side cost alone, with the C launch replaced by a no-op (the plan's compiled replay
 path with its kernels stubbed) and, for comparison, the plain path with its launches only recorded
@@ -27,7 +29,7 @@ SHAPES = ((1, 64, 512), (64, 16, 2048))  # (batch, heads, topk), s_q = 1, page s
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--impl", default="auto", help="kernel to plan (default auto)")
-    p.add_argument("--calls", type=int, default=200, help="calls per eager timing (GPU)")
+    p.add_argument("--calls", type=int, default=200, help="calls per idle / back-to-back timing (GPU)")
     p.add_argument("--stub", action="store_true", help="CPU: host cost with the kernel launches stubbed")
     return p.parse_args()
 
@@ -36,15 +38,14 @@ def gpu(args):
     import torch
 
     import workbench as wb
-    from workbench.bench import time_eager
+    from workbench.timing import time_graph, time_idle
 
     assert torch.cuda.is_available() and not wb.INTERPRET, "needs a CUDA GPU and TRITON_INTERPRET=0"
-    print(f"{torch.cuda.get_device_name()}  impl={args.impl}")
-    print(f"{'shape':24} {'kernel':10} {'plain':>9} {'plan':>9} {'graph':>9} {'plain-graph':>12} {'plan-graph':>11}"
-          f" {'cold plain':>11} {'cold plan':>10}")
+    print(f"{torch.cuda.get_device_name()}  impl={args.impl}  (us per call, medians)")
+    print(f"{'shape':20} {'kernel':9} {'plain':>8} {'plan':>8} {'graph':>8} {'plain-graph':>12} {'plan-graph':>11} "
+          f"{'plan b2b':>9}")
     for b, h, topk in SHAPES:
-        case = wb.build_case(batch=b, heads=h, topk=topk, block_size=64, device="cuda")
-        kw = case.kwargs()
+        kw = wb.build_case(batch=b, heads=h, topk=topk, block_size=64, device="cuda").kwargs()
         plan = wb.plan_decode(**kw, impl=args.impl)
         out_ref, lse_ref = wb.sparse_mla_decode(**kw, impl=args.impl)
         out, lse = wb.sparse_mla_decode(**kw, plan=plan)
@@ -56,18 +57,16 @@ def gpu(args):
 
         def planned():
             wb.sparse_mla_decode(**kw, plan=plan)
-        t_plain = eager_us(plain, args.calls)
-        t_plan = eager_us(planned, args.calls)
-        t_graph = graph_us(planned)
-        cold_plain = time_eager([plain])[0]
-        cold_plan = time_eager([planned])[0]
-        print(f"{f'b{b} h{h} topk{topk}':24} {plan.impl:10} {t_plain:9.1f} {t_plan:9.1f} {t_graph:9.1f} "
-              f"{t_plain - t_graph:12.1f} {t_plan - t_graph:11.1f} {cold_plain:11.1f} {cold_plan:10.1f}")
-    print("us per call; eager = back-to-back calls, then one sync; graph = the plan call replayed from a CUDA graph")
+        t_plain = time_idle([plain], calls=args.calls)[0]
+        t_plan = time_idle([planned], calls=args.calls)[0]
+        t_graph = time_graph([planned])[0]
+        t_b2b = back_to_back_us(planned, args.calls)
+        print(f"{f'b{b} h{h} topk{topk}':20} {plan.impl:9} {t_plain:8.1f} {t_plan:8.1f} {t_graph:8.1f} "
+              f"{t_plain - t_graph:12.1f} {t_plan - t_graph:11.1f} {t_b2b:9.1f}")
 
 
-def eager_us(fn, calls: int) -> float:
-    """Microseconds per call of ``calls`` calls issued back to back (the host and GPU overlap, as in serving)."""
+def back_to_back_us(fn, calls: int) -> float:
+    """Microseconds per call of ``calls`` calls issued back to back, then one sync (best of 5)."""
     import torch
     for _ in range(10):
         fn()
@@ -81,31 +80,6 @@ def eager_us(fn, calls: int) -> float:
         end.record()
         end.synchronize()
         best = min(best, start.elapsed_time(end) * 1000.0 / calls)
-    return best
-
-
-def graph_us(fn, calls_per_graph: int = 20, replays: int = 20) -> float:
-    """Microseconds per call replaying a CUDA graph of ``calls_per_graph`` calls: the GPU time alone."""
-    import torch
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls_per_graph):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        best = min(best, start.elapsed_time(end) * 1000.0 / calls_per_graph)
     return best
 
 
