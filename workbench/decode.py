@@ -97,7 +97,7 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     if plan is not None:
         return plan.launch(q, cache, indices, sm_scale, attn_sink, topk_length, extra_cache, extra_indices,
                            extra_topk_length, impl, config)
-    spec, dims, sm_scale = resolve_call(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink,
+    spec, _, sm_scale = resolve_call(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink,
                                         topk_length=topk_length, extra_cache=extra_cache,
                                         extra_indices=extra_indices, extra_topk_length=extra_topk_length, impl=impl)
     if spec.kind == "reference":
