@@ -1,10 +1,11 @@
-"""Cache bytes against FlashMLA's golden cases; quantisation round trip; index helpers; the builder."""
+"""Cache bytes against FlashMLA's golden cases; quantisation round trip; index helpers; the builder and its catalogue."""
 import math
 
 import pytest
 import torch
 
 import workbench as wb
+from workbench import cases
 from workbench.cache import (build_case, copy_cache, dequantize_kv, indices_to_positions, page_bytes_view,
                              positions_to_indices, quantize_kv, raw_scale_bytes, to_device)
 from workbench.golden import golden_names, load_golden
@@ -76,28 +77,57 @@ def test_positions_to_indices_by_hand():
         positions_to_indices(torch.tensor([[[8]], [[0]]]), block_table, block_size=4)
 
 
-@pytest.mark.parametrize("block_size", [2, 61, 69, 256], ids=lambda b: f"bs{b}")
-def test_builder_is_hostile(block_size):
-    c = build_case(batch=3, s_q=2, heads=4, topk=40, block_size=block_size, invalid_frac=0.3,
-                   all_invalid_queries=1, nan_unselected=True, seed=block_size)
-    m = c.main
-    nb = m.cache.shape[0]
-    owned = m.block_table.flatten()
-    assert owned.unique().numel() == owned.numel(), "pages are owned once"
-    assert owned.numel() < nb, "some pages belong to nobody"
-    assert not torch.equal(owned.sort().values, owned), "page table is shuffled"
-    idx = m.indices.long()
-    n = nb * block_size
-    assert bool((idx == -1).any()) and bool((idx >= n).any()) and bool((idx < -1).any())
-    last = idx[-1, -1]
-    assert bool(((last < 0) | (last >= n)).all()), "the last query has no valid index"
-    # NaN only where nothing selects
-    live = idx[(idx >= 0) & (idx < n)]
-    selected = torch.zeros(nb, dtype=torch.bool)
-    selected[live // block_size] = True
-    deq = dequantize_kv(m.cache).float()
-    assert bool(torch.isnan(deq[~selected]).any())
-    assert bool(torch.isfinite(deq[selected]).all())
+@pytest.mark.parametrize("entry", cases.catalogue(), ids=lambda e: e.id)
+def test_catalogue_case_has_what_it_claims(entry, catalogue_case):
+    c = catalogue_case(entry.id)
+    missing = [f for f in entry.covers if not cases.FEATURES[f](c)]
+    assert not missing, f"{entry.id} claims {missing} but its case does not have them"
+    for s in c.scopes:
+        owned = s.block_table.flatten()
+        assert owned.unique().numel() == owned.numel(), "pages are owned once"
+        n = s.cache.shape[0] * s.block_size
+        counts = (s.indices >= 0) & (s.indices < n)
+        if s.topk_length is not None:  # an index past its row's topk_length counts for nothing
+            counts &= torch.arange(s.indices.shape[2]) < s.topk_length.view(-1, 1, 1)
+        live = s.indices.long()[counts]
+        selected = torch.zeros(s.cache.shape[0], dtype=torch.bool)
+        selected[live // s.block_size] = True
+        deq = dequantize_kv(s.cache).float()
+        assert bool(torch.isfinite(deq[selected]).all()), "a page a counted index selects holds no NaN"
+        assert bool(torch.isnan(deq[~selected]).any()) == ("nan-unselected" in entry.covers)
+    assert tuple(c.q.shape[:3]) == tuple(entry.spec.get(k, d) for k, d in (("batch", 2), ("s_q", 1), ("heads", 16)))
+
+
+def test_catalogue_covers_every_hostile_feature_and_says_which_are_gpu_only():
+    on_cpu = set().union(*(e.covers for e in cases.catalogue(interpretable=True)))
+    assert set(cases.FEATURES) - on_cpu == {"nan-unselected"}, "the interpreter checks all but NaN pages"
+    assert set().union(*(e.covers for e in cases.CATALOGUE)) == set(cases.FEATURES)
+    for e in cases.CATALOGUE:
+        assert set(e.covers) <= set(cases.FEATURES), e.id
+        assert e.interpretable == (not e.spec.get("nan_unselected") and e.id != cases.BITWISE), e.id
+    for e in cases.gpu_cases()[len(cases.CATALOGUE):]:  # the scaled versions: GPU only, labelled by their entry
+        base, _, label = e.id.partition("@")
+        assert not e.interpretable and label and cases.get(base).seed == e.seed
+
+
+def test_scaled_case_takes_the_overrides_and_keeps_the_seed():
+    e = cases.get("h16-k37-bs69-allinvalid")
+    big = e.scaled()
+    assert big.id == "h16-k37-bs69-allinvalid@h128-k2048"
+    assert big.spec == {**e.spec, "heads": 128, "topk": 2048, "seed": e.seed}
+    assert cases.get(cases.BITWISE).scaled() is None
+    with pytest.raises(ValueError, match="case_id"):
+        cases.get("no-such-case")
+
+
+def test_builder_invalid_indices_fall_on_both_sides_of_the_cache():
+    c = build_case(batch=2, heads=1, topk=200, block_size=2, invalid_frac=0.5, seed=1)
+    idx, n = c.main.indices.long(), c.main.cache.shape[0] * 2
+    bad = (idx < 0) | (idx >= n)
+    assert 0.4 < bad.float().mean().item() < 0.6  # invalid_frac 0.5; a valid index is never bad by chance
+    # of the bad ones about 60% are -1, 20% past the last token, 20% below -1
+    for kind, want in (((idx == -1), 0.6), ((idx >= n), 0.2), ((idx < -1), 0.2)):
+        assert abs(kind.sum().item() / bad.sum().item() - want) < 0.12
 
 
 def test_builder_extra_scope_and_sink_modes():
@@ -107,13 +137,16 @@ def test_builder_extra_scope_and_sink_modes():
     s = c.attn_sink
     assert bool(torch.isposinf(s[0])) and bool(torch.isneginf(s[1])) and bool(torch.isfinite(s[2]))
     assert c.main.topk_length.tolist()[:2] == [8, 0]
+    c3 = build_case(batch=4, heads=2, topk=8, extra_topk=12, topk_length=True, extra_topk_length=True)
+    for tl, k in ((c3.main.topk_length, 8), (c3.extra.topk_length, 12)):  # topk, 0, past topk, then in [0, topk]
+        assert tl[:2].tolist() == [k, 0] and tl[2] > k and 0 <= tl[3] <= k
     kw = c.kwargs()
     assert set(kw) >= {"extra_cache", "extra_indices", "extra_topk_length"}
 
 
 def _moved_case():
-    return build_case(batch=2, heads=4, topk=24, block_size=61, sink=True, topk_length=True, extra_topk=8,
-                      extra_block_size=2, nan_unselected=True, seed=3)
+    """Page size 61 (padded pages) and an extra scope of page size 2, NaN in the pages nothing selects."""
+    return cases.get(cases.SANITIZER).build()
 
 
 def _assert_same_cache(moved, cache):

@@ -1,19 +1,24 @@
-"""The Triton kernels under the CPU interpreter: FlashMLA golden cases and hostile synthetic cases.
+"""The Triton kernels under the CPU interpreter: FlashMLA golden cases and the hostile catalogue's cases.
 
 Every split kernel on the ladder runs the golden cases; "tile512_bf16dq" runs tile512's numerics under
 the interpreter (its bit dequant is GPU-only; test_dequant_bits checks the formula), so it gets one
-hostile case for its launch path.
+hostile case for its launch path. Tests marked ``interpreter`` run the kernels on CPU tensors: with
+TRITON_INTERPRET=0 they are skipped (on a GPU, ``pytest -m gpu`` runs the same cases through the GPU checks).
 """
 import pytest
 import torch
 
 import workbench as wb
+from workbench import cases
+from workbench.cases import catalogue
 from workbench.golden import golden_expected, golden_kwargs, golden_names, load_golden
 
 
 SPLIT_KERNELS = ["mma", "tile512"]
+interpreter = pytest.mark.interpreter
 
 
+@interpreter
 @pytest.mark.parametrize("impl", SPLIT_KERNELS)
 @pytest.mark.parametrize("name", golden_names())
 def test_split_kernel_matches_flashmla_golden(name, impl):
@@ -25,6 +30,7 @@ def test_split_kernel_matches_flashmla_golden(name, impl):
 SIMT_HEADS = slice(3, None, 21)  # a spread of heads: the per-head kernel treats each one alone
 
 
+@interpreter
 @pytest.mark.parametrize("name", golden_names())
 def test_simt_matches_flashmla_golden(name):
     g = load_golden(name)
@@ -32,39 +38,25 @@ def test_simt_matches_flashmla_golden(name):
     wb.assert_close(out.float(), lse, *golden_expected(g, heads=SIMT_HEADS), f"simt {name}")
 
 
-# heads 1/5/16/20/64, s_q 1/3, topk 1/37/200, pages 2/61/256, sink +inf/-inf/finite/mixed,
-# topk_length 0/partial/full, extra scope on/off, invalid and out-of-range indices, all-invalid queries
-HOSTILE = {
-    "h1-sq1-topk1-bs2": dict(heads=1, s_q=1, topk=1, block_size=2, invalid_frac=0.0),
-    "h5-sq3-topk37-bs61-sinkmixed-tklen": dict(heads=5, s_q=3, topk=37, block_size=61, sink="mixed",
-                                               topk_length=True, all_invalid_queries=1),
-    "h16-sq1-topk200-bs256-sink-extra-bs2": dict(heads=16, s_q=1, topk=200, block_size=256, sink=True,
-                                                 extra_topk=37, extra_block_size=2, extra_topk_length=True),
-    "h20-sq3-topk37-bs2-sinkinf-extra-bs61": dict(heads=20, s_q=3, topk=37, block_size=2, sink="inf",
-                                                  extra_topk=1, extra_block_size=61, all_invalid_queries=2),
-    "h64-sq1-topk200-bs61-sinkneginf-tklen": dict(heads=64, s_q=1, topk=200, block_size=61, sink="-inf",
-                                                  topk_length=True, invalid_frac=0.5),
-    "h16-sq1-topk37-bs69-allinvalid": dict(heads=16, s_q=1, topk=37, block_size=69, invalid_frac=1.0),
-    "h5-sq1-topk200-bs2-mild-nosink": dict(heads=5, s_q=1, topk=200, block_size=2, kv_decades=(-0.5, 0.5)),
-}
+# The hostile cases are the catalogue's (workbench.cases): every entry the interpreter can check, by its id.
+HOSTILE = {e.id: e for e in catalogue(interpretable=True)}
 
 
 @pytest.fixture(scope="module", params=list(HOSTILE), ids=list(HOSTILE))
-def hostile(request):
-    spec = dict(batch=3, sm_scale=0.07, seed=len(request.param))
-    spec.update(HOSTILE[request.param])
-    case = wb.build_case(**spec)
+def hostile(request, catalogue_case):
+    case = catalogue_case(request.param)
     return case, wb.sparse_mla_decode_reference(**case.kwargs())
 
 
+@interpreter
 @pytest.mark.parametrize("impl", SPLIT_KERNELS + ["simt"])
 def test_kernel_matches_reference_on_hostile_case(hostile, impl):
     _check_hostile(hostile, impl)
 
 
-def test_bf16_dequant_rung_launches_and_matches_reference():
-    spec = dict(batch=3, sm_scale=0.07, seed=5, **HOSTILE["h5-sq3-topk37-bs61-sinkmixed-tklen"])
-    case = wb.build_case(**spec)
+@interpreter
+def test_bf16_dequant_rung_launches_and_matches_reference(catalogue_case):
+    case = catalogue_case(cases.SHAPE_SWEEP)
     _check_hostile((case, wb.sparse_mla_decode_reference(**case.kwargs())), "tile512_bf16dq")
 
 
@@ -78,13 +70,15 @@ def _check_hostile(hostile, impl):
     assert torch.equal(out.permute(0, 2, 1, 3)[empty].float(), torch.zeros_like(out.permute(0, 2, 1, 3)[empty].float()))
 
 
-def test_mma_is_deterministic_and_forced_config_matches():
-    case = wb.build_case(batch=2, heads=20, topk=70, block_size=61, sink=True, extra_topk=20)
+@interpreter
+def test_mma_is_deterministic_and_forced_config_matches(catalogue_case):
+    case = catalogue_case("h24-k48-bs69-sinkneginf-tklen-invalid50")
     a = wb.sparse_mla_decode(**case.kwargs(), impl="mma")
     b = wb.sparse_mla_decode(**case.kwargs(), impl="mma")
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    # BLOCK_H=16 on 24 heads: two head groups, the second one part masked
     c = wb.sparse_mla_decode(**case.kwargs(), impl="mma",
-                             config={"BLOCK_H": 32, "BLOCK_T": 16, "num_warps": 4, "num_stages": 1})
+                             config={"BLOCK_H": 16, "BLOCK_T": 16, "num_warps": 4, "num_stages": 1})
     ref = wb.sparse_mla_decode_reference(**case.kwargs())
     wb.assert_close(c[0].float(), c[1], *ref, "forced config")
 
@@ -101,6 +95,6 @@ def test_split_plan_fills_the_gpu_and_is_bounded():
 def test_kernels_require_gpu_or_interpreter(monkeypatch):
     import workbench.decode as dec
     monkeypatch.setattr(dec, "INTERPRET", False)
-    case = wb.build_case(batch=1, heads=2, topk=4)
+    case = cases.get("h1-k1-bs2-one-token").build()
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
         wb.sparse_mla_decode(**case.kwargs(), impl="mma")

@@ -1,10 +1,11 @@
-"""The fp32 reference against FlashMLA's golden outputs and hand-derived cases."""
+"""The fp32 reference against FlashMLA's golden outputs, hand-derived cases and the catalogue worked by the rules."""
 import math
 
 import pytest
 import torch
 
 import workbench as wb
+from workbench import cases
 from workbench.golden import golden_expected, golden_kwargs, golden_names, load_golden
 
 
@@ -67,7 +68,56 @@ def test_no_valid_token_gives_zero_and_plus_inf():
     assert bool(torch.isfinite(lse[0, :, 1]).all()) and bool(torch.isfinite(out).all())
 
 
-def test_unselected_nan_pages_do_not_leak():
-    c = wb.build_case(batch=2, heads=3, topk=16, block_size=2, nan_unselected=True, invalid_frac=0.3)
+def _by_the_rules(case):
+    """out, lse of a catalogue case in float64, query by query, from the rules written out (DESIGN.md):
+
+    an index counts when 0 <= idx < num_blocks*block_size and its position is below min(topk_length, topk);
+    the rows come from dequantize_kv of the whole cache (NaN pages included); lse over every counted token of
+    both scopes; the sink scales out by 1/(1+exp(sink-lse)); no counted token: out 0, lse +inf.
+    """
+    b, s_q, h, d = case.q.shape
+    out = torch.zeros(b, s_q, h, d, dtype=torch.float64)
+    lse = torch.full((b, h, s_q), float("inf"), dtype=torch.float64)
+    rows = [(wb.dequantize_kv(sc.cache).double().reshape(-1, d), sc) for sc in case.scopes]
+    for i in range(b):
+        for j in range(s_q):
+            picked = []
+            for kv, sc in rows:
+                n = kv.shape[0]
+                limit = sc.indices.shape[2] if sc.topk_length is None else int(sc.topk_length[i])
+                idx = sc.indices[i, j].long()
+                picked.append(kv[idx[(idx >= 0) & (idx < n) & (torch.arange(idx.numel()) < limit)]])
+            k = torch.cat(picked)                                       # [tokens, d]
+            if not len(k):
+                continue
+            logits = case.q[i, j].double() @ k.T * case.sm_scale        # [h, tokens]
+            l = torch.logsumexp(logits, dim=-1)
+            o = torch.softmax(logits, dim=-1) @ k
+            if case.attn_sink is not None:
+                o = o / (1 + torch.exp(case.attn_sink.double() - l))[:, None]
+            out[i, j], lse[i, :, j] = o, l
+    return out, lse
+
+
+@pytest.mark.parametrize("entry", cases.catalogue(), ids=lambda e: e.id)
+def test_reference_follows_the_rules_on_every_catalogue_case(entry, catalogue_case):
+    """Every catalogue case, GPU-only ones included (the reference is torch: NaN pages read as NaN here)."""
+    c = catalogue_case(entry.id)
     out, lse = wb.sparse_mla_decode_reference(**c.kwargs())
-    assert bool(torch.isfinite(out).all())
+    want_out, want_lse = _by_the_rules(c)
+    assert torch.equal(torch.isposinf(lse), torch.isposinf(want_lse)), "+inf exactly where nothing counts"
+    assert bool(torch.isfinite(out).all()), "no NaN from pages nothing selects"
+    fin = torch.isfinite(want_lse)
+    assert torch.allclose(lse.double()[fin], want_lse[fin], rtol=1e-6, atol=1e-6)
+    scale = want_out.abs().amax().clamp_min(1e-30)
+    assert float((out.double() - want_out).abs().max() / scale) < 1e-5
+
+
+def test_unselected_nan_pages_do_not_leak(catalogue_case):
+    for entry in cases.catalogue():
+        if "nan-unselected" not in entry.covers:
+            continue
+        c = catalogue_case(entry.id)
+        assert any(bool(torch.isnan(wb.dequantize_kv(s.cache).float()).any()) for s in c.scopes), entry.id
+        out, lse = wb.sparse_mla_decode_reference(**c.kwargs())
+        assert bool(torch.isfinite(out).all()), entry.id
