@@ -78,12 +78,9 @@ lad = ok[(ok.source == current) & (ok.config == "")]
 label = gpu_label(lad)
 note = bench_provenance(lad)
 def auto_kernel(key):
-    """What impl='auto' runs at a shape on the table's GPU: registry.resolve's rule, read from its constants."""
-    b, _, k, e, _ = SHAPES[key]
-    if lad.capability.iloc[0] != "sm_90":
-        return "tile512"
-    small = b < registry.SMALL_CALL_QUERIES and b * (k + e) < registry.SMALL_CALL_TOKENS
-    return "tile512" if small else "wgmma"
+    """What impl='auto' runs at a shape on the table's GPU: the registry's own rule (registry.auto_kernel)."""
+    b, h, k, e, _ = SHAPES[key]
+    return registry.auto_kernel(lad.capability.iloc[0], queries=b, tokens=b * (k + e), heads=h)
 
 
 default_at = {key: auto_kernel(key) for key in SHAPES}

@@ -78,9 +78,11 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     clamped to [0, topk] (a negative length selects nothing, a length above topk selects all); extra_*: a second scope
     in the same softmax.
     sm_scale: a positive real (Python or numpy scalar, or 0-dim tensor); default 512**-0.5.
-    impl: "auto" (default: the fastest kernel that passes every GPU check for this device and call size:
-    "wgmma" on sm_90 from 8 queries or 8192 selected tokens, else "tile512"; see registry.resolve), any registered kernel (``workbench.registry.decode_impls()``: the optimisation ladder's
-    rungs "mma", "tile512", "tile512_bf16dq", "tile512_3d", "wgmma", the per-head "simt"), or "reference".
+    impl: "auto" (default: the fastest kernel that passes every GPU check for this device and call size; on
+    sm_90 from 8 queries or 8192 selected tokens a Gluon rung, "wgmma_2cta" at <= 16 heads and >= 2048 tokens
+    per query, else "wgmma_4lane"; otherwise "tile512"; see registry.auto_kernel), any registered kernel
+    (``workbench.registry.decode_impls()``: the optimisation ladder's rungs "mma", "tile512", "tile512_bf16dq",
+    "tile512_3d", "wgmma", "wgmma_4lane", "wgmma_2cta", the per-head "simt"), or "reference".
     config: one kernel config (dict) to run without autotuning, e.g. for CUDA graph capture; the keys are
     the kernel's ``registry.get(impl).allowed`` (tiled kernels: BLOCK_H, BLOCK_T, num_warps, num_stages).
     plan: a :class:`workbench.plan.DecodePlan` from :func:`workbench.plan_decode` for inputs of these shapes,
@@ -130,7 +132,8 @@ def resolve_call(q, cache, indices, *, sm_scale, attn_sink, topk_length, extra_c
                              extra_topk_length=extra_topk_length)
     queries = dims["b"] * dims["s_q"]
     topk_all = indices.shape[2] + (extra_indices.shape[2] if extra_indices is not None else 0)
-    spec = registry.get(registry.resolve(impl, q.device, queries=queries, tokens=queries * topk_all))
+    spec = registry.get(registry.resolve(impl, q.device, queries=queries, tokens=queries * topk_all,
+                                         heads=q.shape[2]))
     return spec, dims, MODEL1.d ** -0.5 if sm_scale is None else float(sm_scale)
 
 

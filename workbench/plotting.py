@@ -30,13 +30,13 @@ PROVIDER_ORDER = list(PROVIDER_LABELS)
 PROVIDER_COLORS = {"auto": "#0072B2", "mma": "#56B4E9", "flashmla": "#E69F00", "gather": "#4D4D4D", "simt": "#009E73",
                    "reference": "#CC79A7"}
 PROVIDER_STYLE = {"gather": dict(linestyle=":", marker="s"), "auto": dict(marker="D", markersize=7)}
-# The default kernel: provider "auto" (registry.resolve: "wgmma" on sm_90). Tables before 81746ba time the
+# The default kernel: provider "auto" (registry.auto_kernel: a Gluon rung on sm_90). Tables before 81746ba time the
 # seed as provider "mma"; the figures call that "seed MMA kernel", never the default.
 DEFAULT_PROVIDER = "auto"
-DEFAULT_FALLBACK = ("wgmma",)  # the kernel "auto" resolves to on the H200, timed by name in the ladder tables
+DEFAULT_FALLBACK = ("wgmma",)  # what "auto" ran on the H200 before the 4-lane rungs, timed by name in old tables
 # One colour per kernel (optimisation-ladder rungs and the correctness tables' impl column).
 KERNEL_COLORS = {"mma": "#56B4E9", "tile512": "#D55E00", "tile512_bf16dq": "#CC79A7", "tile512_3d": "#8C6D31",
-                 "wgmma": "#0072B2", "auto": "#0072B2", "simt": "#009E73"}
+                 "wgmma": "#0072B2", "wgmma_4lane": "#332288", "wgmma_2cta": "#44AA99", "auto": "#0072B2", "simt": "#009E73"}
 MODE_TITLES = {"graph": "CUDA-graph replay (the kernel's time)",
                "eager": "eager launch (host-bound below ~32 requests)"}
 POOR_R2 = 0.8

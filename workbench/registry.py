@@ -86,27 +86,40 @@ def decode_impls() -> tuple[str, ...]:
 
 
 SMALL_CALL_QUERIES, SMALL_CALL_TOKENS = 8, 8192
+TWO_BLOCK_HEADS, TWO_BLOCK_TOPK = 16, 2048
 
 
-def resolve(impl: str, device, queries: int = 1 << 30, tokens: int = 1 << 30) -> str:
-    """The kernel "auto" stands for: the fastest rung that passes every GPU check, for this call's size.
+def auto_kernel(capability: str, *, queries: int, tokens: int, heads: int | None = None) -> str:
+    """What "auto" runs on a GPU of ``capability`` ("sm_90", ...) for a call of this size (a pure rule).
 
-    On sm_90 that is the Gluon kernel "wgmma" (data/, b64 topk2048: 77 vs 114 us for tile512 at h16, 112
-    vs 168 us at h64), except for calls with fewer than 8 queries and under 8192 selected tokens in all,
-    where its one block per SM and 64-token tiles lose to tile512 (crossover sweep: b1-b2 1.01-1.26x
-    slower, b4 topk512 1.11-1.20x). Anywhere else, or under the interpreter, the portable "tile512".
-    ``queries`` is b * s_q; ``tokens`` is queries * (topk + extra topk).
+    On sm_90, a Gluon rung. Calls with fewer than 8 queries and under 8192 selected tokens in all go to
+    tile512: one block per SM and 64-token tiles lose there (crossover sweep, wgmma: b1-b2 1.01-1.26x slower,
+    b4 topk512 1.11-1.20x; b1 h64 topk512, wgmma_4lane 18.0 vs tile512 17.2 us). At most 16 heads with at
+    least 2048 tokens per query, "wgmma_2cta" (two blocks per SM: b64 h16 topk2048 66.9 vs 72.0 us for the
+    8-lane single-block form; at 128 + 512 tokens it lost, 38.5 vs 34.2). Else "wgmma_4lane".
+    Any other GPU: the portable "tile512".
+    ``queries`` is b * s_q; ``tokens`` is queries * (topk + extra topk); ``heads`` None counts as many.
     """
+    if capability == "sm_90" and (queries >= SMALL_CALL_QUERIES or tokens >= SMALL_CALL_TOKENS):
+        if heads is not None and heads <= TWO_BLOCK_HEADS and tokens >= TWO_BLOCK_TOPK * queries:
+            return "wgmma_2cta"
+        return "wgmma_4lane"
+    return "tile512"
+
+
+def resolve(impl: str, device, queries: int = 1 << 30, tokens: int = 1 << 30, heads: int | None = None) -> str:
+    """The kernel "auto" stands for on ``device``: :func:`auto_kernel` for its GPU; "tile512" on the CPU or
+    under the interpreter. A named kernel is returned unchanged."""
     if impl != AUTO:
         return impl
     import torch
 
     from .kernels.common import INTERPRET
     dev = torch.device(device)
-    if dev.type == "cuda" and not INTERPRET and torch.cuda.get_device_capability(dev)[0] == 9:
-        if queries >= SMALL_CALL_QUERIES or tokens >= SMALL_CALL_TOKENS:
-            return "wgmma"
-    return "tile512"
+    if dev.type != "cuda" or INTERPRET:
+        return "tile512"
+    major, minor = torch.cuda.get_device_capability(dev)
+    return auto_kernel(f"sm_{major}{minor}", queries=queries, tokens=tokens, heads=heads)
 
 
 def compiled_kernels() -> tuple[str, ...]:

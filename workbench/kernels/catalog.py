@@ -63,16 +63,32 @@ _tile512("tile512_3d", 4, "tile512 gathered as a [BLOCK_T, 8, 64] view: exact-si
          "cp.async gathers fit 2 blocks/SM; unpipelined it adds layout shuffles (STS 73 -> 312): expect the tuner "
          "to pick 3 stages and gain 10-20% at h16", GATHER3D=1)
 
-register(KernelSpec(
-    name="wgmma", kind="split", rung=5, interpretable=False,
-    split_waves=1,  # one 150-205 KB block per SM: one wave, and half the fp32 partials the combine reads
-    summary="Gluon, sm_90: K and q in shared memory for wgmma (tokens as M), next tile's loads in flight, "
-            "async PV overlapping the next dequant",
-    prediction="no q operand in registers and loads overlapped with MMA: h16 50-70 us (from 113), h64 < 100 us",
-    launch=wgmma.launch_wgmma_partial, jit=wgmma.wgmma_partial_kernel, config_cls=TiledConfig,
-    allowed=wgmma.ALLOWED, config_space=tuple(wgmma.CONFIG_SPACE), shared_model=wgmma.estimate_shared_bytes,
-    check_configs=({"BLOCK_H": 64, "BLOCK_T": 64, "num_warps": 8}, {"BLOCK_H": 16, "BLOCK_T": 64, "num_warps": 8},
-                   {"BLOCK_H": 32, "BLOCK_T": 64, "num_warps": 8})))
+def _wgmma(name, rung, summary, prediction, *, allowed=wgmma.ALLOWED, split_waves=1, maxnreg=None, **fixed):
+    """A rung of the Gluon kernel: its constexpr switches (``fixed``), head groups and register cap."""
+    checks = tuple({"BLOCK_H": bh, "BLOCK_T": 64, "num_warps": 8} for bh in (64, 16, 32) if bh in allowed["BLOCK_H"])
+    return register(KernelSpec(
+        name=name, kind="split", rung=rung, interpretable=False, split_waves=split_waves, summary=summary,
+        prediction=prediction, jit=wgmma.wgmma_partial_kernel, config_cls=TiledConfig, allowed=allowed,
+        launch=lambda **kw: wgmma.launch_wgmma_partial(**kw, allowed=allowed, name=name, maxnreg=maxnreg, **fixed),
+        config_space=tuple(c for c in wgmma.CONFIG_SPACE if c.BLOCK_H in allowed["BLOCK_H"]), fixed_meta=fixed,
+        shared_model=lambda c: wgmma.estimate_shared_bytes(c, fixed.get("K_BUFFERS", 2)), check_configs=checks))
+
+
+# split_waves=1: one 150-205 KB block per SM, so one wave, and half the fp32 partials the combine reads
+_wgmma("wgmma", 5, "Gluon, sm_90: K and q in shared memory for wgmma (tokens as M), next tile's loads in flight, "
+       "async PV overlapping the next dequant",
+       "no q operand in registers and loads overlapped with MMA: h16 50-70 us (from 113), h64 < 100 us")
+_wgmma("wgmma_4lane", 6, "wgmma with 4 lanes per token, not 32: each thread gathers 2 tokens a tile, not 8",
+       "every lane sharing a token repeats its index, address and mask arithmetic: at 32 lanes a thread does 8 "
+       "tokens' worth per 64-token tile. Lab, sm_90, h16 loop body: 1201 -> 849 instructions, registers 190 -> "
+       "130; h64 1587 -> ~1190. Loads stay 64 B contiguous per 4 lanes. Expect 10-20% at b64 (a try with one "
+       "whole group per thread, 849 instructions too but 32 scattered 16 B pieces per load, ran 25% slower)",
+       TOKEN_LANES=4)
+_wgmma("wgmma_2cta", 7, "wgmma at 16 heads, two blocks per SM: one K buffer (84 KB) and a 128-register cap",
+       "at BLOCK_H=16 the 8-lane version needs 134 registers and 150 KB: one block (8 warps) per SM. One K buffer "
+       "(the next tile waits for the last PV) and maxnreg=128 (lab: no spills) fit two, 16 warps per SM, with "
+       "split waves 2. Expect h16 at b64 5-10% below wgmma_4lane; useless above 16 heads",
+       allowed=dict(wgmma.ALLOWED, BLOCK_H=(16,)), split_waves=2, maxnreg=128, TOKEN_LANES=8, K_BUFFERS=1)
 
 register(KernelSpec(
     name="gather", kind="probe", summary="speed-of-light probe: the decode's bytes and split plan, no math",

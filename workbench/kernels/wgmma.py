@@ -15,6 +15,11 @@ What it should move (written before measuring): the issue-rate limit of the Trit
 at 2 warps per scheduler, ncu) gives way to overlap: h16 from 113 us towards the 33 us gather
 floor plus the dequant time (~10 us for 993 tokens/SM), so 50-70 us; h64 below 100 us.
 GPU only (sm_90): Gluon does not run under the interpreter.
+
+Two constexpr switches make the later rungs (registered in ``catalog``): TOKEN_LANES, how many lanes share
+one token's loads (32 here; "wgmma_4lane": 4, so each thread does the index and address arithmetic of 2
+tokens a tile, not 8), and K_BUFFERS (2 here; "wgmma_2cta": 1, which with a 128-register cap fits two
+blocks per SM at 16 heads).
 """
 from __future__ import annotations
 
@@ -35,10 +40,10 @@ NUM_WARPS = 8  # two warpgroups
 LAYOUT_KEYS = ("D_NOPE", "D_ROPE", "TILE", "NUM_TILES", "DATA_BYTES", "SCALE_BYTES")
 
 
-def estimate_shared_bytes(c: TiledConfig) -> int:
-    """Two bf16 K tiles (2 KB/token), q (1 KB/head), P^T (2 B/token/head), the rope staging (128 B/token);
-    the epilogue's transposed accumulator (2 KB/head) reuses freed space."""
-    return 2 * 1024 * c.BLOCK_T + 1024 * c.BLOCK_H + 2 * c.BLOCK_T * c.BLOCK_H + 128 * c.BLOCK_T
+def estimate_shared_bytes(c: TiledConfig, k_buffers: int = 2) -> int:
+    """k_buffers bf16 K tiles (1 KB/token each), q (1 KB/head), P^T (2 B/token/head), the rope staging
+    (128 B/token); the epilogue's transposed accumulator (2 KB/head) reuses freed space."""
+    return k_buffers * 1024 * c.BLOCK_T + 1024 * c.BLOCK_H + 2 * c.BLOCK_T * c.BLOCK_H + 128 * c.BLOCK_T
 
 
 @gluon.jit
@@ -59,12 +64,18 @@ def wgmma_partial_kernel(
     D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, NUM_TILES: gl.constexpr,
     DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr,
+    TOKEN_LANES: gl.constexpr = 32,    # lanes that share one token's loads (see L3): 32, 16, 8 or 4
+    K_BUFFERS: gl.constexpr = 2,       # 2: PV of one tile overlaps the next tile's store; 1: half the shared memory
 ):
     D: gl.constexpr = D_NOPE + D_ROPE
     G: gl.constexpr = SCALE_BYTES  # 8 column groups of TILE: 7 fp8 nope tiles and the rope
     W: gl.constexpr = TILE // 4  # int32 words of one fp8 group
-    # [BLOCK_T, G, W] raw words (4 fp8 each): 16 contiguous bytes per thread, 8 rows per warp
-    L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 8, 4], [8, 1, 1], [2, 1, 0])
+    # [BLOCK_T, G, W] raw words (4 fp8 each), 16 B per load, 64 B of a group contiguous over 4 lanes. Each of
+    # the TOKEN_LANES lanes sharing a token repeats its index and address arithmetic, so fewer lanes per
+    # token (each taking more of its groups) means fewer tokens, hence less arithmetic, per thread:
+    # BLOCK_T * TOKEN_LANES / 256 tokens per thread
+    L3: gl.constexpr = gl.BlockedLayout([1, 32 // TOKEN_LANES, 4], [32 // TOKEN_LANES, TOKEN_LANES // 4, 4],
+                                        [8, 1, 1], [2, 1, 0])
     ROWS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))        # [BLOCK_T]
     GRP2: gl.constexpr = gl.SliceLayout(2, L3)                           # [BLOCK_T, G]
     KW: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32)
@@ -92,7 +103,7 @@ def wgmma_partial_kernel(
     q = gl.load(q_ptr + bi * stride_qb + si * stride_qs + qh[:, None] * stride_qh + qd[None, :],
                 mask=(qh < H)[:, None], other=0.0)  # [BLOCK_H, 512] bf16
     q_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, D], Q_SMEM, q)
-    k_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_T, D], K_SMEM)
+    k_smem = gl.allocate_shared_memory(gl.bfloat16, [K_BUFFERS, BLOCK_T, D], K_SMEM)
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_T, BLOCK_H], P_SMEM)
 
     end_all = TOPK
@@ -125,6 +136,8 @@ def wgmma_partial_kernel(
         sc = gl.where(sbyte == 0, 0, (sbyte.to(gl.int32) + 56) << 7) * 65537  # bf16 2**(e-71), twice
         lo, hi = _dequant_words(words, gl.expand_dims(sc, 2))
         kb = k_smem.index(buf)
+        if K_BUFFERS == 1:  # the last PV still reads the one buffer
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         # the last group holds rope bytes as if fp8 (garbage); the rope store below replaces it
         kb._reinterpret(gl.int32, [BLOCK_T, D // 2], KW).store(gl.reshape(gl.join(lo, hi), [BLOCK_T, D // 2]))
         gl.thread_barrier()
@@ -152,7 +165,7 @@ def wgmma_partial_kernel(
         fence_async_shared()
         gl.thread_barrier()
         acc = warpgroup_mma(kb.permute((1, 0)), p_smem, acc, is_async=True)  # O^T += K^T P^T
-        buf = 1 - buf
+        buf = (buf + 1) % K_BUFFERS
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
     live = l_i > 0
@@ -239,27 +252,32 @@ def _dequant_words(words, sc):
         constraints="=r,=r,r,r", args=[words, sc], dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
 
 
-def check_config(config) -> TiledConfig:
-    return TiledConfig.from_any(config, ALLOWED, "wgmma")
-
-
-def default_config(heads: int) -> TiledConfig:
-    return TiledConfig(BLOCK_H=min(64, max(16, triton.next_power_of_2(heads))), BLOCK_T=64, num_warps=NUM_WARPS)
+def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
+    """The head group that covers ``heads`` in one program where ``allowed`` lets it (else the largest)."""
+    return TiledConfig(BLOCK_H=min(max(allowed["BLOCK_H"]), max(16, triton.next_power_of_2(heads))), BLOCK_T=64,
+                       num_warps=NUM_WARPS)
 
 
 def launch_wgmma_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
-                         tokens_per_split, sm_scale, config=None):
-    """Run the Gluon partial kernel for one KV scope into splits [split_offset, split_offset+num_splits)."""
+                         tokens_per_split, sm_scale, config=None, allowed=ALLOWED, name="wgmma", maxnreg=None,
+                         **switches):
+    """Run the Gluon partial kernel for one KV scope into splits [split_offset, split_offset+num_splits).
+
+    allowed, name: the registered rung's config table and name; maxnreg: ptxas's register cap (None: no cap);
+    switches: the rung's constexprs (TOKEN_LANES, K_BUFFERS).
+    """
     if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] != 9:
         raise RuntimeError("impl='wgmma' is a Hopper (sm_90) Gluon kernel: it needs an sm_90 GPU "
                            "(it does not run under TRITON_INTERPRET)")
     b, s_q, h, _ = q.shape
-    cfg = default_config(h) if config is None else check_config(config)
+    cfg = default_config(h, allowed) if config is None else TiledConfig.from_any(config, allowed, name)
     args = partial_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
                         part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
                         sm_scale=sm_scale)
     grid = (triton.cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
     bs = cache.shape[1]
     bs_shift = bs.bit_length() - 1 if bs & (bs - 1) == 0 else -1  # shifts for power-of-two pages
-    launch(wgmma_partial_kernel, grid, dict(**args, BS_SHIFT=bs_shift, **layout_constexprs(layout_of(cache), LAYOUT_KEYS),
-                                            BLOCK_H=cfg.BLOCK_H, BLOCK_T=cfg.BLOCK_T, num_warps=NUM_WARPS))
+    launch(wgmma_partial_kernel, grid, dict(**args, BS_SHIFT=bs_shift,
+                                            **layout_constexprs(layout_of(cache), LAYOUT_KEYS),
+                                            BLOCK_H=cfg.BLOCK_H, BLOCK_T=cfg.BLOCK_T, num_warps=NUM_WARPS, maxnreg=maxnreg,
+                                            **switches))
