@@ -2,7 +2,9 @@
 # Everything the H200 is needed for, in one device call: correctness table, compute-sanitizer, benchmark
 # sweeps and Nsight Compute profiles. Results go to $OUT; publish them into data/ afterwards.
 # Usage (device tool, carry .golden and .whl): WORKBENCH_COMMIT=<sha> bash scripts/gpu_session.sh [sweep ...]
-#   SKIP_CHECK=1 / SKIP_SANITIZE=1 / SKIP_BENCH=1 leave a part out (to fit the 10-minute limit of one call);
+#   SKIP_CHECK=1 / SKIP_PYTEST_GPU=1 / SKIP_SANITIZE=1 / SKIP_BENCH=1 leave a part out (to fit the 10-minute limit
+#   of one call); the pytest step (TRITON_INTERPRET=0 pytest -m gpu: the GPU checks as tests, and every other
+#   gpu-marked test) writes the same correctness table as check, as $OUT/correctness_h200_pytest.csv;
 #   NCU="impl=JSON-config ..." profiles each impl once at b64 h16 topk2048 (NCU_HEADS to change the heads).
 set -uo pipefail
 SWEEPS="${*:-smoke}"
@@ -19,6 +21,11 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 rc=0
 if [ "${SKIP_CHECK:-0}" != 1 ]; then
   python3 -m workbench check --out "$OUT" 2>&1 | tee "$OUT/check.log" | grep -v "it/s\]" ; rc=$((rc | PIPESTATUS[0]))
+fi
+if [ "${SKIP_PYTEST_GPU:-0}" != 1 ]; then
+  WORKBENCH_CHECK_OUT="$OUT" WORKBENCH_CHECK_NAME=correctness_h200_pytest.csv TRITON_INTERPRET=0 \
+    python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider --continue-on-collection-errors tests 2>&1 | tee "$OUT/pytest_gpu.log" | tail -40
+  rc=$((rc | PIPESTATUS[0]))
 fi
 if [ "${SKIP_SANITIZE:-${SKIP_CHECK:-0}}" != 1 ]; then
   for impl in $(python3 -c "from workbench.gpu_check import checked_impls; print(*checked_impls())"); do

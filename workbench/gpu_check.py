@@ -1,21 +1,31 @@
-"""GPU correctness checks, one table: golden cases, a random grid, NaN in unselected pages,
-CUDA-graph replay vs eager (bit for bit), run-to-run determinism, and a small case for
-compute-sanitizer. Run with ``python -m workbench check --out DIR``.
+"""GPU correctness checks, one table: golden cases, the hostile catalogue (NaN in unselected pages among
+it), CUDA-graph replay vs eager (bit for bit), run-to-run determinism, and a small case for
+compute-sanitizer. Run with ``python -m workbench check --out DIR``, or as tests on the GPU with
+``TRITON_INTERPRET=0 pytest -m gpu`` (``tests/test_gpu_checks.py``), which writes the same table.
+
+The cases come from :mod:`workbench.cases`: every catalogue entry as it is (the very case the interpreter
+tests run, GPU-only ones included) and then its ``gpu_scale`` version; the table's ``case`` column is the
+entry's id (``<id>@<overrides>`` for a scaled one).
 """
 from __future__ import annotations
 
-import itertools
+from pathlib import Path
 
 import torch
 
-from .cache import build_case
+from . import cases as catalogue
+from . import registry
 from .decode import sparse_mla_decode, warmup
 from .golden import golden_expected, golden_kwargs, golden_names, load_golden
 from .metrics import compare
 from .provenance import provenance
 from .reference import sparse_mla_decode_reference
 
-from . import registry
+# the table's checks, in its row order
+CHECKS = ("golden_vs_flashmla", "random_vs_reference", "nan_unselected", "run_to_run_bitwise",
+          "cuda_graph_vs_eager_bitwise")
+METRICS = ("out_rel_norm", "out_cos_dist", "out_elem_ratio", "lse_ratio", "passed")
+TABLE_NAME = "correctness_h200.csv"  # what `python -m workbench check` names it unless --name
 
 
 def checked_impls() -> tuple[str, ...]:
@@ -28,92 +38,135 @@ def fixed_config(impl: str) -> dict:
 
 
 def grid_configs(impl: str) -> tuple:
-    """The random grid cycles through these: more configs covered, far fewer compiles than autotuning."""
+    """The catalogue cases cycle through these: more configs covered, far fewer compiles than autotuning."""
     return registry.get(impl).check_configs[1:] or registry.get(impl).check_configs
 
 
-def random_grid():
-    """Hostile shapes beyond what the interpreter can afford."""
-    specs = []
-    for heads, s_q, topk, bs in itertools.product((1, 5, 20, 64, 128), (1, 3), (37, 2048), (2, 61, 256)):
-        if (heads + s_q + topk + bs) % 3:  # a third of the product keeps the run short
-            continue
-        specs.append(dict(batch=4, heads=heads, s_q=s_q, topk=topk, block_size=bs, sink="mixed" if heads > 2 else True,
-                          topk_length=topk > 100, invalid_frac=0.2, all_invalid_queries=1, sm_scale=0.05,
-                          kv_decades=(-1.0, 1.0)))
-    specs.append(dict(batch=3, heads=64, s_q=1, topk=128, block_size=256, extra_topk=512, extra_block_size=64,
-                      sink=True, topk_length=True, extra_topk_length=True, kv_decades=(-1.0, 1.0)))
-    specs.append(dict(batch=2, heads=16, s_q=2, topk=1, block_size=61, extra_topk=37, extra_block_size=2))
-    return specs
+def config_label(config: dict | None) -> str:
+    """A config as the tables write it (``BLOCK_H=16,BLOCK_T=32,num_warps=4``; ``results.parse_config`` reads it)."""
+    return ",".join(f"{k}={v}" for k, v in (config or {}).items())
+
+
+def gpu_cases() -> tuple[catalogue.HostileCase, ...]:
+    """The catalogue cases the GPU checks run: every entry, then every entry's scaled version."""
+    return catalogue.gpu_cases()
+
+
+def case_check(entry: catalogue.HostileCase) -> str:
+    """The check a catalogue case's rows are filed under."""
+    return "nan_unselected" if entry.spec.get("nan_unselected") else "random_vs_reference"
+
+
+def case_config(impl: str, position: int) -> dict:
+    """The config ``impl`` runs the ``position``-th GPU case with."""
+    configs = grid_configs(impl)
+    return configs[position % len(configs)]
 
 
 def _row(check, case, impl, m=None, **extra):
     r = dict(check=check, case=case, impl=impl)
     if m is not None:
-        r.update({k: m[k] for k in ("out_rel_norm", "out_cos_dist", "out_elem_ratio", "lse_ratio", "passed")})
+        r.update({k: m[k] for k in METRICS})
     r.update(extra)
     return r
 
 
-def _label(spec):
-    return "-".join(f"{k}{v}" for k, v in spec.items() if k in ("heads", "s_q", "topk", "block_size", "extra_topk"))
+def golden_rows(name: str, impls=None, device="cuda", g: dict | None = None) -> list[dict]:
+    """Each kernel on one FlashMLA golden case (``g``, loaded when not given) against FlashMLA's own output."""
+    g = g if g is not None else load_golden(name)
+    kw = golden_kwargs(g, device)
+    exp = golden_expected(g)
+    rows = []
+    for impl in impls or checked_impls():
+        out, lse = sparse_mla_decode(**kw, impl=impl)
+        rows.append(_row("golden_vs_flashmla", name, impl, compare(out.float(), lse, *exp)))
+    return rows
+
+
+def build_with_reference(entry: catalogue.HostileCase, device="cuda"):
+    """(case, (ref_out, ref_lse)) for one catalogue case on ``device``."""
+    case = entry.build(device=device)
+    return case, sparse_mla_decode_reference(**case.kwargs())
+
+
+def case_rows(entry: catalogue.HostileCase, position: int, impls=None, device="cuda", built=None) -> list[dict]:
+    """Each kernel on one catalogue case (with the config its position picks) against the fp32 reference."""
+    case, ref = built or build_with_reference(entry, device)
+    rows = []
+    for impl in impls or checked_impls():
+        cfg = case_config(impl, position)
+        out, lse = sparse_mla_decode(**case.kwargs(), impl=impl, config=cfg)
+        rows.append(_row(case_check(entry), entry.id, impl, compare(out.float(), lse, *ref),
+                         finite=bool(torch.isfinite(out).all()), config=config_label(cfg)))
+    return rows
+
+
+def bitwise_rows(impl: str, device="cuda", case=None) -> list[dict]:
+    """Run to run, and CUDA-graph replay vs eager (autotuned and fixed config), bit for bit, on the BITWISE case."""
+    entry = catalogue.get(catalogue.BITWISE)
+    case = case or entry.build(device=device)
+    a = sparse_mla_decode(**case.kwargs(), impl=impl)
+    b = sparse_mla_decode(**case.kwargs(), impl=impl)
+    same = torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    rows = [_row("run_to_run_bitwise", entry.id, impl, passed=same)]
+    for label, config in (("autotuned", None), ("fixed_config", fixed_config(impl))):
+        if config is None:
+            warmup([case], impl=impl)
+        eager = sparse_mla_decode(**case.kwargs(), impl=impl, config=config)
+        graph = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            sparse_mla_decode(**case.kwargs(), impl=impl, config=config)
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(graph):
+            captured = sparse_mla_decode(**case.kwargs(), impl=impl, config=config)
+        captured[0].fill_(float("nan"))  # poison: replay must rewrite every element
+        graph.replay()
+        torch.cuda.synchronize()
+        same = torch.equal(eager[0], captured[0]) and torch.equal(eager[1], captured[1])
+        rows.append(_row("cuda_graph_vs_eager_bitwise", f"{entry.id} {label}", impl, passed=same,
+                         config=config_label(config)))
+    return rows
+
+
+def table_rows(rows: list[dict]) -> list[dict]:
+    """The table: rows in check order (then as run), each with the run's provenance columns."""
+    prov = provenance()
+    ordered = sorted(rows, key=lambda r: CHECKS.index(r["check"]) if r["check"] in CHECKS else len(CHECKS))
+    return [dict(r, **prov) for r in ordered]
+
+
+def write_table(rows: list[dict], out_dir: str | Path, name: str = TABLE_NAME) -> Path:
+    """Write the table (``table_rows``) as ``out_dir/name`` with its ``.meta.json``, as ``check`` does; returns the CSV."""
+    import json
+
+    import pandas as pd
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv = out_dir / name
+    pd.DataFrame(table_rows(rows)).to_csv(csv, index=False)
+    csv.with_name(csv.stem + ".meta.json").write_text(json.dumps(provenance(), indent=1))
+    return csv
 
 
 def run_checks(device="cuda", progress=True) -> list[dict]:
     from tqdm.auto import tqdm
     rows = []
     for name in tqdm(golden_names(), desc="golden", disable=not progress):
-        g = load_golden(name)
-        kw = golden_kwargs(g, device)
-        exp = golden_expected(g)
-        for impl in checked_impls():
-            out, lse = sparse_mla_decode(**kw, impl=impl)
-            rows.append(_row("golden_vs_flashmla", name, impl, compare(out.float(), lse, *exp)))
-    for i, spec in enumerate(tqdm(random_grid(), desc="random grid", disable=not progress)):
-        for nan in (False, True):
-            case = build_case(**spec, nan_unselected=nan, device=device, seed=len(rows))
-            ref = sparse_mla_decode_reference(**case.kwargs())
-            for impl in checked_impls():
-                cfg = grid_configs(impl)[i % len(grid_configs(impl))]
-                out, lse = sparse_mla_decode(**case.kwargs(), impl=impl, config=cfg)
-                m = compare(out.float(), lse, *ref)
-                rows.append(_row("nan_unselected" if nan else "random_vs_reference", _label(spec), impl, m,
-                                 finite=bool(torch.isfinite(out).all()), config=str(cfg)))
-    case = build_case(batch=8, heads=64, topk=512, block_size=64, sink=True, extra_topk=64, device=device,
-                      kv_decades=(-1.0, 1.0))
+        rows += golden_rows(name, device=device)
+    for i, entry in enumerate(tqdm(gpu_cases(), desc="catalogue", disable=not progress)):
+        rows += case_rows(entry, i, device=device)
+    bitwise_case = catalogue.get(catalogue.BITWISE).build(device=device)
     for impl in checked_impls():
-        a = sparse_mla_decode(**case.kwargs(), impl=impl)
-        b = sparse_mla_decode(**case.kwargs(), impl=impl)
-        same = torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-        rows.append(_row("run_to_run_bitwise", "b8-h64-k512+x64", impl, passed=same))
-        for label, config in (("autotuned", None), ("fixed_config", fixed_config(impl))):
-            if config is None:
-                warmup([case], impl=impl)
-            eager = sparse_mla_decode(**case.kwargs(), impl=impl, config=config)
-            graph = torch.cuda.CUDAGraph()
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                sparse_mla_decode(**case.kwargs(), impl=impl, config=config)
-            torch.cuda.current_stream().wait_stream(s)
-            with torch.cuda.graph(graph):
-                captured = sparse_mla_decode(**case.kwargs(), impl=impl, config=config)
-            captured[0].fill_(float("nan"))  # poison: replay must rewrite every element
-            graph.replay()
-            torch.cuda.synchronize()
-            same = torch.equal(eager[0], captured[0]) and torch.equal(eager[1], captured[1])
-            rows.append(_row("cuda_graph_vs_eager_bitwise", f"b8-h64-k512+x64 {label}", impl, passed=same))
-    prov = provenance()
-    return [dict(r, **prov) for r in rows]
+        rows += bitwise_rows(impl, device, bitwise_case)
+    return table_rows(rows)
 
 
 def sanitizer_case(impl: str, device="cuda") -> None:
-    """A small hostile case with a fixed config, for compute-sanitizer (no autotuning under it)."""
-    case = build_case(batch=2, heads=20, s_q=2, topk=70, block_size=61, sink="mixed", topk_length=True,
-                      extra_topk=20, extra_block_size=2, invalid_frac=0.3, all_invalid_queries=1,
-                      nan_unselected=True, device=device)
+    """A small hostile case (the catalogue's SANITIZER entry) with a fixed config, for compute-sanitizer."""
+    case, ref = build_with_reference(catalogue.get(catalogue.SANITIZER), device)
     out, lse = sparse_mla_decode(**case.kwargs(), impl=impl, config=fixed_config(impl))
-    ref = sparse_mla_decode_reference(**case.kwargs())
     torch.cuda.synchronize()
     m = compare(out.float(), lse, *ref)
     print(f"sanitizer case {impl}: passed={m['passed']} rel={m['out_rel_norm']:.2e}")
