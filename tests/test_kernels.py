@@ -90,6 +90,8 @@ def test_split_plan_fills_the_gpu_and_is_bounded():
     assert p.num_splits == 1 and p.tokens_per_split == 2048
     p = wb.plan_splits(queries=1, heads=1, topk=1 << 20, num_sms=188)
     assert p.num_splits <= 64
+    p = wb.plan_splits(queries=1, heads=64, topk=512, num_sms=132, granule=64)
+    assert (p.num_splits, p.tokens_per_split) == (8, 64)  # whole tiles, not 32 splits of 16 tokens
 
 
 def test_kernels_require_gpu_or_interpreter(monkeypatch):

@@ -21,7 +21,7 @@ from .validate import check_decode_args
 
 IMPLS = registry.decode_impls()  # the built-in ones; registry.decode_impls() also lists later registrations
 MAX_SPLITS_PER_SCOPE = 64   # fixed bound: grid and scratch stay stable under CUDA graphs
-SPLIT_GRANULE = 16          # tokens; the smallest BLOCK_T
+SPLIT_GRANULE = 16          # tokens; the smallest BLOCK_T (a kernel's spec may ask for its own, see split_granule)
 WAVES = 2                   # programs per SM the split count aims for
 NOMINAL_BLOCK_H = 64        # head-group size assumed when planning splits (independent of config)
 INTERPRETER_SMS = 4
@@ -33,20 +33,26 @@ class SplitPlan:
     tokens_per_split: int
 
 
-def plan_splits(*, queries: int, heads: int, topk: int, num_sms: int, waves: int = WAVES) -> SplitPlan:
-    """Split one scope's topk so that queries*head_groups*splits programs fill about waves x num_sms."""
+def plan_splits(*, queries: int, heads: int, topk: int, num_sms: int, waves: int = WAVES,
+                granule: int = SPLIT_GRANULE) -> SplitPlan:
+    """Split one scope's topk so that queries*head_groups*splits programs fill about waves x num_sms.
+
+    granule: tokens per split are a multiple of it (a kernel with fixed 64-token tiles asks for 64: smaller
+    splits would run mostly masked tiles and write more fp32 partials for the combine).
+    """
     base = queries * triton.cdiv(heads, NOMINAL_BLOCK_H)
     want = max(1, round(waves * num_sms / base))
-    g = SPLIT_GRANULE
+    g = granule
     tps = max(g, triton.cdiv(triton.cdiv(topk, want), g) * g)
     tps = max(tps, triton.cdiv(triton.cdiv(topk, MAX_SPLITS_PER_SCOPE), g) * g)
     return SplitPlan(triton.cdiv(topk, tps), tps)
 
 
-def split_plans(*, queries: int, heads: int, indices, num_sms: int, waves: int = WAVES) -> list[SplitPlan]:
+def split_plans(*, queries: int, heads: int, indices, num_sms: int, waves: int = WAVES,
+                granule: int = SPLIT_GRANULE) -> list[SplitPlan]:
     """One split plan per KV scope (``indices``: each scope's [b, s_q, topk] index tensor)."""
-    return [plan_splits(queries=queries, heads=heads, topk=ix.shape[2], num_sms=num_sms, waves=waves)
-            for ix in indices]
+    return [plan_splits(queries=queries, heads=heads, topk=ix.shape[2], num_sms=num_sms, waves=waves,
+                        granule=granule) for ix in indices]
 
 
 def _num_sms(device: torch.device) -> int:
@@ -164,7 +170,8 @@ def allocate_workspace(spec, q, scopes) -> Workspace:
     if spec.kind != "split":
         return Workspace(out, lse, None, None, ())
     splits = tuple(split_plans(queries=b * s_q, heads=h, indices=[ix for _, ix, _ in scopes],
-                               num_sms=_num_sms(q.device), waves=spec.split_waves))
+                               num_sms=_num_sms(q.device), waves=spec.split_waves,
+                               granule=spec.split_granule))
     s_total = sum(p.num_splits for p in splits)
     part_out = torch.empty(b * s_q, h, s_total, MODEL1.d, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(b * s_q, h, s_total, dtype=torch.float32, device=q.device)

@@ -35,6 +35,7 @@ class KernelSpec:
     lab_constexprs: Callable | None = None  # typed config -> every constexpr of a compile
     check_configs: tuple = ()               # configs (dicts) the GPU checks cycle through; the first is "fixed"
     split_waves: int = 2                    # split kinds: programs per SM the split plan aims for
+    split_granule: int = 16                 # split kinds: tokens per split are a multiple of this
     interpretable: bool = True              # False: GPU only (Gluon); CPU tests skip it, the GPU checks cover it
     rung: int | None = None                 # position on the optimisation ladder (None: not a rung)
     prediction: str = ""                    # written before it was measured: what should move
