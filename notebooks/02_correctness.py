@@ -18,8 +18,9 @@
 #
 # On the CPU this runs the Triton interpreter on small shapes (and a spread of heads on the big
 # golden cases for the per-head kernel, whose heads are independent). With `device="cuda"` it runs
-# the full grid. The last section plots the newest committed GPU check table from `data/` (every
-# kernel in the registry on the H200, read with `workbench.results.load_correctness`).
+# the full grid. The hostile cases are the catalogue's (`workbench.cases`), the same ones, by id, that the
+# tests and the GPU checks run. The last section plots the newest committed GPU check table from `data/`
+# (every kernel in the registry on the H200, read with `workbench.results.load_correctness`).
 
 # %% tags=["parameters"]
 device = "cpu"
@@ -52,6 +53,7 @@ import torch
 from IPython.display import Markdown, display
 
 import workbench as wb
+from workbench import cases
 from workbench.golden import golden_expected, golden_kwargs, golden_names, load_golden
 from workbench.metrics import OUT_ELEM_REL, OUT_ELEM_RMS
 from workbench.plotting import (commit_provenance, fig_error_ecdf, fig_gpu_checks, fig_worst_by_shape, gpu_label,
@@ -88,19 +90,49 @@ assert golden.passed.all(), golden[~golden.passed]
 golden[["case", "impl", "heads_checked", "out_rel_norm", "out_cos_dist", "out_elem_ratio", "lse_ratio", "passed"]]
 
 # %% [markdown]
-# ## A hostile grid against the fp32 reference
-# Shuffled pages, odd page sizes, -1 and out-of-range indices, an all-invalid query, mixed
-# `-inf`/finite sinks, a non-default `sm_scale`. No head of a grid row has every output forced to
-# zero: a `+inf` sink does exactly that (out = 0 for every query), so the grid replaces `+inf` sinks
-# by finite ones and one separate row, `sink=+inf`, exists to test that case. The per-element error
-# is shown as a share of the tolerance $0.1\,\mathrm{rms}(\mathrm{ref}) + (2.01/128)|\mathrm{ref}|$
-# (1.0 = at the limit).
+# ## The hostile catalogue against the fp32 reference
+# Every entry of `workbench.cases.CATALOGUE` that can be checked here, by its id: shuffled page tables and
+# orphan pages, page sizes 2, 61, 64, 69 and 256, -1 and out-of-range indices, all-invalid queries,
+# `topk_length` of 0 and past topk, `+inf`/`-inf`/finite sinks, an extra KV scope, non-default `sm_scale`,
+# `s_q` = 2. On the CPU the entries with NaN in unselected pages are left to the GPU (the interpreter reads
+# fp8 NaN as 480, so a leak would go unseen), and so is the large CUDA-graph case; on a GPU every entry
+# runs, then its scaled version.
+
+# %%
+here = cases.gpu_cases() if device != "cpu" else cases.catalogue(interpretable=True)
+left = [e for e in cases.CATALOGUE if e not in here]
+rows = []
+for entry in here:
+    case = entry.build(device=device)
+    ref = wb.sparse_mla_decode_reference(**case.kwargs())
+    for impl in ("mma", "simt"):
+        out, lse = wb.sparse_mla_decode(**case.kwargs(), impl=impl)
+        rows.append(dict(case=entry.id, impl=impl, covers=" ".join(entry.covers),
+                         **wb.compare(out.float(), lse, *ref)))
+catalogue_df = pd.DataFrame(rows)
+save_table(catalogue_df, "correctness_catalogue", out_dir)
+assert catalogue_df.passed.all(), catalogue_df[~catalogue_df.passed]
+covered = set().union(*(e.covers for e in here))
+print(f"{len(here)} catalogue cases x 2 kernels, all passed; features covered here: {len(covered)}/"
+      f"{len(cases.FEATURES)}" + (f" (left to the GPU: {sorted(set(cases.FEATURES) - covered)})"
+                                  if covered != set(cases.FEATURES) else ""))
+for e in left:
+    print(f"  on the GPU only: {e.id} ({e.gpu_only})")
+catalogue_df.pivot(index="case", columns="impl", values="out_elem_ratio")
+
+# %% [markdown]
+# ## A hostile shape grid against the fp32 reference
+# The catalogue entry `cases.SHAPE_SWEEP` (mixed sinks, `topk_length`, an all-invalid query, -1 and
+# out-of-range indices, non-default `sm_scale`) over heads x topk x page size. No head of a grid row has
+# every output forced to zero: a `+inf` sink does exactly that (out = 0 for every query), so the grid
+# replaces `+inf` sinks by finite ones and one separate row, `sink=+inf`, exists to test that case. The
+# per-element error is shown as a share of the tolerance
+# $0.1\,\mathrm{rms}(\mathrm{ref}) + (2.01/128)|\mathrm{ref}|$ (1.0 = at the limit).
 
 # %%
 def grid_case(heads, topk, bs, sink):
-    case = wb.build_case(batch=batch, s_q=s_q, heads=heads, topk=topk, block_size=bs, sink="mixed",
-                         topk_length=True, invalid_frac=0.2, all_invalid_queries=1, sm_scale=0.06,
-                         kv_decades=(-1.0, 1.0), seed=seed + heads + topk, device=device)
+    case = cases.get(cases.SHAPE_SWEEP).build(device=device, batch=batch, s_q=s_q, heads=heads, topk=topk,
+                                              block_size=bs, seed=seed + heads + topk)
     s = case.attn_sink.clone()
     if sink == "-inf and finite":  # "mixed" puts +inf on heads 0, 3, ...: make those finite
         s[s == float("inf")] = torch.linspace(-1.0, 1.0, int((s == float("inf")).sum()), device=s.device)
@@ -216,6 +248,9 @@ lines = [f"**Kernels run here ({where}):** {int(golden.passed.sum())}/{len(golde
          f"{int(grid_df.passed.sum())}/{len(grid_df)} grid checks passed; worst element "
          f"{grid_df.out_elem_ratio.max():.3g} of the tolerance (mma {grid_df[grid_df.impl == 'mma'].out_elem_ratio.max():.3g}, "
          f"simt {grid_df[grid_df.impl == 'simt'].out_elem_ratio.max():.3g}).",
+         f"- Catalogue ({len(here)} cases here, by id): {int(catalogue_df.passed.sum())}/{len(catalogue_df)} "
+         f"checks passed; worst element {catalogue_df.out_elem_ratio.max():.3g} of the tolerance"
+         + (f"; {len(left)} GPU-only entries are checked by the GPU table." if left else "."),
          f"- Exactly-zero errors: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in zero_share.items())
          + " of the elements (no grid head is forced to zero; the +inf-sink row is checked separately).",
          "\n**Claims:**",
@@ -223,11 +258,15 @@ lines = [f"**Kernels run here ({where}):** {int(golden.passed.sum())}/{len(golde
          + ("confirmed in size" if 0.2 <= gap <= 5 else "refuted") + f" on the golden cases (median "
          f"{gold_rel.median():.2e}, {gap:.2g}x the reported value; max {gold_rel.max():.2e}).",
          f"- 'padding, invalid indices and sinks are exact': "
-         + ("confirmed" if grid_df.passed.all() else "refuted") + f" over {len(grid)} grid rows.",
+         + ("confirmed" if grid_df.passed.all() and catalogue_df.passed.all() else "refuted")
+         + f" over {len(grid)} grid rows and {len(here)} catalogue cases.",
          f"\n**GPU table ({gpu_source}):** {int(gpu.passed.sum())}/{len(gpu)} checks passed over "
          f"{gpu.impl.nunique()} kernels ("
          + ", ".join(f"{k} {int(g.passed.sum())}/{len(g)}" for k, g in gpu.groupby("impl")) + f"). {gpu_note}"]
+gpu_catalogue = sorted(set(gpu.case) & {e.id for e in cases.gpu_cases()})
+lines.append(f"- The GPU table holds {len(gpu_catalogue)} of the catalogue's {len(cases.gpu_cases())} GPU cases by id.")
 lines.append("\n**Next experiment:** " + (
-    "re-run the GPU checks (`scripts/gpu_session.sh`) on the checked-out kernels: the committed table predates them."
-    if gpu_stale else "extend the grid to s_q = 2 and the extra KV scope on the GPU."))
+    "re-run the GPU checks (`scripts/gpu_session.sh`, or `TRITON_INTERPRET=0 pytest -m gpu`) on the checked-out "
+    "kernels: " + ("the committed table predates them." if gpu_stale else "the committed table predates the catalogue.")
+    if gpu_stale or not gpu_catalogue else "scale the catalogue's GPU cases to production batch sizes (b64, topk 2048)."))
 display(Markdown("\n".join(lines)))
