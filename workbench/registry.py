@@ -86,26 +86,25 @@ def decode_impls() -> tuple[str, ...]:
     return (AUTO,) + names("split", "fused", "reference")
 
 
-SMALL_CALL_QUERIES, SMALL_CALL_TOKENS = 8, 8192
-TWO_BLOCK_HEADS, TWO_BLOCK_TOPK = 16, 2048
+TWO_BLOCK_HEADS, TWO_BLOCK_TOPK, TWO_BLOCK_QUERIES = 16, 2048, 64
 
 
 def auto_kernel(capability: str, *, queries: int, tokens: int, heads: int | None = None) -> str:
     """What "auto" runs on a GPU of ``capability`` ("sm_90", ...) for a call of this size (a pure rule).
 
-    On sm_90, a Gluon rung. Calls with fewer than 8 queries and under 8192 selected tokens in all go to
-    tile512: one block per SM and 64-token tiles lose there (crossover sweep, wgmma: b1-b2 1.01-1.26x slower,
-    b4 topk512 1.11-1.20x; b1 h64 topk512, wgmma_4lane 18.0 vs tile512 17.2 us). At most 16 heads with at
-    least 2048 tokens per query, "wgmma_2cta" (two blocks per SM: b64 h16 topk2048 66.9 vs 72.0 us for the
-    8-lane single-block form; at 128 + 512 tokens it lost, 38.5 vs 34.2). Else "wgmma_4lane".
-    Any other GPU: the portable "tile512".
+    On sm_90, a Gluon rung: "wgmma_4lane" beat tile512 at every shape of the crossover sweep (b1-b32, h16 and
+    h64, topk 512 and 2048: 1.04x at b1 h64 topk2048 to 2.47x; data/*_crossover.csv), except that at most
+    16 heads, with at least 64 queries of at least 2048 tokens, "wgmma_2cta" (two blocks per SM) was faster
+    (b64 h16 topk2048: 66.7-66.9 vs 71.8-72.6 us; at 128 + 512 tokens it lost, 38.5 vs 34.2; below 64 queries
+    it was not measured). Any other GPU: the portable "tile512".
     ``queries`` is b * s_q; ``tokens`` is queries * (topk + extra topk); ``heads`` None counts as many.
     """
-    if capability == "sm_90" and (queries >= SMALL_CALL_QUERIES or tokens >= SMALL_CALL_TOKENS):
-        if heads is not None and heads <= TWO_BLOCK_HEADS and tokens >= TWO_BLOCK_TOPK * queries:
-            return "wgmma_2cta"
-        return "wgmma_4lane"
-    return "tile512"
+    if capability != "sm_90":
+        return "tile512"
+    if (heads is not None and heads <= TWO_BLOCK_HEADS and queries >= TWO_BLOCK_QUERIES
+            and tokens >= TWO_BLOCK_TOPK * queries):
+        return "wgmma_2cta"
+    return "wgmma_4lane"
 
 
 def resolve(impl: str, device, queries: int = 1 << 30, tokens: int = 1 << 30, heads: int | None = None) -> str:
