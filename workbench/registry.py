@@ -86,23 +86,27 @@ def decode_impls() -> tuple[str, ...]:
     return (AUTO,) + names("split", "fused", "reference")
 
 
-TWO_BLOCK_HEADS, TWO_BLOCK_TOPK, TWO_BLOCK_QUERIES = 16, 2048, 64
+# wgmma_2cta (16-head groups, two blocks per SM) wins at <= 16 heads on big calls, and at up to 64 heads on
+# calls too small to fill the GPU with 64-head groups (crossover sweep, data/*_crossover.csv, and the ladder)
+TWO_BLOCK_MIN_TOKENS_H16 = 65536   # h16: b32 topk2048 39.1 vs 40.8 us, b64 67.2 vs 72; b16 topk2048 25.4 vs 24.5
+TWO_BLOCK_MAX_TOKENS_H64 = 4096    # h64: b1-b8 topk512 and b1-b2 topk2048 win (9.9 vs 14.2 at b1 topk512); 8192 lose
 
 
 def auto_kernel(capability: str, *, queries: int, tokens: int, heads: int | None = None) -> str:
     """What "auto" runs on a GPU of ``capability`` ("sm_90", ...) for a call of this size (a pure rule).
 
     On sm_90, a Gluon rung: "wgmma_4lane" beat tile512 at every shape of the crossover sweep (b1-b32, h16 and
-    h64, topk 512 and 2048: 1.04x at b1 h64 topk2048 to 2.47x; data/*_crossover.csv), except that at most
-    16 heads, with at least 64 queries of at least 2048 tokens, "wgmma_2cta" (two blocks per SM) was faster
-    (b64 h16 topk2048: 66.7-66.9 vs 71.8-72.6 us; at 128 + 512 tokens it lost, 38.5 vs 34.2; below 64 queries
-    it was not measured). Any other GPU: the portable "tile512".
+    h64, topk 512 and 2048: 1.04x to 2.47x). "wgmma_2cta" (head groups of 16, two blocks per SM) beat it at
+    <= 16 heads from 65536 selected tokens (b32 and b64 at topk2048; at b64 with 128 + 512 tokens it lost,
+    35.2 vs 34.0 us), and at 17-64 heads up to 4096 tokens, where 64-head groups leave most SMs idle
+    (measured at 64 heads). Any other GPU: the portable "tile512".
     ``queries`` is b * s_q; ``tokens`` is queries * (topk + extra topk); ``heads`` None counts as many.
     """
     if capability != "sm_90":
         return "tile512"
-    if (heads is not None and heads <= TWO_BLOCK_HEADS and queries >= TWO_BLOCK_QUERIES
-            and tokens >= TWO_BLOCK_TOPK * queries):
+    if heads is not None and heads <= 16 and tokens >= TWO_BLOCK_MIN_TOKENS_H16:
+        return "wgmma_2cta"
+    if heads is not None and 16 < heads <= 64 and tokens <= TWO_BLOCK_MAX_TOKENS_H64:
         return "wgmma_2cta"
     return "wgmma_4lane"
 
