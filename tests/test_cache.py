@@ -111,9 +111,9 @@ def test_catalogue_covers_every_hostile_feature_and_says_which_are_gpu_only():
 
 
 def test_scaled_case_takes_the_overrides_and_keeps_the_seed():
-    e = cases.get("h16-k37-bs69-allinvalid")
+    e = cases.get("h4-k37-bs69-allinvalid")
     big = e.scaled()
-    assert big.id == "h16-k37-bs69-allinvalid@h128-k2048"
+    assert big.id == "h4-k37-bs69-allinvalid@h128-k2048"
     assert big.spec == {**e.spec, "heads": 128, "topk": 2048, "seed": e.seed}
     assert cases.get(cases.BITWISE).scaled() is None
     with pytest.raises(ValueError, match="case_id"):

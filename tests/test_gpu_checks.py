@@ -57,7 +57,7 @@ def _record(table, rows):
     assert not bad, f"{len(bad)} failed: {bad}"
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=None)
 def _golden(name):
     return load_golden(name)
 
