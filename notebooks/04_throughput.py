@@ -186,7 +186,7 @@ show[["provider", "mode", "heads", "fixed_us", "per_request_us", "r2", "points"]
 
 # %% [markdown]
 # ## Headline ratios of the default kernel
-# The default kernel is `impl="auto"` (on the H200 a Gluon rung, `wgmma_2cta` or `wgmma_4lane`, or `tile512`, by call
+# The default kernel is `impl="auto"` (on the H200 a Gluon rung, `wgmma_2cta` or `wgmma_rope`, or `tile512`, by call
 # size: `registry.auto_kernel`). Each ratio takes our time and the other provider's from the same table (one run): the
 # "auto" rows of the newest headline table, or, at a shape that table lacks, the `wgmma` rows of the newest ladder table. The SIMT ratio is
 # the exception: SIMT was timed only in an older run, so that ratio mixes runs and says so.

@@ -36,7 +36,7 @@ DEFAULT_PROVIDER = "auto"
 DEFAULT_FALLBACK = ("wgmma",)  # what "auto" ran on the H200 before the 4-lane rungs, timed by name in old tables
 # One colour per kernel (optimisation-ladder rungs and the correctness tables' impl column).
 KERNEL_COLORS = {"mma": "#56B4E9", "tile512": "#D55E00", "tile512_bf16dq": "#CC79A7", "tile512_3d": "#8C6D31",
-                 "wgmma": "#0072B2", "wgmma_4lane": "#332288", "wgmma_2cta": "#44AA99", "auto": "#0072B2", "simt": "#009E73"}
+                 "wgmma": "#0072B2", "wgmma_4lane": "#332288", "wgmma_rope": "#882255", "wgmma_2cta": "#44AA99", "auto": "#0072B2", "simt": "#009E73"}
 MODE_TITLES = {"graph": "CUDA-graph replay (the kernel's time)",
                "eager": "eager launch (host-bound below ~32 requests)"}
 POOR_R2 = 0.8

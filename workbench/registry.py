@@ -95,11 +95,13 @@ TWO_BLOCK_MAX_TOKENS_H64 = 4096    # h64: b1-b8 topk512 and b1-b2 topk2048 win (
 def auto_kernel(capability: str, *, queries: int, tokens: int, heads: int | None = None) -> str:
     """What "auto" runs on a GPU of ``capability`` ("sm_90", ...) for a call of this size (a pure rule).
 
-    On sm_90, a Gluon rung: "wgmma_4lane" beat tile512 at every shape of the crossover sweep (b1-b32, h16 and
-    h64, topk 512 and 2048: 1.04x to 2.47x). "wgmma_2cta" (head groups of 16, two blocks per SM) beat it at
-    <= 16 heads from 65536 selected tokens (b32 and b64 at topk2048; at b64 with 128 + 512 tokens it lost,
-    35.2 vs 34.0 us), and at 17-64 heads up to 4096 tokens, where 64-head groups leave most SMs idle
-    (measured at 64 heads). Any other GPU: the portable "tile512".
+    On sm_90, a Gluon rung. The rule was measured on the rungs before the rope moved into the words (both
+    candidates gained from it alike, 6-10%): "wgmma_4lane" beat tile512 at every shape of the crossover sweep
+    (b1-b32, h16 and h64, topk 512 and 2048: 1.04x to 2.47x); "wgmma_2cta" (head groups of 16, two blocks
+    per SM) beat it at <= 16 heads from 65536 selected tokens (b32 and b64 at topk2048; at b64 with 128 + 512
+    tokens it lost, 35.2 vs 34.0 us), and at 17-64 heads up to 4096 tokens, where 64-head groups leave most
+    SMs idle (measured at 64 heads). Elsewhere "wgmma_rope" (wgmma_4lane with the rope in the words). Any
+    other GPU: the portable "tile512".
     ``queries`` is b * s_q; ``tokens`` is queries * (topk + extra topk); ``heads`` None counts as many.
     """
     if capability != "sm_90":
@@ -108,7 +110,7 @@ def auto_kernel(capability: str, *, queries: int, tokens: int, heads: int | None
         return "wgmma_2cta"
     if heads is not None and 16 < heads <= 64 and tokens <= TWO_BLOCK_MAX_TOKENS_H64:
         return "wgmma_2cta"
-    return "wgmma_4lane"
+    return "wgmma_rope"
 
 
 def resolve(impl: str, device, queries: int = 1 << 30, tokens: int = 1 << 30, heads: int | None = None) -> str:

@@ -85,11 +85,19 @@ _wgmma("wgmma_4lane", 6, "wgmma with 4 lanes per token, not 32: each thread gath
        "130; h64 1587 -> ~1190. Loads stay 64 B contiguous per 4 lanes. Expect 10-20% at b64 (a try with one "
        "whole group per thread, 849 instructions too but 32 scattered 16 B pieces per load, ran 25% slower)",
        TOKEN_LANES=4)
-_wgmma("wgmma_2cta", 7, "wgmma at 16 heads, two blocks per SM: one K buffer (84 KB) and a 128-register cap",
-       "at BLOCK_H=16 the 8-lane version needs 134 registers and 150 KB: one block (8 warps) per SM. One K buffer "
-       "(the next tile waits for the last PV) and maxnreg=128 (lab: no spills) fit two, 16 warps per SM, with "
-       "split waves 2. Expect h16 at b64 5-10% below wgmma_4lane; useless above 16 heads",
-       allowed=dict(wgmma.ALLOWED, BLOCK_H=(16,)), split_waves=2, maxnreg=128, TOKEN_LANES=8, K_BUFFERS=1)
+_wgmma("wgmma_rope", 7, "wgmma_4lane with the rope loaded in the words' own layout: each thread stores its own "
+       "token's nope and rope, so one CTA barrier and two layout conversions less per tile",
+       "the rope came in its own layout and overwrote the last group's garbage after a barrier. Lab (sm_90) loop "
+       "body: h16 849 -> 768 instructions, h64 1196 -> 1098; barriers in the kernel 27 -> 20 (h16), 43 -> 36 "
+       "(h64); ncu puts barrier stalls first at h64 (1.80 of 7.26 cycles per instruction). Expect 5-10%",
+       TOKEN_LANES=4, ROPE_WORDS=1)
+_wgmma("wgmma_2cta", 8, "wgmma_rope at 16 heads, two blocks per SM: one K buffer (84 KB) and a 128-register cap",
+       "at BLOCK_H=16 the kernel needs 130-134 registers and 150 KB: one block (8 warps) per SM. One K buffer "
+       "(the next tile waits for the last PV) and maxnreg=128 (lab: no spills with the rope in words; 16 bytes "
+       "of stack without) fit two, 16 warps per SM, with split waves 2. Expect h16 at b64 5-10% below "
+       "wgmma_rope; useless above 16 heads except where 64-head groups leave SMs idle (small calls)",
+       allowed=dict(wgmma.ALLOWED, BLOCK_H=(16,)), split_waves=2, maxnreg=128, TOKEN_LANES=4, K_BUFFERS=1,
+       ROPE_WORDS=1)
 
 register(KernelSpec(
     name="gather", kind="probe", summary="speed-of-light probe: the decode's bytes and split plan, no math",

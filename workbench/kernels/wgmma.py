@@ -16,10 +16,11 @@ at 2 warps per scheduler, ncu) gives way to overlap: h16 from 113 us towards the
 floor plus the dequant time (~10 us for 993 tokens/SM), so 50-70 us; h64 below 100 us.
 GPU only (sm_90): Gluon does not run under the interpreter.
 
-Two constexpr switches make the later rungs (registered in ``catalog``): TOKEN_LANES, how many lanes share
-one token's loads (32 here; "wgmma_4lane": 4, so each thread does the index and address arithmetic of 2
-tokens a tile, not 8), and K_BUFFERS (2 here; "wgmma_2cta": 1, which with a 128-register cap fits two
-blocks per SM at 16 heads).
+Three constexpr switches make the later rungs (registered in ``catalog``): TOKEN_LANES, how many lanes
+share one token's loads (32 here; "wgmma_4lane": 4, so each thread does the index and address arithmetic of
+2 tokens a tile, not 8); ROPE_WORDS ("wgmma_rope": the rope is loaded as the last group's output words, so
+one store writes the whole tile and a barrier goes); K_BUFFERS (2 here; "wgmma_2cta": 1, which with a
+128-register cap fits two blocks per SM at 16 heads).
 """
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ def wgmma_partial_kernel(
     BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr,
     TOKEN_LANES: gl.constexpr = 32,    # lanes that share one token's loads (see L3): 32, 16, 8 or 4
     K_BUFFERS: gl.constexpr = 2,       # 2: PV of one tile overlaps the next tile's store; 1: half the shared memory
+    ROPE_WORDS: gl.constexpr = 0,      # 1: rope loaded in the words' own layout, stored with the nope (one barrier less)
 ):
     D: gl.constexpr = D_NOPE + D_ROPE
     G: gl.constexpr = SCALE_BYTES  # 8 column groups of TILE: 7 fp8 nope tiles and the rope
@@ -118,12 +120,14 @@ def wgmma_partial_kernel(
     w3 = gl.expand_dims(gl.expand_dims(gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
     rc = gl.arange(0, TILE, layout=gl.SliceLayout(0, ROPE))
     cache_w = cache_u8.to(gl.pointer_type(gl.int32), bitcast=True)
+    cache_d = cache_u8.to(gl.pointer_type(gl.int64), bitcast=True)
+    is_rope = g3 == G - 1
 
     # software pipeline: indices two tiles ahead, bytes one tile ahead of the tile being dequantised
     idx = _load_idx(idx_row, start, end, BLOCK_T, ROWS)
-    words, rope, sbyte, valid = _load_tile(cache_w, cache_u8, cache_bf16, idx, start, end, num_tokens, stride_page,
+    words, rope, sbyte, valid = _load_tile(cache_w, cache_d, cache_u8, cache_bf16, idx, start, end, num_tokens, stride_page,
                                            block_size, g, g3, w3, rc, D_NOPE, DATA_BYTES, SCALE_BYTES, W,
-                                           BLOCK_T, ROWS, ROPE, BS_SHIFT)
+                                           BLOCK_T, ROWS, ROPE, BS_SHIFT, ROPE_WORDS)
     idx = _load_idx(idx_row, start + BLOCK_T, end, BLOCK_T, ROWS)
 
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(0, SL))
@@ -138,15 +142,20 @@ def wgmma_partial_kernel(
         kb = k_smem.index(buf)
         if K_BUFFERS == 1:  # the last PV still reads the one buffer
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        # the last group holds rope bytes as if fp8 (garbage); the rope store below replaces it
+        if ROPE_WORDS:  # group G-1's outputs are the rope's bf16 pairs, as the same thread loaded them
+            lo = gl.where(is_rope, rope.to(gl.int32), lo)
+            hi = gl.where(is_rope, (rope >> 32).to(gl.int32), hi)
+        # else the last group holds rope bytes as if fp8 (garbage); the rope store below replaces it
         kb._reinterpret(gl.int32, [BLOCK_T, D // 2], KW).store(gl.reshape(gl.join(lo, hi), [BLOCK_T, D // 2]))
-        gl.thread_barrier()
-        kb.slice(D_NOPE, D_ROPE, dim=1).store(rope)
+        if not ROPE_WORDS:
+            gl.thread_barrier()
+            kb.slice(D_NOPE, D_ROPE, dim=1).store(rope)
         cur_valid = valid
         # the next tile's gathers are in flight during this tile's MMAs and softmax
-        words, rope, sbyte, valid = _load_tile(cache_w, cache_u8, cache_bf16, idx, t0 + BLOCK_T, end, num_tokens,
+        words, rope, sbyte, valid = _load_tile(cache_w, cache_d, cache_u8, cache_bf16, idx, t0 + BLOCK_T, end, num_tokens,
                                                stride_page, block_size, g, g3, w3, rc, D_NOPE, DATA_BYTES,
-                                               SCALE_BYTES, W, BLOCK_T, ROWS, ROPE, BS_SHIFT)
+                                               SCALE_BYTES, W, BLOCK_T, ROWS, ROPE, BS_SHIFT,
+                                               ROPE_WORDS)
         idx = _load_idx(idx_row, t0 + 2 * BLOCK_T, end, BLOCK_T, ROWS)
         fence_async_shared()
         gl.thread_barrier()
@@ -191,13 +200,15 @@ def _load_idx(idx_row, t0, end, BLOCK_T: gl.constexpr, ROWS: gl.constexpr):
 
 
 @gluon.jit
-def _load_tile(cache_w, cache_u8, cache_bf16, idx, t0, end, num_tokens, stride_page, block_size,
+def _load_tile(cache_w, cache_d, cache_u8, cache_bf16, idx, t0, end, num_tokens, stride_page, block_size,
                g, g3, w3, rc, D_NOPE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr,
                W: gl.constexpr, BLOCK_T: gl.constexpr, ROWS: gl.constexpr, ROPE: gl.constexpr,
-               BS_SHIFT: gl.constexpr):
-    """Issue one tile's loads: (words [BLOCK_T, G, W] int32 = 4 fp8 each, rope [BLOCK_T, TILE] bf16, scale
-    bytes [BLOCK_T, G] u8, valid [BLOCK_T]). Invalid tokens load as zero, so NaN in an unselected page
-    never enters a dot. Group G-1 reads the first rope bytes and the pad scale byte: both are replaced.
+               BS_SHIFT: gl.constexpr, ROPE_WORDS: gl.constexpr):
+    """Issue one tile's loads: (words [BLOCK_T, G, W] int32 = 4 fp8 each, rope, scale bytes [BLOCK_T, G] u8,
+    valid [BLOCK_T]). rope is [BLOCK_T, TILE] bf16, or with ROPE_WORDS [BLOCK_T, G, W] int64 in the words'
+    layout, group G-1 only: two bf16 pairs each, the ones that group's outputs must become. Invalid tokens
+    load as zero, so NaN in an unselected page never enters a dot. Group G-1 of the words reads the first
+    rope bytes and the pad scale byte: both are replaced.
     """
     offs = t0 + gl.arange(0, BLOCK_T, layout=ROWS)
     valid = (offs < end) & (idx >= 0) & (idx < num_tokens)
@@ -215,10 +226,14 @@ def _load_tile(cache_w, cache_u8, cache_bf16, idx, t0, end, num_tokens, stride_p
     srow = page * stride_page + block_size * DATA_BYTES + off * SCALE_BYTES
     sbyte = gl.load(cache_u8 + gl.expand_dims(srow, 1) + gl.expand_dims(g, 0), mask=gl.expand_dims(valid, 1),
                     other=0)
-    rrow = gl.convert_layout((row + D_NOPE) // 2, gl.SliceLayout(1, ROPE))
-    rvalid = gl.convert_layout(valid, gl.SliceLayout(1, ROPE))
-    rope = gl.load(cache_bf16 + gl.expand_dims(rrow, 1) + gl.expand_dims(rc, 0), mask=gl.expand_dims(rvalid, 1),
-                   other=0.0)
+    if ROPE_WORDS:
+        rrow3 = gl.expand_dims(gl.expand_dims((row + D_NOPE) // 8, 1), 2)
+        rope = gl.load(cache_d + rrow3 + w3, mask=v3 & (g3 == SCALE_BYTES - 1), other=0)
+    else:
+        rrow = gl.convert_layout((row + D_NOPE) // 2, gl.SliceLayout(1, ROPE))
+        rvalid = gl.convert_layout(valid, gl.SliceLayout(1, ROPE))
+        rope = gl.load(cache_bf16 + gl.expand_dims(rrow, 1) + gl.expand_dims(rc, 0),
+                       mask=gl.expand_dims(rvalid, 1), other=0.0)
     return words, rope, sbyte, valid
 
 
