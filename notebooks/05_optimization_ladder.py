@@ -21,10 +21,10 @@
 # prediction written before it was measured. This notebook reads only `data/` (no GPU, no kernel
 # launch): the ladder table timed every rung beside FlashMLA and the gather floor (a kernel that
 # reads exactly the bytes a decode reads and does no math) in one CUDA-graph run with cold KV; the
-# headline tables timed the default kernel (`impl="auto"`: on sm_90 `wgmma`, or `tile512` for calls
-# under 8 queries and 8192 selected tokens, `registry.resolve`); earlier ladder
-# tables show how the `wgmma` rung got where it is; forced-config tables check the autotuner; Nsight
-# Compute reports (`data/ncu/`) say where the time goes.
+# headline tables timed the default kernel (`impl="auto"`: on sm_90 a Gluon rung, `wgmma_2cta` or
+# `wgmma_rope` by call size, `registry.auto_kernel`); earlier ladder tables show how the first Gluon rung,
+# `wgmma`, got where it is; forced-config tables check the autotuner; Nsight Compute reports (`data/ncu/`)
+# say where the time goes.
 
 # %% tags=["parameters"]
 out_dir = "../runs/scratch"  # figures and tables; the pipeline passes its run folder (publishing is its job)
@@ -94,9 +94,9 @@ print("all ladder tables:\n" + ladders.to_string())
 # %% [markdown]
 # ## Time per rung at b64, 16, 64 and 128 heads
 # Message: bars are the rungs in ladder order (a black edge: what `auto` runs there); the dashed
-# line is FlashMLA and the dotted line the gather floor, both from the same run. Only the last rung (`wgmma`, the Gluon kernel that feeds
-# the tensor cores from shared memory) crosses FlashMLA's line, and only at 16 heads; every bar
-# stays well above the floor.
+# line is FlashMLA and the dotted line the gather floor, both from the same run. Only the Gluon rungs
+# (5-8: q and K in shared memory for wgmma) cross FlashMLA's line: at 16 heads from rung 5, at 64 and 128
+# heads not at all, though each Gluon step narrows the gap; every bar stays well above the floor.
 
 # %%
 times = []
@@ -115,9 +115,10 @@ save_figure(fig, "ladder_time_per_rung", out_dir, title=f"Time per rung, s_q=1, 
 
 # %% [markdown]
 # ## The same at batch 1 and at the production shape
-# Message: at batch 1 (one query, 512 tokens) the Triton rungs beat `wgmma` (so `auto` runs
-# `tile512` there), and none reaches FlashMLA; at the production shape (few main tokens plus an extra 512 on 64-token pages)
-# `wgmma` is the only rung faster than FlashMLA.
+# Message: at batch 1 (one query, 512 tokens) only `wgmma_2cta` beats FlashMLA: its 16-head groups and two
+# blocks per SM give the one query four times the programs. Splitting into whole 64-token tiles brought
+# `wgmma` level with the Triton rungs (it trailed them with 16-token splits) and put rungs 6-7 ahead. At the
+# production shape (few main tokens plus an extra 512 on 64-token pages) every Gluon rung beats FlashMLA.
 
 # %%
 fig = fig_ladder(times, [(k, SHAPES[k][4]) for k in ("b1", "prod")], RUNGS, default=default_at, labels=labels)
@@ -170,6 +171,9 @@ CHANGES = {
                "indices two tiles ahead",
     "81746ba": "unsigned page division (3e034f3); impl='auto' becomes the default (no timing change expected)",
     "20de1b1": "split plan per kernel: wgmma plans one wave (one block per SM), half the fp32 partials",
+    "5ab3b1a": "launch plumbing (common.launch, layout from the cache); Gluon rungs split into whole 64-token "
+               "tiles (wgmma at b1: 19.7 -> 16.1 us); rungs 6-7 added beside wgmma",
+    "6cad387": "a rope-in-words switch added to the kernel, off in wgmma itself (rung 7 turns it on)",
 }
 hist = ok[(ok.sweep == "ladder") & (ok.config == "") & ok.kernel.isin(["wgmma", "flashmla"])]
 rows = []
