@@ -214,6 +214,20 @@ def test_plan_provider_is_listed_and_records_what_auto_runs():
         bench.make_provider("cutlass+plan")
 
 
+def test_auto_is_recorded_as_the_rung_decode_runs_on_an_h200(monkeypatch):
+    """The kernel column of "auto" rows is what decode resolves for that call, heads included."""
+    import workbench.kernels.common as common
+    from workbench import registry
+    monkeypatch.setattr(common, "INTERPRET", False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (9, 0))
+    for shape, rung in ((BenchShape(64, 16, 2048), "wgmma_2cta"), (BenchShape(1, 64, 512), "wgmma_2cta"),
+                        (BenchShape(64, 64, 2048), "wgmma_rope")):
+        q = shape.batch * shape.s_q
+        assert registry.resolve("auto", "cuda", queries=q, tokens=q * shape.topk, heads=shape.heads) == rung
+        assert bench.kernel_of("auto", shape) == bench.kernel_of("auto+plan", shape) == rung, shape.label
+
+
 def test_overhead_rows_load_and_summarise(tmp_path):
     from workbench.results import load_bench
     common = dict(sweep="overhead", batch=1, s_q=1, heads=64, topk=512, block_size=256, extra_topk=0,

@@ -542,7 +542,7 @@ def same_run_times(ok, *, batch, heads, topk, extra_topk=0, mode="graph", ours=(
     ok: rows of :func:`workbench.results.load_bench` (status ok). The first of ``ours`` with an
     autotuned (empty config) row at the shape wins: "auto" means the rows of provider "auto", any other
     name the rows of that kernel timed as itself. Among tables, the newest whose rows are not stale, else
-    the newest. Returns kernel (the name from ``ours``), resolved (the kernel the rows record: for "auto",
+    the newest; tables that also timed every peer at the shape come first. Returns kernel (the name from ``ours``), resolved (the kernel the rows record: for "auto",
     the rung it resolved to where the table says, else "auto"), ours_us, ``<peer>_us`` for each peer (NaN
     when the table has none), source, git_commit, stale; ours_us is NaN and kernel None when nothing matches.
     """
@@ -559,6 +559,9 @@ def same_run_times(ok, *, batch, heads, topk, extra_topk=0, mode="graph", ours=(
             continue
         fresh = rows[rows.stale == False]  # noqa: E712
         pick = fresh if len(fresh) else rows
+        # a table that timed every peer at this shape too (one run), where there is one
+        full = [src for src in pick.source.unique() if set(peers) <= set(here[here.source == src].provider)]
+        pick = pick[pick.source.isin(full)] if full else pick
         source = pick.sort_values(["date", "source"]).source.iloc[-1]
         mine = pick[pick.source == source]
         resolved = mine["kernel"].fillna(mine["provider"]).iloc[0] if "kernel" in mine.columns else k

@@ -177,7 +177,8 @@ def kernel_of(provider: str, shape) -> str:
     from . import registry
     queries = shape.batch * shape.s_q
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    return registry.resolve("auto", device, queries=queries, tokens=queries * (shape.topk + shape.extra_topk))
+    return registry.resolve("auto", device, queries=queries, tokens=queries * (shape.topk + shape.extra_topk),
+                            heads=shape.heads)  # decode passes heads: without them the label named the wrong rung
 
 
 def config_columns(provider: str, config) -> dict:
