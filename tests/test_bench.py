@@ -262,3 +262,27 @@ def test_auto_plan_runs_through_the_real_plan_api(fake_timers):
     assert [r["status"] for r in rows] == ["ok", "ok"], rows[0].get("reason")
     assert rows[0]["check_passed"] and rows[0]["kernel"] == bench.kernel_of("auto", BenchShape(1, 16, 64))
     assert calls == {"eager_idle": 1, "graph": 1}
+
+
+def test_errata_correct_named_rows_and_refuse_a_typo(tmp_path):
+    """data/errata.csv corrects a published cell without rewriting the table; an erratum matching nothing fails."""
+    from workbench.results import apply_errata
+    df = pd.DataFrame(dict(source=["t.csv"] * 3, provider=["auto", "auto", "flashmla"], batch=[64, 1, 64],
+                           heads=[16, 64, 16], topk=[2048, 512, 2048], kernel=["wgmma_rope", "wgmma_rope", "flashmla"]))
+    path = tmp_path / "errata.csv"
+    pd.DataFrame([dict(source="t.csv", provider="auto", batch=64, heads=16, topk=2048, column="kernel",
+                       recorded="wgmma_rope", corrected="wgmma_2cta", reason="why")]).to_csv(path, index=False)
+    out = apply_errata(df.copy(), path)
+    assert list(out.kernel) == ["wgmma_2cta", "wgmma_rope", "flashmla"]
+    assert list(out.erratum) == ["why", "", ""]
+    pd.DataFrame([dict(source="t.csv", provider="auto", batch=64, heads=16, topk=2048, column="kernel",
+                       recorded="wgmma", corrected="x", reason="typo")]).to_csv(path, index=False)
+    with pytest.raises(ValueError, match="no row of t.csv"):
+        apply_errata(df.copy(), path)
+
+
+def test_published_errata_apply():
+    from workbench.results import load_bench
+    df = load_bench()
+    fixed = df[df.erratum != ""]
+    assert len(fixed) and set(fixed.kernel) == {"wgmma_2cta"}

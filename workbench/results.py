@@ -78,6 +78,30 @@ def load_bench(paths=None, data_dir: Path | str = DATA):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
     df["stale"] = stale_flags(df)
     df.loc[df["provider"].isin(PEER_PROVIDERS), "stale"] = False  # a peer's time does not depend on our code
+    return apply_errata(df, Path(data_dir) / ERRATA)
+
+
+ERRATA = "errata.csv"  # corrections to published rows; the tables themselves are never rewritten
+
+
+def apply_errata(df, path: Path):
+    """Apply ``data/errata.csv``: each row names a published table (``source``), the rows (provider, batch, heads,
+    topk), the ``column``, the value ``recorded`` and the ``corrected`` one, and why. A corrected row gets the
+    reason in an ``erratum`` column. An erratum that matches no row is an error: it would hide a typo."""
+    import pandas as pd
+    df["erratum"] = ""
+    if not path.is_file():
+        return df
+    for e in pd.read_csv(path).itertuples():
+        if e.source not in set(df.source):
+            continue  # a table not loaded (e.g. a run folder read on its own)
+        m = ((df.source == e.source) & (df.provider == e.provider) & (df.batch == e.batch) & (df.heads == e.heads)
+             & (df.topk == e.topk) & (df[e.column].astype(str) == str(e.recorded)))
+        if not m.any():
+            raise ValueError(f"{path.name}: no row of {e.source} matches {e.provider} b{e.batch} h{e.heads} "
+                             f"topk{e.topk} with {e.column}={e.recorded!r}")
+        df.loc[m, e.column] = e.corrected
+        df.loc[m, "erratum"] = e.reason
     return df
 
 
