@@ -20,8 +20,8 @@
 # `workbench.results.load_bench`), or from a fresh sweep when a GPU is present and `fresh=True`. Each
 # row is one (provider, shape, mode) measurement with median, p20 and p80 over cold-L2 calls, checked
 # against the fp32 reference first. "workbench default (auto)" is the default kernel, `impl="auto"`
-# (on the H200 the Gluon `wgmma` rung, or `tile512` for calls under 8 queries and 8192 selected
-# tokens), timed in the newest headline table; "seed MMA kernel" is the
+# (on the H200 a Gluon rung, `wgmma_2cta` or `wgmma_rope` by call size, `registry.auto_kernel`),
+# timed in the newest headline table; "seed MMA kernel" is the
 # autotuned head-batched Triton kernel the workbench started from (provider "mma"), which is all the
 # batch sweeps have. FlashMLA is the peer; the "gather floor", where a table has it, reads the same
 # bytes and does no math. The optimisation-ladder and forced-config tables are notebook 5's.
@@ -48,8 +48,9 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
+from workbench import registry
 from workbench.bench import fit_batch_model, rows_frame, run_sweep
-from workbench.plotting import (PROVIDER_LABELS, bench_provenance, default_kernel_rows, fig_batch_model,
+from workbench.plotting import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, default_kernel_rows, fig_batch_model,
                                 fig_production, fig_roofline, fig_speedups, fig_time_vs_batch, gpu_label,
                                 markdown_table, same_run_times, save_figure, save_table, set_theme)
 from workbench.results import load_bench
@@ -186,18 +187,18 @@ show[["provider", "mode", "heads", "fixed_us", "per_request_us", "r2", "points"]
 
 # %% [markdown]
 # ## Headline ratios of the default kernel
-# The default kernel is `impl="auto"` (on the H200 a Gluon rung, `wgmma_2cta` or `wgmma_rope`, or `tile512`, by call
-# size: `registry.auto_kernel`). Each ratio takes our time and the other provider's from the same table (one run): the
-# "auto" rows of the newest headline table, or, at a shape that table lacks, the `wgmma` rows of the newest ladder table. The SIMT ratio is
-# the exception: SIMT was timed only in an older run, so that ratio mixes runs and says so.
+# The default kernel is `impl="auto"` (on the H200 a Gluon rung, `wgmma_2cta` or `wgmma_rope`, by call size:
+# `registry.auto_kernel`). Each ratio takes our time and the other provider's from the same table (one run): the
+# "auto" rows of the newest headline table, or, at a shape that table lacks, the newest ladder table's rows of the
+# rung auto picks there. The SIMT ratio is the exception: SIMT was timed only in an older run, so that ratio mixes
+# runs and says so.
 
 # %%
-DEFAULT = ("auto", "wgmma")
-
-
 def pick(mode, batch, heads, topk, extra_topk=0, peers=("flashmla", "gather")):
-    return same_run_times(ok, mode=mode, batch=batch, heads=heads, topk=topk, extra_topk=extra_topk, ours=DEFAULT,
-                          peers=peers)
+    """Our default's time at a shape: the auto rows, else the rows of the rung auto picks there (on the H200)."""
+    rung = registry.auto_kernel("sm_90", queries=batch, tokens=batch * (topk + extra_topk), heads=heads)
+    return same_run_times(ok, mode=mode, batch=batch, heads=heads, topk=topk, extra_topk=extra_topk,
+                          ours=(DEFAULT_PROVIDER, rung), peers=peers)
 
 
 def speed(other, ours):

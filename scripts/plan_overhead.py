@@ -42,7 +42,7 @@ def gpu(args):
 
     assert torch.cuda.is_available() and not wb.INTERPRET, "needs a CUDA GPU and TRITON_INTERPRET=0"
     print(f"{torch.cuda.get_device_name()}  impl={args.impl}  (us per call, medians)")
-    print(f"{'shape':20} {'kernel':9} {'plain':>8} {'plan':>8} {'graph':>8} {'plain-graph':>12} {'plan-graph':>11} "
+    print(f"{'shape':20} {'kernel':12} {'plain':>8} {'plan':>8} {'graph':>8} {'plain-graph':>12} {'plan-graph':>11} "
           f"{'plan b2b':>9}")
     for b, h, topk in SHAPES:
         kw = wb.build_case(batch=b, heads=h, topk=topk, block_size=64, device="cuda").kwargs()
@@ -61,7 +61,7 @@ def gpu(args):
         t_plan = time_idle([planned], calls=args.calls)[0]
         t_graph = time_graph([planned])[0]
         t_b2b = back_to_back_us(planned, args.calls)
-        print(f"{f'b{b} h{h} topk{topk}':20} {plan.impl:9} {t_plain:8.1f} {t_plan:8.1f} {t_graph:8.1f} "
+        print(f"{f'b{b} h{h} topk{topk}':20} {plan.impl:12} {t_plain:8.1f} {t_plan:8.1f} {t_graph:8.1f} "
               f"{t_plain - t_graph:12.1f} {t_plan - t_graph:11.1f} {t_b2b:9.1f}")
 
 
@@ -90,7 +90,7 @@ def stub(args):
     from workbench import plan as plan_mod
     from workbench.kernels.common import capture_launches
 
-    impl = "tile512" if args.impl == "auto" else args.impl  # what auto is off sm_90 and at b1 on it
+    impl = "tile512" if args.impl == "auto" else args.impl  # what auto is on the CPU (no Gluon there)
 
     def no_launch(*launch_args):
         return None

@@ -251,11 +251,9 @@ def test_overhead_rows_load_and_summarise(tmp_path):
     assert "Host overhead" not in summary_markdown(df[df["mode"] != "overhead"])
 
 
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
 def test_auto_plan_runs_through_the_real_plan_api(fake_timers):
     """auto+plan through bench_one on the CPU (interpreter): planned once, checked against the reference."""
-    import workbench
-    if not hasattr(workbench, "plan_decode"):
-        pytest.skip("workbench.plan_decode is not in this checkout yet")
     calls, _ = fake_timers
     rows = bench_one(BenchShape(1, 16, 64), "auto+plan", ("graph", "overhead"), pool=_tiny_pool(), ceilings=CEILINGS,
                      sweep="overhead", prov={"gpu": "cpu"})

@@ -85,6 +85,7 @@ def no_host_sync(monkeypatch):
 # ---- plan path == plain path --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("impl", ["tile512", "mma", "simt"])
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
 def test_plan_path_equals_plain_path_bit_for_bit(impl):
     """Planned on one case, called on another of the same shapes: out and lse equal the plain path's exactly."""
     plan = wb.plan_decode(**hostile_case(seed=0).kwargs(), impl=impl)
@@ -96,6 +97,7 @@ def test_plan_path_equals_plain_path_bit_for_bit(impl):
     assert torch.isinf(lse).any(), "the case should hold a query with no valid token (topk_length 0)"
 
 
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
 def test_plan_records_scopes_and_splits():
     """A split plan binds one partial launch per scope and the combine; slots map the right inputs."""
     kw = hostile_case().kwargs()
@@ -114,6 +116,7 @@ def test_plan_records_scopes_and_splits():
 
 # ---- reuse allocates nothing ------------------------------------------------------------------------------
 
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
 def test_plan_reuse_allocates_nothing_compiled_replay():
     """The compiled replay (GPU path) runs no torch op at all on a repeated call: no allocation, no copy."""
     plan = stub_compiled_plan(hostile_case(seed=0), "tile512")
@@ -125,6 +128,7 @@ def test_plan_reuse_allocates_nothing_compiled_replay():
     assert first[0] is second[0] is plan.out and first[1] is second[1] is plan.lse
 
 
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
 def test_plan_reuse_allocates_nothing_interpreted_replay(monkeypatch):
     """The interpreted replay's own host code makes only the cache views (no allocation) before each launch."""
     plan = wb.plan_decode(**hostile_case(seed=0).kwargs(), impl="simt")
@@ -144,6 +148,7 @@ def test_plan_reuse_allocates_nothing_interpreted_replay(monkeypatch):
     assert args["cache_bf16"].dtype == torch.bfloat16 and args["cache_bf16"].data_ptr() == kw["cache"].data_ptr()
 
 
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
 def test_compiled_replay_fills_pointers_per_call():
     """Each launch gets the current inputs' data_ptr in its slots and the plan buffers' pointers fixed."""
     rec = LaunchRecorder()
@@ -165,6 +170,7 @@ def test_compiled_replay_fills_pointers_per_call():
 # ---- no host synchronisation --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("impl", ["tile512", "simt"])
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
 def test_plan_path_never_synchronises(monkeypatch, impl):
     """With every host read of a tensor made to raise, a plan call (launch stubbed) still goes through."""
     rec = LaunchRecorder()
@@ -176,6 +182,7 @@ def test_plan_path_never_synchronises(monkeypatch, impl):
     assert seen.ops == [] and len(rec.calls) == 2 * len(plan.launches) and out is plan.out
 
 
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
 def test_sync_guard_catches_a_host_read_on_the_plan_path(monkeypatch):
     """The guard above is not vacuous: a `topk_length.max().item()` slipped into the plan path trips it."""
     plan = stub_compiled_plan(hostile_case(seed=0), "tile512")
@@ -220,6 +227,7 @@ def _mismatches(kw):
 
 @pytest.mark.parametrize("arg,change,says", _mismatches(hostile_case().kwargs()),
                          ids=[f"{a}-{s}" for a, _, s in _mismatches(hostile_case().kwargs())])
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
 def test_mismatched_input_is_a_value_error_naming_it(arg, change, says):
     case = hostile_case()
     plan = wb.plan_decode(**case.kwargs(), impl="tile512")
@@ -228,6 +236,7 @@ def test_mismatched_input_is_a_value_error_naming_it(arg, change, says):
         wb.sparse_mla_decode(**kw, plan=plan)
 
 
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
 def test_optional_input_the_plan_lacks_is_a_value_error():
     case = hostile_case(sink=False, topk_length=False, extra_topk=0)
     plan = wb.plan_decode(**case.kwargs(), impl="simt")
@@ -237,6 +246,7 @@ def test_optional_input_the_plan_lacks_is_a_value_error():
             wb.sparse_mla_decode(**{**case.kwargs(), name: other.kwargs()[name]}, plan=plan)
 
 
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
 def test_matching_keywords_are_accepted():
     """impl (the requested name, the kernel, or 'auto'), sm_scale and config equal to the plan's pass."""
     case = hostile_case(seed=0)
@@ -249,6 +259,7 @@ def test_matching_keywords_are_accepted():
     assert len(rec.calls) == 2 * len(plan.launches)
 
 
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
 def test_plan_time_errors():
     case = hostile_case()
     with pytest.raises(ValueError, match="impl: 'reference' launches no kernels"):
@@ -260,6 +271,7 @@ def test_plan_time_errors():
         wb.plan_decode(**{**case.kwargs(), "q": case.q[..., :256]})
 
 
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
 def test_inputs_sharing_a_pointer_in_one_launch_are_ambiguous():
     """The fused kernel reads both scopes in one launch: one cache for both is refused; split kernels take it."""
     kw = hostile_case().kwargs()
@@ -272,6 +284,7 @@ def test_inputs_sharing_a_pointer_in_one_launch_are_ambiguous():
 
 # ---- host cost ---------------------------------------------------------------------------------------------
 
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
 def test_plan_host_path_is_cheaper_than_planning():
     """Smoke check of the host cost (launch stubbed): well under the plain path's validation and planning."""
     plan = stub_compiled_plan(hostile_case(seed=0), "tile512")
@@ -290,17 +303,12 @@ def _gpu_kernels():
 
 
 gpu = pytest.mark.gpu
-needs_gpu = pytest.mark.skipif(not torch.cuda.is_available() or wb.INTERPRET,
-                               reason="needs a CUDA GPU and TRITON_INTERPRET=0")
-
-
 def _runs_here(impl):
-    if impl == "wgmma" and torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("wgmma is an sm_90 kernel")
+    if impl != "auto" and not registry.get(impl).interpretable and torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip(f"{impl} is an sm_90 (Gluon) kernel")
 
 
 @gpu
-@needs_gpu
 @pytest.mark.parametrize("impl", _gpu_kernels() + ["auto"])
 def test_gpu_plan_equals_plain_without_sync(impl):
     _runs_here(impl)
@@ -322,7 +330,6 @@ def test_gpu_plan_equals_plain_without_sync(impl):
 
 
 @gpu
-@needs_gpu
 def test_gpu_plan_replays_under_a_cuda_graph():
     """A plan call captured in a CUDA graph reads whatever its input tensors hold at replay."""
     a, b = hostile_case(seed=0, device="cuda"), hostile_case(seed=1, device="cuda")

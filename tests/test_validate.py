@@ -111,3 +111,18 @@ def test_device_mismatch_names_the_argument_and_both_devices(case):
 def test_stride_rejection_points_to_to_device(case):
     with pytest.raises(ValueError, match=r"cache: .*workbench\.cache\.to_device"):
         wb.sparse_mla_decode(**_with(case, cache=case.main.cache.clone()), impl="reference")
+
+
+def test_cache_off_a_16_byte_boundary_is_refused_by_name(case):
+    """The Gluon rungs read the rope as 8-byte words: a cache view starting 8 bytes into its storage would
+    fault on the GPU, so it is refused up front (found by review: data_ptr was never checked)."""
+    c = case.main.cache
+    nb, s0 = c.shape[0], c.stride(0)
+    flat = torch.zeros(nb * s0 + 16, dtype=torch.uint8)
+    flat[8:8 + nb * s0] = c.view(torch.uint8).as_strided((nb * s0,), (1,), c.storage_offset())
+    shifted = flat.as_strided(c.shape, c.stride(), 8)
+    assert torch.equal(shifted, c.view(torch.uint8)) and shifted.data_ptr() % 16 == 8
+    with pytest.raises(ValueError, match=r"^cache: .*16-byte boundary.*storage_offset=8"):
+        wb.sparse_mla_decode(**_with(case, cache=shifted), impl="reference")
+    aligned = flat.as_strided(c.shape, c.stride(), 16)  # same storage, on a boundary: accepted by the checks
+    wb.sparse_mla_decode(**_with(case, cache=aligned), impl="reference")

@@ -118,7 +118,10 @@ class PlanProvider(WorkbenchProvider):
 
 
 class ProbeProvider:
-    """A registered probe (the gather floor): the decode's split plan and bytes, no output to check."""
+    """A registered probe (the gather floor): the decode's bytes and indices, no output to check.
+
+    Its split plan is the default one (16-token granule, two waves), as every published floor row used; the
+    Gluon rungs plan whole 64-token tiles and one or two waves, so the floor's grid is not theirs."""
 
     is_probe = True
 

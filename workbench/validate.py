@@ -54,6 +54,12 @@ def check_cache(name: str, cache, layout: CacheLayout = MODEL1, *, whole_pages: 
         _fail(ValueError, name, f"a page stride that is a multiple of {layout.page_alignment} and at least "
               f"block_size*{layout.bytes_per_token}={bs * layout.bytes_per_token} "
               f"(layout: {layout.page_bytes(bs)})", f"stride(0)={s0}{MOVE_HINT}")
+    # The kernels load a token's bytes as 16-, 8- and 4-byte words from the cache's first byte on (the Gluon rungs
+    # read the rope as 8-byte words): a view that starts off a 16-byte boundary would fault on the GPU.
+    if cache.data_ptr() % 16:
+        _fail(ValueError, name, "a first byte on a 16-byte boundary (torch allocations are; a view with a storage "
+              "offset may not be)", f"data_ptr() % 16 = {cache.data_ptr() % 16} (storage_offset="
+              f"{cache.storage_offset()}); workbench.cache.to_device(cache, device) copies it")
     # The kernels view each scope as one flat run of num_blocks whole pages, so the storage must hold the last
     # page's padding too; a view that ends at the last token's byte would fail deep inside torch instead.
     need = cache.storage_offset() + nb * s0  # uint8 and float8 elements are one byte
