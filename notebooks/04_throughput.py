@@ -49,10 +49,11 @@ import torch
 from IPython.display import Markdown, display
 
 from workbench import registry
-from workbench.bench import fit_batch_model, rows_frame, run_sweep
-from workbench.plotting import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, default_kernel_rows, fig_batch_model,
-                                fig_production, fig_roofline, fig_speedups, fig_time_vs_batch, gpu_label,
-                                markdown_table, same_run_times, save_figure, save_table, set_theme)
+from workbench.bench import fit_batch_model, overhead_table, rows_frame, run_sweep
+from workbench.plotting import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, default_kernel_rows,
+                                fig_batch_model, fig_overhead, fig_production, fig_roofline, fig_speedups,
+                                fig_time_vs_batch, gpu_label, markdown_table, same_run_times, save_figure,
+                                save_table, set_theme)
 from workbench.results import load_bench
 
 set_theme()
@@ -244,6 +245,26 @@ headline["met"] = np.where(headline.target.notna() & headline.speed_ratio.notna(
                            headline.speed_ratio >= headline.target, None)
 save_table(headline, "headline_ratios", out_dir)
 print(markdown_table(headline.drop(columns=["note"]), floatfmt=".3g"))
+
+# %% [markdown]
+# ## Host overhead per call: the plain call, the call through a plan, FlashMLA
+# Message: what the host adds to each eager call (a synchronised call timed from Python, minus the same call
+# replayed from a CUDA graph), from the newest `overhead` sweep, all providers in one run. Issue 10 asks the
+# plan path (`plan_decode` once, then `sparse_mla_decode(..., plan=plan)`) for at most 25 us at b1 h64 topk512
+# (dashed line).
+
+# %%
+over_src = ok[ok["mode"] == "overhead"].sort_values("date").source
+if len(over_src):
+    over = ok[ok.source == over_src.iloc[-1]]
+    fig = fig_overhead(over)
+    save_figure(fig, "throughput_host_overhead", out_dir, title=f"Host overhead per call: {gpu_label(over)}",
+                note=bench_provenance(over))
+    overhead = overhead_table(over)
+    save_table(overhead, "host_overhead", out_dir)
+    print(markdown_table(overhead, floatfmt=".3g"))
+else:
+    print("no overhead sweep in the data yet (python -m workbench bench --sweep overhead on a GPU)")
 
 # %% [markdown]
 # ## Verdict

@@ -21,7 +21,7 @@ PROMISED = {
                      "warps_4_vs_8_resources.csv"],
     "04_throughput": ["throughput_time_vs_batch.png", "throughput_time_vs_batch_eager.png", "throughput_production_and_sq2.png", "throughput_speedups.png",
                       "throughput_roofline.png", "throughput_batch_model.png", "headline_ratios.csv",
-                      "batch_model_fit.csv"],
+                      "batch_model_fit.csv", "throughput_host_overhead.png", "host_overhead.csv"],
     "05_optimization_ladder": ["ladder_time_per_rung.png", "ladder_time_per_rung.svg", "ladder_b1_and_production.png",
                                "ladder_measurements.csv", "ladder_prediction_vs_measurement.csv",
                                "ladder_wgmma_history.csv", "ladder_autotuner_check.csv", "ladder_ncu.csv",
