@@ -19,6 +19,7 @@ from .layout import MODEL1
 from .reference import sparse_mla_decode_reference
 from .validate import check_decode_args
 
+ROW_INPUTS = ("q", "indices", "extra_indices")  # inputs the kernels need with stride(-1) == 1 (copied if not)
 IMPLS = registry.decode_impls()  # the built-in ones; registry.decode_impls() also lists later registrations
 MAX_SPLITS_PER_SCOPE = 64   # fixed bound: grid and scratch stay stable under CUDA graphs
 SPLIT_GRANULE = 16          # tokens; the smallest BLOCK_T (a kernel's spec may ask for its own, see split_granule)
@@ -116,10 +117,9 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
                                                extra_indices=extra_indices, extra_topk_length=extra_topk_length)
         return out.to(torch.bfloat16), lse
     _check_runnable(q, impl)
-    q = q if q.stride(-1) == 1 else q.contiguous()
-    indices = indices if indices.stride(-1) == 1 else indices.contiguous()
-    if extra_indices is not None and extra_indices.stride(-1) != 1:
-        extra_indices = extra_indices.contiguous()
+    # the ROW_INPUTS: kernels index their rows with a unit last stride
+    q, indices, extra_indices = (t if t is None or t.stride(-1) == 1 else t.contiguous()
+                                 for t in (q, indices, extra_indices))
     scopes = decode_scopes(cache, indices, topk_length, extra_cache, extra_indices, extra_topk_length)
     work = allocate_workspace(spec, q, scopes)
     for stage in launch_stages(spec, q=q, scopes=scopes, attn_sink=attn_sink, sm_scale=sm_scale, config=config,

@@ -29,7 +29,6 @@ from .kernels.common import INTERPRET, cache_views, capture_launches
 
 INPUT_INDEX = {name: i for i, name in enumerate(decode.INPUT_NAMES)}
 CACHE_INPUTS = ("cache", "extra_cache")   # inputs the launchers pass as cache_views (fp8, u8, bf16)
-ROW_INPUTS = ("q", "indices", "extra_indices")  # the plain path copies these when their last stride is not 1
 POINTER_ALIGN = 16  # bytes: Triton specialises a pointer argument on this alignment when it compiles
 _RUNTIME = knobs.runtime  # where Triton keeps its launch hooks (read per call: a profiler may add some)
 
@@ -279,7 +278,7 @@ def build_plan(user: dict, *, sm_scale, impl, config, compile_launch=None, get_s
                          f"{registry.names('split', 'fused')} (or 'auto')")
     q = user["q"]
     decode._check_runnable(q, impl)
-    for name in ROW_INPUTS:
+    for name in decode.ROW_INPUTS:  # the plain path copies these when their last stride is not 1
         t = user[name]
         if t is not None and t.stride(-1) != 1:
             raise ValueError(f"{name}: a plan needs stride(-1) == 1 (the plain path copies such a tensor on every "
