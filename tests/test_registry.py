@@ -82,19 +82,19 @@ def test_dequant_bits_formula_is_exact_for_every_code_and_scale():
 def test_auto_picks_by_device_and_call_size(monkeypatch):
     """'auto' follows the crossover sweep on sm_90 and the portable rung elsewhere."""
     import workbench.kernels.common as common
-    assert registry.resolve("auto", "cpu") == "tile512"
-    assert registry.resolve("tile512_3d", "cpu") == "tile512_3d"  # a named kernel is never replaced
+    assert registry.resolve("auto", "cpu", heads=64, tokens=64 * 2048) == "tile512"
+    assert registry.resolve("tile512_3d", "cpu", heads=64, tokens=64 * 2048) == "tile512_3d"  # named: never replaced
     monkeypatch.setattr(common, "INTERPRET", False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (9, 0))
-    assert registry.resolve("auto", "cuda", queries=64, tokens=64 * 2048) == "wgmma_rope"
-    assert registry.resolve("auto", "cuda", queries=4, tokens=4 * 2048) == "wgmma_rope"
-    assert registry.resolve("auto", "cuda", queries=64, tokens=64 * 2048, heads=16) == "wgmma_2cta"
-    assert registry.resolve("auto", "cuda", queries=64, tokens=64 * 640, heads=16) == "wgmma_rope"
-    assert registry.resolve("auto", "cuda", queries=64, tokens=64 * 2048, heads=32) == "wgmma_rope"
-    assert registry.resolve("auto", "cuda", queries=4, tokens=4 * 512) == "wgmma_rope"  # crossover: faster at b1-b4
-    assert registry.resolve("auto", "cuda", queries=1, tokens=2048, heads=16) == "wgmma_rope"
-    assert registry.resolve("auto", "cuda", queries=1, tokens=512, heads=64) == "wgmma_2cta"  # small call, 64 heads
-    assert registry.resolve("auto", "cuda", queries=16, tokens=16 * 512, heads=64) == "wgmma_rope"
-    assert registry.resolve("auto", "cuda", queries=1, tokens=512, heads=128) == "wgmma_rope"  # not measured there
+    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "wgmma_rope"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4 * 2048) == "wgmma_rope"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "wgmma_2cta"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 640) == "wgmma_rope"
+    assert registry.resolve("auto", "cuda", heads=32, tokens=64 * 2048) == "wgmma_rope"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=4 * 512) == "wgmma_rope"  # crossover: faster at b1-b4
+    assert registry.resolve("auto", "cuda", heads=16, tokens=2048) == "wgmma_rope"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "wgmma_2cta"  # small call, 64 heads
+    assert registry.resolve("auto", "cuda", heads=64, tokens=16 * 512) == "wgmma_rope"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=512) == "wgmma_rope"  # not measured there
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (12, 0))
-    assert registry.resolve("auto", "cuda", queries=64, tokens=64 * 2048) == "tile512"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "tile512"

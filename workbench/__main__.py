@@ -52,14 +52,12 @@ def _cmd_check(a):
         return rc
     import pandas as pd
 
-    from .gpu_check import run_checks, sanitizer_case
+    from .gpu_check import run_checks, sanitizer_case, write_table
     if a.sanitize:
         sanitizer_case(a.sanitize)
         return 0
-    df = pd.DataFrame(run_checks())
-    csv = _out_dir(a, "check") / a.name
-    df.to_csv(csv, index=False)
-    _write_meta(csv)
+    csv = write_table(run_checks(), _out_dir(a, "check"), a.name)
+    df = pd.read_csv(csv)
     bad = df[df["passed"] != True]  # noqa: E712
     print(df.groupby(["check", "impl"])[["out_rel_norm", "out_elem_ratio", "lse_ratio"]].max().to_string())
     print(f"{len(df) - len(bad)} passed, {len(bad)} failed\ntable: {csv}")

@@ -110,7 +110,7 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     if plan is not None:
         return plan.launch(q, cache, indices, sm_scale, attn_sink, topk_length, extra_cache, extra_indices,
                            extra_topk_length, impl, config)
-    spec, _, sm_scale = resolve_call(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink,
+    spec, sm_scale = resolve_call(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink,
                                         topk_length=topk_length, extra_cache=extra_cache,
                                         extra_indices=extra_indices, extra_topk_length=extra_topk_length, impl=impl)
     if spec.kind == "reference":
@@ -134,17 +134,16 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
 
 def resolve_call(q, cache, indices, *, sm_scale, attn_sink, topk_length, extra_cache, extra_indices,
                  extra_topk_length, impl):
-    """Validate one decode call and pick its kernel: (spec, dims from check_decode_args, sm_scale as a float)."""
+    """Validate one decode call and pick its kernel: (spec, sm_scale as a float)."""
     if impl not in registry.decode_impls():
         raise ValueError(f"impl: expected one of {registry.decode_impls()}, got {impl!r}")
-    dims = check_decode_args(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink, topk_length=topk_length,
+    check_decode_args(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink, topk_length=topk_length,
                              extra_cache=extra_cache, extra_indices=extra_indices,
                              extra_topk_length=extra_topk_length)
-    queries = dims["b"] * dims["s_q"]
+    b, s_q, heads, _ = q.shape
     topk_all = indices.shape[2] + (extra_indices.shape[2] if extra_indices is not None else 0)
-    spec = registry.get(registry.resolve(impl, q.device, queries=queries, tokens=queries * topk_all,
-                                         heads=q.shape[2]))
-    return spec, dims, MODEL1.d ** -0.5 if sm_scale is None else float(sm_scale)
+    spec = registry.get(registry.resolve(impl, q.device, heads=heads, tokens=b * s_q * topk_all))
+    return spec, MODEL1.d ** -0.5 if sm_scale is None else float(sm_scale)
 
 
 def decode_scopes(cache, indices, topk_length, extra_cache=None, extra_indices=None, extra_topk_length=None):

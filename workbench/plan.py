@@ -272,7 +272,7 @@ def build_plan(user: dict, *, sm_scale, impl, config, compile_launch=None, get_s
     ``.launch_metadata``): when given, calls replay compiled launches with ``get_stream(device_index)``;
     otherwise they replay ``kernel[grid](**args)``. Tests pass a stub to exercise the compiled replay on the CPU.
     """
-    spec, _, sm_scale_value = decode.resolve_call(**user, sm_scale=sm_scale, impl=impl)
+    spec, sm_scale_value = decode.resolve_call(**user, sm_scale=sm_scale, impl=impl)
     if spec.kind not in ("split", "fused"):
         raise ValueError(f"impl: {spec.name!r} launches no kernels to plan; plan one of "
                          f"{registry.names('split', 'fused')} (or 'auto')")

@@ -132,18 +132,15 @@ class ProbeProvider:
             raise Skip("no CUDA GPU")
 
     def prepare(self, kw: dict, config=None):
-        from .decode import split_plans
+        from .decode import _num_sms, decode_scopes, split_plans
         q = kw["q"]
         b, s_q, h, _ = q.shape
-        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-        scopes = [(kw["cache"], kw["indices"])]
-        if kw.get("extra_cache") is not None:
-            scopes.append((kw["extra_cache"], kw["extra_indices"]))
-        plans = split_plans(queries=b * s_q, heads=h, indices=[ix for _, ix in scopes], num_sms=sms)
+        scopes = decode_scopes(kw["cache"], kw["indices"], None, kw.get("extra_cache"), kw.get("extra_indices"))
+        plans = split_plans(queries=b * s_q, heads=h, indices=[ix for _, ix, _ in scopes], num_sms=_num_sms(q.device))
         sinks = [torch.empty(b * s_q, p.num_splits, dtype=torch.int32, device=q.device) for p in plans]
 
         def run():
-            for (c, ix), p, sink in zip(scopes, plans, sinks):
+            for (c, ix, _), p, sink in zip(scopes, plans, sinks):
                 self.spec.launch(cache=c, indices=ix, num_splits=p.num_splits, tokens_per_split=p.tokens_per_split,
                                  sink=sink, config=config)
             return sinks
@@ -178,10 +175,9 @@ def kernel_of(provider: str, shape) -> str:
     if provider != "auto":
         return provider
     from . import registry
-    queries = shape.batch * shape.s_q
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    return registry.resolve("auto", device, queries=queries, tokens=queries * (shape.topk + shape.extra_topk),
-                            heads=shape.heads)  # decode passes heads: without them the label named the wrong rung
+    return registry.resolve("auto", device, heads=shape.heads,
+                            tokens=shape.batch * shape.s_q * (shape.topk + shape.extra_topk))
 
 
 def config_columns(provider: str, config) -> dict:

@@ -92,7 +92,7 @@ TWO_BLOCK_MIN_TOKENS_H16 = 65536   # h16: b32 topk2048 39.1 vs 40.8 us, b64 67.2
 TWO_BLOCK_MAX_TOKENS_H64 = 4096    # h64: b1-b8 topk512 and b1-b2 topk2048 win (9.9 vs 14.2 at b1 topk512); 8192 lose
 
 
-def auto_kernel(capability: str, *, queries: int, tokens: int, heads: int | None = None) -> str:
+def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     """What "auto" runs on a GPU of ``capability`` ("sm_90", ...) for a call of this size (a pure rule).
 
     On sm_90, a Gluon rung. The rule was measured on the rungs before the rope moved into the words (both
@@ -102,18 +102,18 @@ def auto_kernel(capability: str, *, queries: int, tokens: int, heads: int | None
     tokens it lost, 35.2 vs 34.0 us), and at 17-64 heads up to 4096 tokens, where 64-head groups leave most
     SMs idle (measured at 64 heads). Elsewhere "wgmma_rope" (wgmma_4lane with the rope in the words). Any
     other GPU: the portable "tile512".
-    ``queries`` is b * s_q; ``tokens`` is queries * (topk + extra topk); ``heads`` None counts as many.
+    ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
         return "tile512"
-    if heads is not None and heads <= 16 and tokens >= TWO_BLOCK_MIN_TOKENS_H16:
+    if heads <= 16 and tokens >= TWO_BLOCK_MIN_TOKENS_H16:
         return "wgmma_2cta"
-    if heads is not None and 16 < heads <= 64 and tokens <= TWO_BLOCK_MAX_TOKENS_H64:
+    if 16 < heads <= 64 and tokens <= TWO_BLOCK_MAX_TOKENS_H64:
         return "wgmma_2cta"
     return "wgmma_rope"
 
 
-def resolve(impl: str, device, queries: int = 1 << 30, tokens: int = 1 << 30, heads: int | None = None) -> str:
+def resolve(impl: str, device, *, heads: int, tokens: int) -> str:
     """The kernel "auto" stands for on ``device``: :func:`auto_kernel` for its GPU; "tile512" on the CPU or
     under the interpreter. A named kernel is returned unchanged."""
     if impl != AUTO:
@@ -125,7 +125,7 @@ def resolve(impl: str, device, queries: int = 1 << 30, tokens: int = 1 << 30, he
     if dev.type != "cuda" or INTERPRET:
         return "tile512"
     major, minor = torch.cuda.get_device_capability(dev)
-    return auto_kernel(f"sm_{major}{minor}", queries=queries, tokens=tokens, heads=heads)
+    return auto_kernel(f"sm_{major}{minor}", heads=heads, tokens=tokens)
 
 
 def compiled_kernels() -> tuple[str, ...]:

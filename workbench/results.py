@@ -92,8 +92,9 @@ def apply_errata(df, path: Path):
     df["erratum"] = ""
     if not path.is_file():
         return df
+    loaded = set(df.source)
     for e in pd.read_csv(path).itertuples():
-        if e.source not in set(df.source):
+        if e.source not in loaded:
             continue  # a table not loaded (e.g. a run folder read on its own)
         m = ((df.source == e.source) & (df.provider == e.provider) & (df.batch == e.batch) & (df.heads == e.heads)
              & (df.topk == e.topk) & (df[e.column].astype(str) == str(e.recorded)))
