@@ -7,7 +7,7 @@ import workbench as wb
 from workbench import registry
 from workbench.kernels import mma as mma_mod
 from workbench.kernels import tile512 as tile512_mod
-from workbench.kernels.common import target_override
+from workbench.kernels.tuning import target_override
 from workbench.kernels.configs import TiledConfig
 
 

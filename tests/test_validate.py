@@ -86,8 +86,8 @@ def test_unsupported_config(case, impl, config, match):
 
 
 def test_config_over_shared_memory_limit_is_refused(case, monkeypatch):
-    from workbench.kernels import common
-    with common.target_override("sm_120"):
+    from workbench.kernels import tuning
+    with tuning.target_override("sm_120"):
         with pytest.raises(ValueError, match="shared memory"):
             wb.sparse_mla_decode(**case.kwargs(), impl="mma",
                                  config={"BLOCK_H": 64, "BLOCK_T": 64, "num_warps": 8, "num_stages": 2})

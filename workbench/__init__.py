@@ -15,7 +15,8 @@ from .accounting import DecodeCost, case_cost, count_valid_tokens, decode_cost
 from .cache import (DecodeCase, DecodeScope, build_case, dequantize_kv, indices_to_positions,
                     positions_to_indices, quantize_kv)
 from .decode import IMPLS, plan_splits, sparse_mla_decode, warmup
-from .kernels.common import INTERPRET, PRUNE_RECORD
+from .kernels.common import INTERPRET
+from .kernels.tuning import PRUNE_RECORD
 from .layout import MODEL1, CacheLayout
 from .metrics import assert_close, compare
 from .plan import DecodePlan, plan_decode

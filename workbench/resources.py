@@ -361,7 +361,7 @@ def model_prune_reason(lk: LabKernel, model: int | None, arch: str) -> str | Non
 
 def compile_config(kernel: str, arch: str, cfg, *, respect_pruning: bool = False) -> CompileResult:
     """Compile one config (typed, dict or ``triton.Config``) for one target and read its resources (no GPU)."""
-    from .kernels.common import target_override
+    from .kernels.tuning import target_override
     _check_compilable()
     lk = lab_kernel(kernel)
     target = get_target(arch)

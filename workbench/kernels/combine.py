@@ -8,7 +8,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import INTERPRET, call_args, launch, to_bf16
+from .common import INTERPRET, launch, to_bf16
+from .tuning import call_args
 
 COMBINE_CONFIGS = [triton.Config({}, num_warps=w) for w in (1, 2, 4)]
 

@@ -1,17 +1,17 @@
-"""Pieces every decode kernel shares: the KV-tile gather/dequant, the dot wrapper,
-the interpreter switch, and the pruning record.
+"""Pieces every decode kernel shares: the KV-tile gather/dequant, the dot wrapper, the interpreter
+switch, the layout and scope arguments of a launch, and ``launch``, the one launch point a plan captures.
+
+The autotuners' tuning state (target, pruning record) is in :mod:`workbench.kernels.tuning`.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
 from ..layout import MODEL1, CacheLayout
-from ..targets import GpuTarget, get_target, target_for_capability
 
 # Must be read when the kernels are decorated: TRITON_INTERPRET is fixed at import.
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -159,16 +159,6 @@ class capture_launches:
         _CAPTURE.pop()
 
 
-def call_args(named_args: dict, kwargs: dict) -> dict:
-    """Every argument of the launch a prune hook is pruning for.
-
-    Triton 3.6 hands ``early_config_prune`` only the positional arguments as ``named_args``
-    (``Autotuner.nargs = dict(zip(arg_names, args))``); the launchers pass keywords, which
-    arrive as ``**kwargs``. Reading only ``named_args`` saw no head count at all.
-    """
-    return {**named_args, **kwargs}
-
-
 def partial_args(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, tokens_per_split,
                  sm_scale) -> dict:
     """The runtime arguments every split (partial) kernel takes, for one KV scope.
@@ -183,77 +173,3 @@ def partial_args(*, q, cache, indices, topk_length, part_out, part_lse, split_of
                 TOKENS_BUCKET=triton.next_power_of_2(tokens_per_split),
                 QUERIES_BUCKET=triton.next_power_of_2(b * s_q), HAS_TOPK_LEN=topk_length is not None,
                 DOT_FP32=INTERPRET)
-
-
-_TARGET_OVERRIDE: list[GpuTarget] = []
-
-
-def current_target() -> GpuTarget:
-    """The target pruning budgets for: the active override, else the current GPU, else sm_90."""
-    if _TARGET_OVERRIDE:
-        return _TARGET_OVERRIDE[-1]
-    if torch.cuda.is_available() and not INTERPRET:
-        return target_for_capability(*torch.cuda.get_device_capability())
-    return get_target(os.environ.get("WORKBENCH_TARGET", "sm_90"))
-
-
-class target_override:
-    """Context manager: budget pruning for another target (the resource lab uses it)."""
-
-    def __init__(self, arch: str):
-        self.target = get_target(arch)
-
-    def __enter__(self):
-        _TARGET_OVERRIDE.append(self.target)
-        return self.target
-
-    def __exit__(self, *exc):
-        _TARGET_OVERRIDE.pop()
-
-
-@dataclass(frozen=True)
-class PruneDecision:
-    kernel: str
-    arch: str
-    config: dict
-    kept: bool
-    estimated_shared_bytes: int
-    limit_bytes: int
-    reason: str
-
-
-PRUNE_RECORD: list[PruneDecision] = []
-
-
-def config_dict(cfg: triton.Config) -> dict:
-    return {**cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
-
-
-def record_prune(kernel: str, target: GpuTarget, cfg: triton.Config, est: int, reason: str | None) -> bool:
-    d = PruneDecision(kernel, target.arch, config_dict(cfg), reason is None, est, target.smem_per_block,
-                      reason or "fits")
-    if d not in PRUNE_RECORD:
-        PRUNE_RECORD.append(d)
-    return reason is None
-
-
-def normalize_config(config, allowed: dict, kernel: str) -> triton.Config:
-    """Turn a user config (dict or triton.Config) into a triton.Config, or raise ValueError."""
-    if isinstance(config, triton.Config):
-        config = config_dict(config)
-    if not isinstance(config, dict):
-        raise TypeError(f"config: expected a dict or triton.Config, got {type(config).__name__}")
-    unknown = set(config) - set(allowed)
-    if unknown:
-        raise ValueError(f"config: unknown keys {sorted(unknown)} for the {kernel} kernel; "
-                         f"expected {sorted(allowed)}")
-    optional = ("num_warps", "num_stages", "PREFETCH")
-    missing = {k for k in allowed if k not in config and k not in optional}
-    if missing:
-        raise ValueError(f"config: missing {sorted(missing)} for the {kernel} kernel")
-    for k, v in config.items():
-        if v not in allowed[k]:
-            raise ValueError(f"config: {k}={v!r} is not supported by the {kernel} kernel; "
-                             f"expected one of {list(allowed[k])}")
-    meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
-    return triton.Config(meta, num_warps=config.get("num_warps", 4), num_stages=config.get("num_stages", 1))

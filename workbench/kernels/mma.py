@@ -11,8 +11,9 @@ import triton
 import triton.language as tl
 
 from ..layout import layout_of
-from .common import (D_ROPE, INTERPRET, NOPE_PAD, call_args, current_target, dequant_kv, launch, layout_constexprs,
-                     load_kv_raw, mma, normalize_config, partial_args, record_prune, to_bf16)
+from .common import (D_ROPE, INTERPRET, NOPE_PAD, dequant_kv, launch, layout_constexprs, load_kv_raw, mma,
+                     partial_args, to_bf16)
+from .tuning import call_args, current_target, normalize_config, record_prune
 
 ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(16, 32, 64), num_warps=(4, 8), num_stages=(1, 2), PREFETCH=(0, 1))
 # A forced config that leaves PREFETCH out gets this. On the H200 prefetching the next tile helps

@@ -10,8 +10,8 @@ import triton
 import triton.language as tl
 
 from ..layout import layout_of
-from .common import (INTERPRET, LOG2E, call_args, current_target, gather_kv_tile, launch, layout_constexprs,
-                     normalize_config, record_prune, scope_args, to_bf16)
+from .common import INTERPRET, LOG2E, gather_kv_tile, launch, layout_constexprs, scope_args, to_bf16
+from .tuning import call_args, current_target, normalize_config, record_prune
 
 ALLOWED = dict(BLOCK_T=(16, 32, 64), num_warps=(2, 4, 8), num_stages=(1,))
 SIMT_CONFIGS = [triton.Config({"BLOCK_T": bt}, num_warps=w, num_stages=1)

@@ -17,8 +17,9 @@ import triton
 import triton.language as tl
 
 from ..layout import layout_of
-from .common import (D_NOPE, D_ROPE, INTERPRET, NUM_TILES, SCALE_BYTES, TILE, DATA_BYTES, call_args, current_target,
-                     launch, layout_constexprs, mma, partial_args, record_prune, to_bf16)
+from .common import (D_NOPE, D_ROPE, INTERPRET, NUM_TILES, SCALE_BYTES, TILE, DATA_BYTES, launch, layout_constexprs,
+                     mma, partial_args, to_bf16)
+from .tuning import call_args, current_target, record_prune
 from .configs import TiledConfig, tiled_space
 
 # BLOCK_H x BLOCK_T x warps x stages; num_stages >= 3 turns the gathers into cp.async
