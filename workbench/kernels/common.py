@@ -6,6 +6,7 @@ The autotuners' tuning state (target, pruning record) is in :mod:`workbench.kern
 from __future__ import annotations
 
 import os
+import threading
 
 import torch
 import triton
@@ -133,30 +134,41 @@ def scope_args(prefix: str, cache: torch.Tensor, indices: torch.Tensor, topk_len
             f"{prefix}topk_len_ptr": topk_length if topk_length is not None else indices}
 
 
-_CAPTURE: list[list] = []
+class _Captures(threading.local):
+    """Per thread, the stack of open :class:`capture_launches` record lists: a capture never sees another
+    thread's launches (a plan made in one thread while another decodes)."""
+
+    def __init__(self):
+        self.stack: list[list] = []
+
+
+_CAPTURE = _Captures()
 
 
 def launch(kernel, grid, args: dict) -> None:
     """Every kernel launch of the package goes through here: ``kernel[grid](**args)``.
 
-    Inside :class:`capture_launches` the launch is recorded instead, as ``(kernel, grid, args)``, so a decode
-    plan can bind it once (resolve the autotuner, compile) and replay it without the launchers' Python.
+    Inside :class:`capture_launches` (in the same thread) the launch is recorded instead, as
+    ``(kernel, grid, args)``, so a decode plan can bind it once (resolve the autotuner, compile) and replay it
+    without the launchers' Python.
     """
-    if _CAPTURE:
-        _CAPTURE[-1].append((kernel, grid, args))
+    stack = _CAPTURE.stack
+    if stack:
+        stack[-1].append((kernel, grid, args))
         return
     kernel[grid](**args)
 
 
 class capture_launches:
-    """Context manager: record the launches made inside it (nothing runs); yields the list of records."""
+    """Context manager: record the launches this thread makes inside it (nothing runs); yields the records."""
 
     def __enter__(self) -> list:
-        _CAPTURE.append([])
-        return _CAPTURE[-1]
+        records: list = []
+        _CAPTURE.stack.append(records)
+        return records
 
     def __exit__(self, *exc):
-        _CAPTURE.pop()
+        _CAPTURE.stack.pop()
 
 
 def partial_args(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, tokens_per_split,

@@ -1,0 +1,54 @@
+"""Host-side pieces the kernels share (kernels/common.py): the launch capture."""
+import threading
+
+from workbench.kernels.common import capture_launches, launch
+
+
+class FakeKernel:
+    """Stands in for a jit object: ``kernel[grid](**args)`` records the call instead of running anything."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getitem__(self, grid):
+        return lambda **args: self.calls.append((grid, args))
+
+
+def test_a_capture_records_only_its_own_threads_launches():
+    kernel = FakeKernel()
+    inside = threading.Event()   # A's capture is open
+    b_done = threading.Event()   # B has launched
+    result = {}
+
+    def thread_a():
+        with capture_launches() as records:
+            inside.set()
+            assert b_done.wait(10), "thread B never launched"
+            launch(kernel, (1,), dict(who="a"))
+            result["records"] = list(records)
+
+    def thread_b():
+        assert inside.wait(10), "thread A never opened its capture"
+        launch(kernel, (2,), dict(who="b"))
+        b_done.set()
+
+    threads = [threading.Thread(target=thread_a), threading.Thread(target=thread_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert not any(t.is_alive() for t in threads)
+    assert result["records"] == [(kernel, (1,), dict(who="a"))]  # A's own launch, recorded, not run
+    assert kernel.calls == [((2,), dict(who="b"))]               # B's launch ran, unseen by A's capture
+
+
+def test_nested_captures_record_into_the_innermost():
+    kernel = FakeKernel()
+    with capture_launches() as outer:
+        launch(kernel, (1,), {})
+        with capture_launches() as inner:
+            launch(kernel, (2,), {})
+        launch(kernel, (3,), {})
+    launch(kernel, (4,), {})
+    assert [g for _, g, _ in outer] == [(1,), (3,)] and [g for _, g, _ in inner] == [(2,)]
+    assert kernel.calls == [((4,), {})]
