@@ -8,7 +8,7 @@ from workbench import registry
 from workbench.kernels import mma as mma_mod
 from workbench.kernels import tile512 as tile512_mod
 from workbench.kernels.tuning import target_override
-from workbench.kernels.configs import TiledConfig
+from workbench.kernels.configs import SimtConfig, TiledConfig
 
 
 def _prune_as_triton_does(autotuner, **launch_kwargs):
@@ -59,6 +59,23 @@ def test_typed_config_round_trip_and_errors():
         spec.check_config({"BLOCK_T": 32})
     with pytest.raises(ValueError, match="takes no kernel config"):
         registry.get("reference").check_config({"BLOCK_T": 32})
+
+
+def test_simt_has_a_typed_config_and_the_lab_finds_it_through_the_registry():
+    from workbench import resources
+    from workbench.kernels import simt
+    spec = registry.get("simt")
+    c = spec.check_config({"BLOCK_T": 32, "num_warps": 4})
+    assert c == SimtConfig(BLOCK_T=32, num_warps=4) and c.label == "BLOCK_T=32,num_warps=4,num_stages=1"
+    assert spec.check_config(c.to_triton()) == c and spec.check_config(c) == c
+    with pytest.raises(ValueError, match="missing"):
+        spec.check_config({"num_warps": 4})
+    with pytest.raises(ValueError, match="BLOCK_H"):
+        spec.check_config({"BLOCK_H": 16, "BLOCK_T": 32})
+    # the autotuner times the typed space, as triton.Configs
+    assert [SimtConfig.from_triton(t) for t in simt.simt_kernel.configs] == list(simt.CONFIG_SPACE)
+    assert "simt" in registry.compiled_kernels() and "simt" not in resources.LAB_EXTRAS
+    assert resources.lab_kernel("simt").configs == spec.config_space
 
 
 def test_dequant_bits_formula_is_exact_for_every_code_and_scale():

@@ -8,10 +8,10 @@ wgmma), HMMA (mma.sync) or neither. The kernels are compiled from their ``@trito
 so the lab always sees the code that runs.
 
 Which kernels: every registry entry with a ``lab_signature`` (:func:`workbench.registry.compiled_kernels`),
-each over its whole ``config_space`` with its ``fixed_meta`` switches, plus the few kernels that have
-no registry entry of their own yet (:data:`LAB_EXTRAS`: the combine, and the SIMT baseline until its
-entry carries a lab signature). ``KERNELS`` is read from the registry each time it is asked for, so a
-kernel registered later is a choice of ``python -m workbench resources --kernel`` with no other edit.
+each over its whole ``config_space`` with its ``fixed_meta`` switches, plus the kernel that has no
+registry entry of its own (:data:`LAB_EXTRAS`: the combine). ``KERNELS`` is read from the registry each
+time it is asked for, so a kernel registered later is a choice of ``python -m workbench resources --kernel``
+with no other edit.
 
 Per compiled config the table has the flat config columns (``BLOCK_H``, ``BLOCK_T``, ``num_warps``,
 ``num_stages``, ``PREFETCH`` and the rung's switches such as ``DEQUANT``/``GATHER3D``), the config's
@@ -60,12 +60,6 @@ class LabKernel:
 
 
 @dataclass(frozen=True)
-class SimtConfig(KernelConfig):
-    """The SIMT baseline's config (its registry entry has no typed config yet)."""
-    BLOCK_T: int = 0
-
-
-@dataclass(frozen=True)
 class CombineConfig(KernelConfig):
     """The combine kernel's config: launch options only."""
     num_stages: int = 3  # triton.Config's default, which the combine's autotune configs keep
@@ -87,23 +81,6 @@ def _from_spec(spec, siblings=()) -> LabKernel:
                      fixed_meta=dict(sorted(fixed.items())))
 
 
-def _simt() -> LabKernel:
-    from .kernels import simt
-    from .kernels.common import layout_constexprs
-    scope = dict(cache_f8="*fp8e4nv", cache_u8="*u8", cache_bf16="*bf16", stride_page="i64", block_size="i32",
-                 num_tokens="i32", idx_ptr="*i32", stride_ib="i32", stride_is="i32", topk_len_ptr="*i32")
-    sig = dict(q_ptr="*bf16", stride_qb="i32", stride_qs="i32", stride_qh="i32",
-               **{f"{p}{k}": v for p in ("", "x_") for k, v in scope.items()},
-               TOPK="i32", X_TOPK="i32", sink_ptr="*fp32", out_ptr="*bf16", lse_ptr="*fp32", sm_scale_log2="fp32",
-               H="i32", S_Q="i32", TOPK_BUCKET="i32")
-    return LabKernel(
-        name="simt", jit=simt.simt_kernel, signature=sig, config_cls=SimtConfig,
-        configs=tuple(SimtConfig.from_triton(c) for c in simt.SIMT_CONFIGS),
-        constexprs=lambda c: dict(HAS_TOPK_LEN=False, HAS_EXTRA=False, X_HAS_TOPK_LEN=False, HAS_SINK=True,
-                                  RNE_BY_HAND=False, **layout_constexprs(), **c.meta()),
-        shared_model=lambda c: simt.estimate_simt_shared_bytes(c.BLOCK_T, c.num_warps))
-
-
 def _combine() -> LabKernel:
     from .kernels import combine
     sig = dict(part_out_ptr="*fp32", part_lse_ptr="*fp32", sink_ptr="*fp32", out_ptr="*bf16", lse_ptr="*fp32",
@@ -117,7 +94,7 @@ def _combine() -> LabKernel:
 
 # Kernels the lab compiles that have no registry entry with a lab signature. A registry entry of the
 # same name (with a lab_signature) takes precedence, so each can move into the registry with no edit here.
-LAB_EXTRAS: dict[str, Callable[[], LabKernel]] = {"simt": _simt, "combine": _combine}
+LAB_EXTRAS: dict[str, Callable[[], LabKernel]] = {"combine": _combine}
 
 
 def lab_kernels() -> dict[str, LabKernel]:

@@ -3,24 +3,37 @@ from __future__ import annotations
 
 from ..registry import KernelSpec, register
 from . import gather, mma, simt, tile512, wgmma
-from .configs import TiledConfig
+from .configs import SimtConfig, TiledConfig
 from .common import layout_constexprs
 
-# runtime arguments of every split (partial) kernel; pointers are 16-byte aligned like torch allocations
+# runtime arguments describing one KV scope (common.scope_args); pointers are 16-byte aligned like torch allocations
+SCOPE_SIGNATURE = dict(
+    cache_f8="*fp8e4nv", cache_u8="*u8", cache_bf16="*bf16", stride_page="i64", block_size="i32", num_tokens="i32",
+    idx_ptr="*i32", stride_ib="i32", stride_is="i32", topk_len_ptr="*i32")
+Q_SIGNATURE = dict(q_ptr="*bf16", stride_qb="i32", stride_qs="i32", stride_qh="i32")
+# runtime arguments of every split (partial) kernel
 SPLIT_SIGNATURE = dict(
-    q_ptr="*bf16", stride_qb="i32", stride_qs="i32", stride_qh="i32", cache_f8="*fp8e4nv", cache_u8="*u8",
-    cache_bf16="*bf16", stride_page="i64", block_size="i32", num_tokens="i32", idx_ptr="*i32", stride_ib="i32",
-    stride_is="i32", topk_len_ptr="*i32", part_out_ptr="*fp32", part_lse_ptr="*fp32", sm_scale_log2="fp32",
+    **Q_SIGNATURE, **SCOPE_SIGNATURE, part_out_ptr="*fp32", part_lse_ptr="*fp32", sm_scale_log2="fp32",
     H="i32", S_Q="i32", TOPK="i32", split_offset="i32", tokens_per_split="i32", s_total="i32",
     TOKENS_BUCKET="i32", QUERIES_BUCKET="i32")
+# runtime arguments of the fused SIMT baseline: both scopes (the extra one's prefixed x_), the sink, out and lse
+SIMT_SIGNATURE = dict(
+    **Q_SIGNATURE, **{f"{p}{k}": t for p in ("", "x_") for k, t in SCOPE_SIGNATURE.items()}, TOPK="i32",
+    X_TOPK="i32", sink_ptr="*fp32", out_ptr="*bf16", lse_ptr="*fp32", sm_scale_log2="fp32", H="i32", S_Q="i32",
+    TOPK_BUCKET="i32")
 
 register(KernelSpec(
     name="reference", kind="reference", summary="fp32 torch: gather, dequantise, softmax, PV"))
 
 register(KernelSpec(
     name="simt", kind="fused", summary="per-head SIMT baseline: one program per (query, head), fp32, tl.sum",
-    launch=simt.launch_simt, jit=simt.simt_kernel, allowed=simt.ALLOWED,
-    check_configs=({"BLOCK_T": 32, "num_warps": 4}, {"BLOCK_T": 16, "num_warps": 2}, {"BLOCK_T": 64, "num_warps": 8})))
+    launch=simt.launch_simt, jit=simt.simt_kernel, config_cls=SimtConfig, allowed=simt.ALLOWED,
+    check_configs=({"BLOCK_T": 32, "num_warps": 4}, {"BLOCK_T": 16, "num_warps": 2}, {"BLOCK_T": 64, "num_warps": 8}),
+    config_space=tuple(simt.CONFIG_SPACE),
+    shared_model=lambda c: simt.estimate_simt_shared_bytes(c.BLOCK_T, c.num_warps),
+    lab_signature=SIMT_SIGNATURE,
+    lab_constexprs=lambda c: dict(HAS_TOPK_LEN=False, HAS_EXTRA=False, X_HAS_TOPK_LEN=False, HAS_SINK=True,
+                                  RNE_BY_HAND=False, **layout_constexprs(), **c.meta())))
 
 register(KernelSpec(
     name="mma", kind="split", rung=1,

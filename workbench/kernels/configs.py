@@ -78,6 +78,18 @@ class TiledConfig(KernelConfig):
             raise ValueError(f"config: BLOCK_H and BLOCK_T must be set, got {self}")
 
 
+@dataclass(frozen=True)
+class SimtConfig(KernelConfig):
+    """The per-head SIMT baseline: BLOCK_T tokens of one head per step."""
+
+    REQUIRED: ClassVar[tuple] = ("BLOCK_T",)
+    BLOCK_T: int = 0
+
+    def __post_init__(self):
+        if self.BLOCK_T <= 0:
+            raise ValueError(f"config: BLOCK_T must be set, got {self}")
+
+
 def tiled_space(allowed: dict) -> list[TiledConfig]:
     """Every combination of the allowed values."""
     keys = [k for k in ("BLOCK_H", "BLOCK_T", "num_warps", "num_stages", "PREFETCH") if k in allowed]

@@ -13,7 +13,8 @@ import triton.language as tl
 from ..layout import layout_of
 from .common import (D_ROPE, INTERPRET, NOPE_PAD, dequant_kv, launch, layout_constexprs, load_kv_raw, mma,
                      partial_args, to_bf16)
-from .tuning import call_args, current_target, normalize_config, record_prune
+from .configs import TiledConfig
+from .tuning import call_args, current_target, record_prune
 
 ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(16, 32, 64), num_warps=(4, 8), num_stages=(1, 2), PREFETCH=(0, 1))
 # A forced config that leaves PREFETCH out gets this. On the H200 prefetching the next tile helps
@@ -208,7 +209,7 @@ def interpreter_config(heads: int) -> triton.Config:
 
 def check_mma_config(config) -> triton.Config:
     """A user's forced config as a triton.Config; ValueError if unsupported or over the target's shared memory."""
-    cfg = normalize_config(config, ALLOWED, "mma")
+    cfg = TiledConfig.from_any(config, ALLOWED, "mma").to_triton()  # PREFETCH left out: the launcher's default
     target = current_target()
     est, reason = mma_prune_reason(cfg, 0, target)
     if reason:

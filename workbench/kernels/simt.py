@@ -11,10 +11,11 @@ import triton.language as tl
 
 from ..layout import layout_of
 from .common import INTERPRET, LOG2E, gather_kv_tile, launch, layout_constexprs, scope_args, to_bf16
-from .tuning import call_args, current_target, normalize_config, record_prune
+from .configs import SimtConfig
+from .tuning import call_args, current_target, record_prune
 
 ALLOWED = dict(BLOCK_T=(16, 32, 64), num_warps=(2, 4, 8), num_stages=(1,))
-SIMT_CONFIGS = [triton.Config({"BLOCK_T": bt}, num_warps=w, num_stages=1)
+CONFIG_SPACE = [SimtConfig(BLOCK_T=bt, num_warps=w, num_stages=1)
                 for bt in ALLOWED["BLOCK_T"] for w in ALLOWED["num_warps"]]
 
 
@@ -72,7 +73,7 @@ def _simt_scope(m_i, l_i, acc_nope, acc_rope, q_nope, q_rope, sm_scale_log2, bi,
     return m_i, l_i, acc_nope, acc_rope
 
 
-@triton.autotune(configs=SIMT_CONFIGS, key=["H", "TOPK_BUCKET"],
+@triton.autotune(configs=[c.to_triton() for c in CONFIG_SPACE], key=["H", "TOPK_BUCKET"],
                  prune_configs_by={"early_config_prune": prune_simt_configs},
                  do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup=3, rep=15, quantiles=quantiles))
 @triton.jit(do_not_specialize=["stride_qb", "stride_qs", "num_tokens", "stride_ib", "stride_is", "TOPK",
@@ -132,11 +133,12 @@ def simt_kernel(
     tl.store(lse_ptr + (bi * H + head) * S_Q + si, lse)
 
 
-INTERPRETER_CONFIG = triton.Config({"BLOCK_T": 64}, num_warps=4, num_stages=1)
+INTERPRETER_CONFIG = SimtConfig(BLOCK_T=64, num_warps=4, num_stages=1)
 
 
-def check_simt_config(config) -> triton.Config:
-    return normalize_config(config, ALLOWED, "simt")
+def check_simt_config(config) -> SimtConfig:
+    """A user's forced config (dict, triton.Config or SimtConfig), validated; ValueError names the problem."""
+    return SimtConfig.from_any(config, ALLOWED, "simt")
 
 
 def launch_simt(*, q, cache, indices, topk_length, extra_cache, extra_indices, extra_topk_length,
@@ -162,5 +164,5 @@ def launch_simt(*, q, cache, indices, topk_length, extra_cache, extra_indices, e
     if config is None:
         launch(simt_kernel, grid, args)
         return
-    cfg = config if isinstance(config, triton.Config) else check_simt_config(config)
-    launch(simt_kernel.fn, grid, dict(**args, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+    cfg = check_simt_config(config)
+    launch(simt_kernel.fn, grid, dict(**args, **cfg.meta(), num_warps=cfg.num_warps, num_stages=cfg.num_stages))

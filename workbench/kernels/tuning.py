@@ -67,28 +67,6 @@ def record_prune(kernel: str, target: GpuTarget, cfg: triton.Config, est: int, r
     return reason is None
 
 
-def normalize_config(config, allowed: dict, kernel: str) -> triton.Config:
-    """Turn a user config (dict or triton.Config) into a triton.Config, or raise ValueError."""
-    if isinstance(config, triton.Config):
-        config = config_dict(config)
-    if not isinstance(config, dict):
-        raise TypeError(f"config: expected a dict or triton.Config, got {type(config).__name__}")
-    unknown = set(config) - set(allowed)
-    if unknown:
-        raise ValueError(f"config: unknown keys {sorted(unknown)} for the {kernel} kernel; "
-                         f"expected {sorted(allowed)}")
-    optional = ("num_warps", "num_stages", "PREFETCH")
-    missing = {k for k in allowed if k not in config and k not in optional}
-    if missing:
-        raise ValueError(f"config: missing {sorted(missing)} for the {kernel} kernel")
-    for k, v in config.items():
-        if v not in allowed[k]:
-            raise ValueError(f"config: {k}={v!r} is not supported by the {kernel} kernel; "
-                             f"expected one of {list(allowed[k])}")
-    meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
-    return triton.Config(meta, num_warps=config.get("num_warps", 4), num_stages=config.get("num_stages", 1))
-
-
 def call_args(named_args: dict, kwargs: dict) -> dict:
     """Every argument of the launch a prune hook is pruning for.
 
