@@ -8,7 +8,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import INTERPRET, launch, to_bf16
+from .common import INTERPRET, launch, next_pow2, to_bf16
 from .tuning import call_args
 
 COMBINE_CONFIGS = [triton.Config({}, num_warps=w) for w in (1, 2, 4)]
@@ -69,8 +69,8 @@ def launch_combine(*, part_out, part_lse, attn_sink, out, lse, pinned: bool = Fa
     s_total = part_lse.shape[-1]
     args = dict(part_out_ptr=part_out, part_lse_ptr=part_lse,
                 sink_ptr=attn_sink if attn_sink is not None else part_lse, out_ptr=out, lse_ptr=lse,
-                H=h, S_Q=s_q, s_total=s_total, S_BUCKET=triton.next_power_of_2(s_total),
-                HAS_SINK=attn_sink is not None, D=d, S_PAD=triton.next_power_of_2(s_total),
+                H=h, S_Q=s_q, s_total=s_total, S_BUCKET=next_pow2(s_total),
+                HAS_SINK=attn_sink is not None, D=d, S_PAD=next_pow2(s_total),
                 RNE_BY_HAND=INTERPRET)
     grid = (b * s_q, h)
     if pinned:

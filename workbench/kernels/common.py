@@ -95,6 +95,17 @@ def to_bf16(x, RNE_BY_HAND: tl.constexpr):
         return x.to(tl.bfloat16)
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) in plain ints: ``triton.cdiv`` called from host code is a ConstexprFunction call (~10 us each
+    on a 2-core CPU, several per decode call)."""
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= n (0 for n <= 0), as ``triton.next_power_of_2`` gives it, in plain ints."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
 LAYOUT_KEYS = ("D_NOPE", "NOPE_PAD", "D_ROPE", "TILE", "NUM_TILES", "DATA_BYTES", "SCALE_BYTES")
 
 
@@ -182,6 +193,6 @@ def partial_args(*, q, cache, indices, topk_length, part_out, part_lse, split_of
                 **scope_args("", cache, indices, topk_length), part_out_ptr=part_out, part_lse_ptr=part_lse,
                 sm_scale_log2=sm_scale * LOG2E, H=h, S_Q=s_q, TOPK=indices.shape[2], split_offset=split_offset,
                 tokens_per_split=tokens_per_split, s_total=part_lse.shape[-1],
-                TOKENS_BUCKET=triton.next_power_of_2(tokens_per_split),
-                QUERIES_BUCKET=triton.next_power_of_2(b * s_q), HAS_TOPK_LEN=topk_length is not None,
+                TOKENS_BUCKET=next_pow2(tokens_per_split),
+                QUERIES_BUCKET=next_pow2(b * s_q), HAS_TOPK_LEN=topk_length is not None,
                 DOT_FP32=INTERPRET)

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from ..layout import layout_of
-from .common import INTERPRET, launch, scope_args
+from .common import INTERPRET, launch, next_pow2, scope_args
 from .configs import KernelConfig
 
 ALLOWED = dict(BLOCK_T=(16, 32, 64), num_warps=(4, 8), num_stages=(1, 3))
@@ -79,7 +79,7 @@ def launch_gather(*, cache, indices, num_splits, tokens_per_split, sink=None, co
     args = dict(cache_u8=sa["cache_u8"], stride_page=sa["stride_page"], block_size=sa["block_size"],
                 num_tokens=sa["num_tokens"], idx_ptr=indices, stride_ib=indices.stride(0),
                 stride_is=indices.stride(1), sink_ptr=sink, S_Q=s_q, TOPK=topk, tokens_per_split=tokens_per_split,
-                TOKENS_BUCKET=triton.next_power_of_2(tokens_per_split), QUERIES_BUCKET=triton.next_power_of_2(b * s_q),
+                TOKENS_BUCKET=next_pow2(tokens_per_split), QUERIES_BUCKET=next_pow2(b * s_q),
                 DATA_BYTES=layout_of(cache).data_bytes_per_token, SCALE_BYTES=layout_of(cache).scale_bytes_per_token)
     grid = (num_splits, b * s_q)
     if INTERPRET and config is None:

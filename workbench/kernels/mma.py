@@ -11,8 +11,8 @@ import triton
 import triton.language as tl
 
 from ..layout import layout_of
-from .common import (D_ROPE, INTERPRET, NOPE_PAD, dequant_kv, launch, layout_constexprs, load_kv_raw, mma,
-                     partial_args, to_bf16)
+from .common import (D_ROPE, INTERPRET, NOPE_PAD, cdiv, dequant_kv, launch, layout_constexprs, load_kv_raw, mma,
+                     next_pow2, partial_args, to_bf16)
 from .configs import TiledConfig
 from .tuning import call_args, current_target, record_prune
 
@@ -90,7 +90,7 @@ def prune_mma_configs(configs, named_args, **kwargs):
         for c, est, reason in verdicts:
             record_prune("mma", target, c, est, reason)
         raise ValueError(f"no MMA config fits {target.arch} for {heads} heads")
-    want = min(64, max(16, triton.next_power_of_2(heads))) if heads else 64
+    want = min(64, max(16, next_pow2(heads))) if heads else 64
     group = max((c.kwargs["BLOCK_H"] for c in fitting if c.kwargs["BLOCK_H"] <= want),
                 default=min(c.kwargs["BLOCK_H"] for c in fitting))
     kept = []
@@ -203,7 +203,7 @@ def mma_partial_kernel(
 
 def interpreter_config(heads: int) -> triton.Config:
     """The one config the CPU interpreter runs: big tiles mean few (slow) interpreted programs."""
-    return triton.Config({"BLOCK_H": min(64, max(16, triton.next_power_of_2(heads))), "BLOCK_T": 64,
+    return triton.Config({"BLOCK_H": min(64, max(16, next_pow2(heads))), "BLOCK_T": 64,
                           "PREFETCH": 1}, num_warps=4, num_stages=1)
 
 
@@ -227,10 +227,10 @@ def launch_mma_partial(*, q, cache, indices, topk_length, part_out, part_lse, sp
     if INTERPRET and config is None:
         config = interpreter_config(h)
     if config is None:
-        grid = lambda META: (triton.cdiv(h, META["BLOCK_H"]), num_splits, b * s_q)  # noqa: E731
+        grid = lambda META: (cdiv(h, META["BLOCK_H"]), num_splits, b * s_q)  # noqa: E731
         launch(mma_partial_kernel, grid, args)  # PREFETCH comes from each config
         return
     cfg = config if isinstance(config, triton.Config) else check_mma_config(config)
     meta = {"PREFETCH": DEFAULT_PREFETCH, **cfg.kwargs}
-    grid = (triton.cdiv(h, meta["BLOCK_H"]), num_splits, b * s_q)
+    grid = (cdiv(h, meta["BLOCK_H"]), num_splits, b * s_q)
     launch(mma_partial_kernel.fn, grid, dict(**args, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages))

@@ -10,7 +10,8 @@ import triton
 import triton.language as tl
 
 from ..layout import layout_of
-from .common import INTERPRET, LOG2E, gather_kv_tile, launch, layout_constexprs, scope_args, to_bf16
+from .common import (INTERPRET, LOG2E, gather_kv_tile, launch, layout_constexprs, next_pow2, scope_args,
+                     to_bf16)
 from .configs import SimtConfig
 from .tuning import call_args, current_target, record_prune
 
@@ -154,7 +155,7 @@ def launch_simt(*, q, cache, indices, topk_length, extra_cache, extra_indices, e
                 X_TOPK=extra_indices.shape[2] if has_extra else 0,
                 sink_ptr=attn_sink if attn_sink is not None else lse, out_ptr=out, lse_ptr=lse,
                 sm_scale_log2=sm_scale * LOG2E, H=h, S_Q=s_q,
-                TOPK_BUCKET=triton.next_power_of_2(topk + (extra_indices.shape[2] if has_extra else 0)),
+                TOPK_BUCKET=next_pow2(topk + (extra_indices.shape[2] if has_extra else 0)),
                 HAS_TOPK_LEN=topk_length is not None, HAS_EXTRA=has_extra,
                 X_HAS_TOPK_LEN=has_extra and extra_topk_length is not None, HAS_SINK=attn_sink is not None,
                 RNE_BY_HAND=INTERPRET, **layout_constexprs(layout_of(cache)))

@@ -17,8 +17,8 @@ import triton
 import triton.language as tl
 
 from ..layout import layout_of
-from .common import (D_NOPE, D_ROPE, INTERPRET, NUM_TILES, SCALE_BYTES, TILE, DATA_BYTES, launch, layout_constexprs,
-                     mma, partial_args, to_bf16)
+from .common import (D_NOPE, D_ROPE, INTERPRET, NUM_TILES, SCALE_BYTES, TILE, DATA_BYTES, cdiv, launch,
+                     layout_constexprs, mma, next_pow2, partial_args, to_bf16)
 from .tuning import call_args, current_target, record_prune
 from .configs import TiledConfig, tiled_space
 
@@ -86,7 +86,7 @@ def prune_configs(configs, named_args, **kwargs):
     target = current_target()
     verdicts = [(c, *prune_reason(TiledConfig.from_triton(c), heads, target)) for c in configs]
     fitting = [c for c, _, r in verdicts if r is None]
-    want = min(64, max(16, triton.next_power_of_2(heads))) if heads else 64
+    want = min(64, max(16, next_pow2(heads))) if heads else 64
     group = max((c.kwargs["BLOCK_H"] for c in fitting if c.kwargs["BLOCK_H"] <= want),
                 default=min((c.kwargs["BLOCK_H"] for c in fitting), default=16))
     kept = []
@@ -274,7 +274,7 @@ LAYOUT_KEYS = ("D_NOPE", "D_ROPE", "TILE", "NUM_TILES", "DATA_BYTES", "SCALE_BYT
 
 def interpreter_config(heads: int) -> TiledConfig:
     """The one config the CPU interpreter runs: big tiles mean few (slow) interpreted programs."""
-    bh = min(64, max(16, triton.next_power_of_2(heads)))
+    bh = min(64, max(16, next_pow2(heads)))
     return TiledConfig(BLOCK_H=bh, BLOCK_T=64, num_warps=8 if bh == 64 else 4)  # within the register rule
 
 
@@ -298,10 +298,10 @@ def launch_tile512_partial(*, q, cache, indices, topk_length, part_out, part_lse
     if INTERPRET and config is None:
         config = interpreter_config(h)
     if config is None:
-        grid = lambda META: (triton.cdiv(h, META["BLOCK_H"]), num_splits, b * s_q)  # noqa: E731
+        grid = lambda META: (cdiv(h, META["BLOCK_H"]), num_splits, b * s_q)  # noqa: E731
         launch(tile512_partial_kernel, grid, args)
         return
     cfg = check_config(config)
-    grid = (triton.cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
+    grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
     launch(tile512_partial_kernel.fn, grid, dict(**args, **cfg.meta(), num_warps=cfg.num_warps,
                                                  num_stages=cfg.num_stages))

@@ -25,14 +25,13 @@ one store writes the whole tile and a barrier goes); K_BUFFERS (2 here; "wgmma_2
 from __future__ import annotations
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma, warpgroup_mma_init,
                                                               warpgroup_mma_wait)
 
 from ..layout import layout_of
-from .common import launch, layout_constexprs, partial_args
+from .common import cdiv, launch, layout_constexprs, next_pow2, partial_args
 from .configs import TiledConfig
 
 ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(64,), num_warps=(8,), num_stages=(1,))
@@ -269,7 +268,7 @@ def _dequant_words(words, sc):
 
 def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
     """The head group that covers ``heads`` in one program where ``allowed`` lets it (else the largest)."""
-    return TiledConfig(BLOCK_H=min(max(allowed["BLOCK_H"]), max(16, triton.next_power_of_2(heads))), BLOCK_T=64,
+    return TiledConfig(BLOCK_H=min(max(allowed["BLOCK_H"]), max(16, next_pow2(heads))), BLOCK_T=64,
                        num_warps=NUM_WARPS)
 
 
@@ -289,7 +288,7 @@ def launch_wgmma_partial(*, q, cache, indices, topk_length, part_out, part_lse, 
     args = partial_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
                         part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
                         sm_scale=sm_scale)
-    grid = (triton.cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
+    grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
     bs = cache.shape[1]
     bs_shift = bs.bit_length() - 1 if bs & (bs - 1) == 0 else -1  # shifts for power-of-two pages
     launch(wgmma_partial_kernel, grid, dict(**args, BS_SHIFT=bs_shift,
