@@ -95,6 +95,37 @@ def to_bf16(x, RNE_BY_HAND: tl.constexpr):
         return x.to(tl.bfloat16)
 
 
+def e4m3_bf16x2_asm(scale_lo: str, scale_hi: str) -> str:
+    """PTX of the bf16-bits dequant, for ``inline_asm_elementwise``: one 32-bit register of four e4m3 bytes
+    (operand $2) -> two registers of bf16 pairs ($0: bytes 0-1, $1: bytes 2-3), exactly, with no fp32 step.
+
+    ``((b & 0x80) << 8) | ((b & 0x7F) << 4)`` is the bf16 of the e4m3 value times 2**-120 (subnormals
+    included); two exact bf16x2 multiplies, by 2**64 and by the scale pair 2**(e-71), restore it (e <= 198:
+    scales up to 2**71; the quantiser writes 105 and up). A zero scale (masked) gives 0. ``scale_lo`` and
+    ``scale_hi`` are the operands holding the scale pairs of bytes 0-1 and 2-3: "$3", "$4" where Triton
+    packs four bf16 scales into two registers (tile512, pack=4), "$3", "$3" where one register holds one
+    scale twice (wgmma, pack=1). Jit code reads it through a module-level ``constexpr``.
+    """
+    return f"""{{
+        .reg .b32 t0, t1, u0, u1, c64;
+        mov.b32 c64, 0x5F805F80;
+        prmt.b32 t0, $2, 0, 0x1404;
+        prmt.b32 t1, $2, 0, 0x3424;
+        shr.b32 u0, t0, 4;
+        shr.b32 u1, t1, 4;
+        and.b32 u0, u0, 0x07F007F0;
+        and.b32 u1, u1, 0x07F007F0;
+        and.b32 t0, t0, 0x80008000;
+        and.b32 t1, t1, 0x80008000;
+        or.b32 t0, t0, u0;
+        or.b32 t1, t1, u1;
+        mul.rn.bf16x2 t0, t0, c64;
+        mul.rn.bf16x2 t1, t1, c64;
+        mul.rn.bf16x2 $0, t0, {scale_lo};
+        mul.rn.bf16x2 $1, t1, {scale_hi};
+        }}"""
+
+
 def cdiv(a: int, b: int) -> int:
     """ceil(a / b) in plain ints: ``triton.cdiv`` called from host code is a ConstexprFunction call (~10 us each
     on a 2-core CPU, several per decode call)."""

@@ -17,8 +17,8 @@ import triton
 import triton.language as tl
 
 from ..layout import layout_of
-from .common import (D_NOPE, D_ROPE, INTERPRET, NUM_TILES, SCALE_BYTES, TILE, DATA_BYTES, cdiv, launch,
-                     layout_constexprs, mma, next_pow2, partial_args, to_bf16)
+from .common import (D_NOPE, D_ROPE, INTERPRET, NUM_TILES, SCALE_BYTES, TILE, DATA_BYTES, cdiv,
+                     e4m3_bf16x2_asm, launch, layout_constexprs, mma, next_pow2, partial_args, to_bf16)
 from .tuning import call_args, current_target, record_prune
 from .configs import TiledConfig, tiled_space
 
@@ -108,6 +108,10 @@ def dequant_fp32(k8, sbyte, BLOCK_T: tl.constexpr, SCALE_BYTES: tl.constexpr, TI
     return (k8.to(tl.float32) * scale).to(tl.bfloat16)
 
 
+# common.e4m3_bf16x2_asm with pack=4: four bf16 scales come in two registers, $3 (bytes 0-1) and $4 (2-3)
+_DEQUANT_ASM = tl.constexpr(e4m3_bf16x2_asm("$3", "$4"))
+
+
 @triton.jit
 def dequant_bf16_bits(k8, sbyte, BLOCK_T: tl.constexpr, SCALE_BYTES: tl.constexpr, TILE: tl.constexpr,
                       D: tl.constexpr):
@@ -125,24 +129,7 @@ def dequant_bf16_bits(k8, sbyte, BLOCK_T: tl.constexpr, SCALE_BYTES: tl.constexp
     sc = tl.where(sbyte == 0, 0, (sbyte.to(tl.int16) + 56) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
     sc = tl.reshape(tl.broadcast_to(sc[:, :, None], (BLOCK_T, SCALE_BYTES, TILE)), (BLOCK_T, D))
     return tl.inline_asm_elementwise(
-        asm="""{
-        .reg .b32 t0, t1, u0, u1, c64;
-        mov.b32 c64, 0x5F805F80;
-        prmt.b32 t0, $2, 0, 0x1404;
-        prmt.b32 t1, $2, 0, 0x3424;
-        shr.b32 u0, t0, 4;
-        shr.b32 u1, t1, 4;
-        and.b32 u0, u0, 0x07F007F0;
-        and.b32 u1, u1, 0x07F007F0;
-        and.b32 t0, t0, 0x80008000;
-        and.b32 t1, t1, 0x80008000;
-        or.b32 t0, t0, u0;
-        or.b32 t1, t1, u1;
-        mul.rn.bf16x2 t0, t0, c64;
-        mul.rn.bf16x2 t1, t1, c64;
-        mul.rn.bf16x2 $0, t0, $3;
-        mul.rn.bf16x2 $1, t1, $4;
-        }""",
+        asm=_DEQUANT_ASM,
         constraints="=r,=r,r,r,r", args=[k8, sc], dtype=tl.bfloat16, is_pure=True, pack=4)
 
 

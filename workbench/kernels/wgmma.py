@@ -31,7 +31,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from ..layout import layout_of
-from .common import cdiv, launch, layout_constexprs, next_pow2, partial_args
+from .common import cdiv, e4m3_bf16x2_asm, launch, layout_constexprs, next_pow2, partial_args
 from .configs import TiledConfig
 
 ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(64,), num_warps=(8,), num_stages=(1,))
@@ -236,33 +236,17 @@ def _load_tile(cache_w, cache_d, cache_u8, cache_bf16, idx, t0, end, num_tokens,
     return words, rope, sbyte, valid
 
 
+# common.e4m3_bf16x2_asm with pack=1: one int32 register ($3) holds the group's bf16 scale twice
+_DEQUANT_ASM = gl.constexpr(e4m3_bf16x2_asm("$3", "$3"))
+
+
 @gluon.jit
 def _dequant_words(words, sc):
-    """Four e4m3 bytes (one int32 word) -> two words of bf16 pairs, exactly, with no fp32 step.
-
-    ``((b & 0x80) << 8) | ((b & 0x7F) << 4)`` is the bf16 of the e4m3 value times 2**-120 (subnormals
-    included); two exact bf16x2 multiplies, by 2**64 and by the scale pair sc = 2**(e-71), restore it
-    (e <= 198: scales up to 2**71; the quantiser writes 105 and up). A zero scale (masked) gives 0.
+    """Four e4m3 bytes (one int32 word) -> two words of bf16 pairs, exactly, with no fp32 step, each
+    multiplied by the scale pair sc = 2**(e-71) (the formula: :func:`workbench.kernels.common.e4m3_bf16x2_asm`).
     """
     return gl.inline_asm_elementwise(
-        asm="""{
-        .reg .b32 t0, t1, u0, u1, c64;
-        mov.b32 c64, 0x5F805F80;
-        prmt.b32 t0, $2, 0, 0x1404;
-        prmt.b32 t1, $2, 0, 0x3424;
-        shr.b32 u0, t0, 4;
-        shr.b32 u1, t1, 4;
-        and.b32 u0, u0, 0x07F007F0;
-        and.b32 u1, u1, 0x07F007F0;
-        and.b32 t0, t0, 0x80008000;
-        and.b32 t1, t1, 0x80008000;
-        or.b32 t0, t0, u0;
-        or.b32 t1, t1, u1;
-        mul.rn.bf16x2 t0, t0, c64;
-        mul.rn.bf16x2 t1, t1, c64;
-        mul.rn.bf16x2 $0, t0, $3;
-        mul.rn.bf16x2 $1, t1, $3;
-        }""",
+        asm=_DEQUANT_ASM,
         constraints="=r,=r,r,r", args=[words, sc], dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
 
 
@@ -281,7 +265,7 @@ def launch_wgmma_partial(*, q, cache, indices, topk_length, part_out, part_lse, 
     switches: the rung's constexprs (TOKEN_LANES, K_BUFFERS).
     """
     if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] != 9:
-        raise RuntimeError("impl='wgmma' is a Hopper (sm_90) Gluon kernel: it needs an sm_90 GPU "
+        raise RuntimeError(f"impl={name!r} is a Hopper (sm_90) Gluon kernel: it needs an sm_90 GPU "
                            "(it does not run under TRITON_INTERPRET)")
     b, s_q, h, _ = q.shape
     cfg = default_config(h, allowed) if config is None else TiledConfig.from_any(config, allowed, name)
