@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import workbench as wb
+from workbench import registry
 from workbench.cache import build_case
 
 
@@ -83,6 +84,17 @@ def test_unknown_impl(case):
 def test_unsupported_config(case, impl, config, match):
     with pytest.raises(ValueError, match=match):
         wb.sparse_mla_decode(**case.kwargs(), impl=impl, config=config)
+
+
+GLUON_RUNGS = [n for n in registry.names("split") if not registry.get(n).interpretable]
+
+
+@pytest.mark.interpreter  # CPU tensors reach the launcher only where Triton interprets
+@pytest.mark.parametrize("impl", GLUON_RUNGS)
+def test_a_gluon_rung_off_sm90_names_itself(case, impl):
+    """Each Gluon rung's launcher refuses a tensor off an sm_90 GPU by the rung's own name, not 'wgmma'."""
+    with pytest.raises(RuntimeError, match=rf"impl={impl!r} is a Hopper \(sm_90\) Gluon kernel"):
+        wb.sparse_mla_decode(**case.kwargs(), impl=impl)
 
 
 def test_config_over_shared_memory_limit_is_refused(case, monkeypatch):
