@@ -127,7 +127,7 @@ def e4m3_bf16x2_asm(scale_lo: str, scale_hi: str) -> str:
 
 
 def cdiv(a: int, b: int) -> int:
-    """ceil(a / b) in plain ints: ``triton.cdiv`` called from host code is a ConstexprFunction call (~10 us each
+    """ceil(a / b) in plain ints: ``triton.cdiv`` called from host code is a ConstexprFunction call (5-10 us each
     on a 2-core CPU, several per decode call)."""
     return -(-a // b)
 
