@@ -111,6 +111,21 @@ _wgmma("wgmma_2cta", 8, "wgmma_rope at 16 heads, two blocks per SM: one K buffer
        "wgmma_rope; useless above 16 heads except where 64-head groups leave SMs idle (small calls)",
        allowed=dict(wgmma.ALLOWED, BLOCK_H=(16,)), split_waves=2, maxnreg=128, TOKEN_LANES=4, K_BUFFERS=1,
        ROPE_WORDS=1)
+_wgmma("wgmma_headwarps", 9, "wgmma_rope with the softmax in a layout where each warp holds whole heads: the max "
+       "over a tile's tokens is in-thread plus shuffles, the row sums stay per thread until the end",
+       "ncu (wgmma_2cta, h16) put barrier stalls second (2.30 of 12.1 cycles per instruction) and short scoreboard "
+       "first (3.27): S^T spreads a head's 64 tokens over 4 warps, so each tile's max and sum were two cross-warp "
+       "reductions (shuffles, shared memory, 3 barriers each). One layout conversion of S^T replaces them. Lab "
+       "(sm_90) loop body: barriers 12 -> 8 (h16, 2 blocks/SM), 14 -> 8 (h64); instructions 795 -> 744, 1103 -> "
+       "942. Expect 5-10% at h16, more at h64 where the reductions were over 64 heads",
+       TOKEN_LANES=4, ROPE_WORDS=1, HEAD_WARPS=1)
+_wgmma("wgmma_xchg", 10, "wgmma_headwarps with the valid mask and the rescale factors moved through shared memory "
+       "at the tile's existing barriers instead of by layout conversions",
+       "each conversion (valid mask into the softmax layout, alpha into the accumulator's) brought a barrier of "
+       "its own. Written to shared memory before the barriers the tile already has and read after them: lab "
+       "barriers per tile 8 -> 4 at h16 and h64, instructions unchanged. Expect a few % where barrier stalls "
+       "lead (h16, one block of 8 warps per SM), nothing at h64",
+       TOKEN_LANES=4, ROPE_WORDS=1, HEAD_WARPS=1, SMEM_XCHG=1)
 
 register(KernelSpec(
     name="gather", kind="probe", summary="speed-of-light probe: the decode's bytes and split plan, no math",

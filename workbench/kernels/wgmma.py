@@ -16,11 +16,15 @@ at 2 warps per scheduler, ncu) gives way to overlap: h16 from 113 us towards the
 floor plus the dequant time (~10 us for 993 tokens/SM), so 50-70 us; h64 below 100 us.
 GPU only (sm_90): Gluon does not run under the interpreter.
 
-Three constexpr switches make the later rungs (registered in ``catalog``): TOKEN_LANES, how many lanes
+Five constexpr switches make the later rungs (registered in ``catalog``): TOKEN_LANES, how many lanes
 share one token's loads (32 here; "wgmma_4lane": 4, so each thread does the index and address arithmetic of
 2 tokens a tile, not 8); ROPE_WORDS ("wgmma_rope": the rope is loaded as the last group's output words, so
 one store writes the whole tile and a barrier goes); K_BUFFERS (2 here; "wgmma_2cta": 1, which with a
-128-register cap fits two blocks per SM at 16 heads).
+128-register cap fits two blocks per SM at 16 heads); HEAD_WARPS ("wgmma_headwarps": the softmax runs in a
+layout where each warp holds whole heads, so its max needs no cross-warp reduction, and the row sums stay
+per thread until the end); SMEM_XCHG ("wgmma_xchg": the valid mask and the rescale factors change layout
+through shared memory at barriers the tile already has, instead of layout conversions with barriers of
+their own).
 """
 from __future__ import annotations
 
@@ -67,6 +71,8 @@ def wgmma_partial_kernel(
     TOKEN_LANES: gl.constexpr = 32,    # lanes that share one token's loads (see L3): 32, 16, 8 or 4
     K_BUFFERS: gl.constexpr = 2,       # 2: PV of one tile overlaps the next tile's store; 1: half the shared memory
     ROPE_WORDS: gl.constexpr = 0,      # 1: rope loaded in the words' own layout, stored with the nope (one barrier less)
+    HEAD_WARPS: gl.constexpr = 0,      # 1: softmax with whole heads per warp (no cross-warp max/sum per tile)
+    SMEM_XCHG: gl.constexpr = 0,       # 1 (with HEAD_WARPS): valid and alpha cross layouts at the tile's own barriers
 ):
     D: gl.constexpr = D_NOPE + D_ROPE
     G: gl.constexpr = SCALE_BYTES  # 8 column groups of TILE: 7 fp8 nope tiles and the rope
@@ -89,6 +95,12 @@ def wgmma_partial_kernel(
     OL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
                                                  instr_shape=[16, BLOCK_H, 16])
     OUT: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, 8], [0, 1])  # [D, BLOCK_H], coalesced along d
+    # HEAD_WARPS: S^T [BLOCK_T, BLOCK_H] with one head per lane column, so a head's BLOCK_T tokens sit in one warp
+    # (BLOCK_H // 8 heads a warp, TT tokens a thread): the max over tokens is in-thread plus a few shuffles
+    TT: gl.constexpr = BLOCK_T * BLOCK_H // 256
+    SB: gl.constexpr = gl.BlockedLayout([TT, 1], [BLOCK_T // TT, 32 * TT // BLOCK_T], [1, 8], [0, 1])
+    PT_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_T], gl.bfloat16)
+    V_SMEM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
     K_SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16)
     Q_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D], gl.bfloat16)
     P_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, BLOCK_H], gl.bfloat16)
@@ -105,7 +117,14 @@ def wgmma_partial_kernel(
                 mask=(qh < H)[:, None], other=0.0)  # [BLOCK_H, 512] bf16
     q_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, D], Q_SMEM, q)
     k_smem = gl.allocate_shared_memory(gl.bfloat16, [K_BUFFERS, BLOCK_T, D], K_SMEM)
-    p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_T, BLOCK_H], P_SMEM)
+    if HEAD_WARPS:  # P stored head-major: a thread's TT tokens of its head are contiguous; the PV reads P^T
+        pt_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, BLOCK_T], PT_SMEM)
+        p_smem = pt_smem.permute((1, 0))
+    else:
+        p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_T, BLOCK_H], P_SMEM)
+    if SMEM_XCHG:
+        valid_smem = gl.allocate_shared_memory(gl.int8, [BLOCK_T], V_SMEM)
+        alpha_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], V_SMEM)
 
     end_all = TOPK
     if HAS_TOPK_LEN:
@@ -129,8 +148,13 @@ def wgmma_partial_kernel(
                                            BLOCK_T, ROWS, ROPE, BS_SHIFT, ROPE_WORDS)
     idx = _load_idx(idx_row, start + BLOCK_T, end, BLOCK_T, ROWS)
 
-    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(0, SL))
-    l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(0, SL))
+    if HEAD_WARPS:
+        m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(0, SB))
+        l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(0, SB))
+    else:
+        m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(0, SL))
+        l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(0, SL))
+    l_t = gl.zeros([BLOCK_T, BLOCK_H], gl.float32, layout=SB)  # HEAD_WARPS: per-thread row sums, reduced at the end
     acc = warpgroup_mma_init(gl.zeros([D, BLOCK_H], gl.float32, layout=OL))  # carried as an async result
     s_zero = gl.zeros([BLOCK_T, BLOCK_H], gl.float32, layout=SL)
     buf = 0
@@ -150,6 +174,8 @@ def wgmma_partial_kernel(
             gl.thread_barrier()
             kb.slice(D_NOPE, D_ROPE, dim=1).store(rope)
         cur_valid = valid
+        if SMEM_XCHG:  # read back in the softmax's layout after the barrier below
+            valid_smem.store(valid.to(gl.int8))
         # the next tile's gathers are in flight during this tile's MMAs and softmax
         words, rope, sbyte, valid = _load_tile(cache_w, cache_d, cache_u8, cache_bf16, idx, t0 + BLOCK_T, end, num_tokens,
                                                stride_page, block_size, g, g3, w3, rc, D_NOPE, DATA_BYTES,
@@ -160,26 +186,49 @@ def wgmma_partial_kernel(
         gl.thread_barrier()
         s = warpgroup_mma(kb, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)  # [BLOCK_T, BLOCK_H]
         s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))  # also retires the last PV
-        v = gl.convert_layout(cur_valid, gl.SliceLayout(1, SL))
-        s = gl.where(gl.expand_dims(v, 1), s * sm_scale_log2, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, 0))
-        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
-        alpha = gl.exp2(m_i - m_use)
-        p = gl.exp2(s - gl.expand_dims(m_use, 0))
-        l_i = l_i * alpha + gl.sum(p, 0)
-        m_i = m_new
-        p_smem.store(p.to(gl.bfloat16))
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, OL)), 0)
+        if HEAD_WARPS:
+            s = gl.convert_layout(s, SB)
+            if SMEM_XCHG:
+                v = valid_smem.load(gl.SliceLayout(1, SB)) != 0
+            else:
+                v = gl.convert_layout(cur_valid, gl.SliceLayout(1, SB))
+            s = gl.where(gl.expand_dims(v, 1), s * sm_scale_log2, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, 0))
+            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
+            alpha = gl.exp2(m_i - m_use)
+            p = gl.exp2(s - gl.expand_dims(m_use, 0))
+            l_t = l_t * gl.expand_dims(alpha, 0) + p
+            m_i = m_new
+            pt_smem.store(gl.permute(p.to(gl.bfloat16), (1, 0)))
+            if SMEM_XCHG:  # applied to the accumulator after the barrier below
+                alpha_smem.store(alpha)
+            else:
+                acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, OL)), 0)
+        else:
+            v = gl.convert_layout(cur_valid, gl.SliceLayout(1, SL))
+            s = gl.where(gl.expand_dims(v, 1), s * sm_scale_log2, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, 0))
+            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
+            alpha = gl.exp2(m_i - m_use)
+            p = gl.exp2(s - gl.expand_dims(m_use, 0))
+            l_i = l_i * alpha + gl.sum(p, 0)
+            m_i = m_new
+            p_smem.store(p.to(gl.bfloat16))
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, OL)), 0)
         fence_async_shared()
         gl.thread_barrier()
+        if SMEM_XCHG:
+            acc = acc * gl.expand_dims(alpha_smem.load(gl.SliceLayout(0, OL)), 0)
         acc = warpgroup_mma(kb.permute((1, 0)), p_smem, acc, is_async=True)  # O^T += K^T P^T
         buf = (buf + 1) % K_BUFFERS
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    if HEAD_WARPS:
+        l_i = gl.sum(l_t, 0)
 
     live = l_i > 0
     inv_l = gl.where(live, 1.0 / l_i, 0.0)
     lse2 = gl.where(live, m_i + gl.log2(l_i), float("-inf"))
-    heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, SL))
+    heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=l_i.type.layout)
     slot = (pid_q * H + heads) * s_total + split_offset + split  # [BLOCK_H]
     gl.store(part_lse_ptr + slot, lse2, mask=heads < H)
     out = gl.convert_layout(acc * gl.expand_dims(gl.convert_layout(inv_l, gl.SliceLayout(0, OL)), 0), OUT)
@@ -262,11 +311,13 @@ def launch_wgmma_partial(*, q, cache, indices, topk_length, part_out, part_lse, 
     """Run the Gluon partial kernel for one KV scope into splits [split_offset, split_offset+num_splits).
 
     allowed, name: the registered rung's config table and name; maxnreg: ptxas's register cap (None: no cap);
-    switches: the rung's constexprs (TOKEN_LANES, K_BUFFERS).
+    switches: the rung's constexprs (TOKEN_LANES, K_BUFFERS, ROPE_WORDS, HEAD_WARPS, SMEM_XCHG).
     """
     if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] != 9:
         raise RuntimeError(f"impl={name!r} is a Hopper (sm_90) Gluon kernel: it needs an sm_90 GPU "
                            "(it does not run under TRITON_INTERPRET)")
+    if switches.get("SMEM_XCHG") and not switches.get("HEAD_WARPS"):
+        raise ValueError(f"{name}: SMEM_XCHG=1 needs HEAD_WARPS=1 (it exchanges the head-warp softmax's values)")
     b, s_q, h, _ = q.shape
     cfg = default_config(h, allowed) if config is None else TiledConfig.from_any(config, allowed, name)
     args = partial_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
