@@ -5,6 +5,7 @@
 #   SKIP_CHECK=1 / SKIP_PYTEST_GPU=1 / SKIP_SANITIZE=1 / SKIP_BENCH=1 leave a part out (to fit the 10-minute limit
 #   of one call); the pytest step (TRITON_INTERPRET=0 pytest -m gpu: the GPU checks as tests, and every other
 #   gpu-marked test) writes the same correctness table as check, as $OUT/correctness_h200_pytest.csv;
+#   SANITIZE_IMPLS="a b" limits compute-sanitizer to those kernels (default: every checked kernel);
 #   NCU="impl=JSON-config ..." profiles each impl once at b64 h16 topk2048 (NCU_HEADS to change the heads).
 set -uo pipefail
 SWEEPS="${*:-smoke}"
@@ -28,7 +29,7 @@ if [ "${SKIP_PYTEST_GPU:-0}" != 1 ]; then
   rc=$((rc | PIPESTATUS[0]))
 fi
 if [ "${SKIP_SANITIZE:-${SKIP_CHECK:-0}}" != 1 ]; then
-  for impl in $(python3 -c "from workbench.gpu_check import checked_impls; print(*checked_impls())"); do
+  for impl in ${SANITIZE_IMPLS:-$(python3 -c "from workbench.gpu_check import checked_impls; print(*checked_impls())")}; do
     timeout 240 compute-sanitizer --tool memcheck --print-limit 20 python3 -m workbench check --sanitize $impl \
       > "$OUT/sanitizer_$impl.log" 2>&1
     echo "compute-sanitizer $impl: exit $?; $(grep -E 'ERROR SUMMARY|passed=' "$OUT/sanitizer_$impl.log" | tr '\n' ' ')"

@@ -103,15 +103,16 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("tile512_3d", "cpu", heads=64, tokens=64 * 2048) == "tile512_3d"  # named: never replaced
     monkeypatch.setattr(common, "INTERPRET", False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (9, 0))
-    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "wgmma_rope"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=4 * 2048) == "wgmma_rope"
-    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "wgmma_2cta"
-    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 640) == "wgmma_rope"
-    assert registry.resolve("auto", "cuda", heads=32, tokens=64 * 2048) == "wgmma_rope"
-    assert registry.resolve("auto", "cuda", heads=16, tokens=4 * 512) == "wgmma_rope"  # crossover: faster at b1-b4
-    assert registry.resolve("auto", "cuda", heads=16, tokens=2048) == "wgmma_rope"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4 * 2048) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 640) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=32, tokens=64 * 2048) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=4 * 512) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=2048) == "wgmma_xchg"
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "wgmma_2cta"  # small call, 64 heads
-    assert registry.resolve("auto", "cuda", heads=64, tokens=16 * 512) == "wgmma_rope"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=512) == "wgmma_rope"  # not measured there
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "wgmma_2cta"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4097) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=512) == "wgmma_xchg"  # not measured there
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (12, 0))
     assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "tile512"

@@ -86,31 +86,27 @@ def decode_impls() -> tuple[str, ...]:
     return (AUTO,) + names("split", "fused", "reference")
 
 
-# wgmma_2cta (16-head groups, two blocks per SM) wins at <= 16 heads on big calls, and at up to 64 heads on
-# calls too small to fill the GPU with 64-head groups (crossover sweep, data/*_crossover.csv, and the ladder)
-TWO_BLOCK_MIN_TOKENS_H16 = 65536   # h16: b32 topk2048 39.1 vs 40.8 us, b64 67.2 vs 72; b16 topk2048 25.4 vs 24.5
+# wgmma_2cta (16-head groups, two blocks per SM) wins at 17-64 heads on calls too small to fill the GPU with
+# 64-head groups (crossover sweep, data/*_crossover.csv, and the ladder)
 TWO_BLOCK_MAX_TOKENS_H64 = 4096    # h64: b1-b8 topk512 and b1-b2 topk2048 win (9.9 vs 14.2 at b1 topk512); 8192 lose
 
 
 def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     """What "auto" runs on a GPU of ``capability`` ("sm_90", ...) for a call of this size (a pure rule).
 
-    On sm_90, a Gluon rung. The rule was measured on the rungs before the rope moved into the words (both
-    candidates gained from it alike, 6-10%): "wgmma_4lane" beat tile512 at every shape of the crossover sweep
-    (b1-b32, h16 and h64, topk 512 and 2048: 1.04x to 2.47x); "wgmma_2cta" (head groups of 16, two blocks
-    per SM) beat it at <= 16 heads from 65536 selected tokens (b32 and b64 at topk2048; at b64 with 128 + 512
-    tokens it lost, 35.2 vs 34.0 us), and at 17-64 heads up to 4096 tokens, where 64-head groups leave most
-    SMs idle (measured at 64 heads). Elsewhere "wgmma_rope" (wgmma_4lane with the rope in the words). Any
-    other GPU: the portable "tile512".
+    On sm_90, a Gluon rung: "wgmma_xchg" (the head-warp softmax, rung 10), except at 17-64 heads on calls of
+    at most 4096 selected tokens, where 64-head groups leave most SMs idle and "wgmma_2cta" (head groups of 16,
+    two blocks per SM) wins (b1 h64 topk512: 9.5 vs 13.1 us in the run that measured rung 10). Rung 10 took
+    over from "wgmma_2cta" at <= 16 heads on big calls (b64 h16 topk2048: 55.5 vs 61.9 us, same run), and
+    from "wgmma_rope" everywhere else it was timed (h64, h128, the production shape). Any other GPU: the
+    portable "tile512".
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
         return "tile512"
-    if heads <= 16 and tokens >= TWO_BLOCK_MIN_TOKENS_H16:
-        return "wgmma_2cta"
     if 16 < heads <= 64 and tokens <= TWO_BLOCK_MAX_TOKENS_H64:
         return "wgmma_2cta"
-    return "wgmma_rope"
+    return "wgmma_xchg"
 
 
 def resolve(impl: str, device, *, heads: int, tokens: int) -> str:
