@@ -64,3 +64,27 @@ def test_host_int_helpers_equal_tritons():
     for b in (1, 2, 3, 16, 64, 100):
         for a in range(-200, 1000):
             assert cdiv(a, b) == triton.cdiv(a, b), (a, b)
+
+
+def test_a_target_override_applies_only_in_its_own_thread():
+    """The resource lab budgets pruning for another GPU inside target_override; a decode pruning in another
+    thread at the same time keeps its own target."""
+    import threading
+
+    from workbench.kernels.tuning import current_target, target_override
+    own = current_target().arch
+    other = "sm_120" if own != "sm_120" else "sm_89"
+    inside, seen = threading.Event(), {}
+
+    def elsewhere():
+        inside.wait(5)
+        seen["arch"] = current_target().arch
+
+    t = threading.Thread(target=elsewhere)
+    t.start()
+    with target_override(other):
+        assert current_target().arch == other
+        inside.set()
+        t.join(5)
+    assert seen["arch"] == own
+    assert current_target().arch == own

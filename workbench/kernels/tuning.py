@@ -7,6 +7,7 @@ device helpers and launch arguments every kernel shares are in :mod:`workbench.k
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -15,13 +16,21 @@ import triton
 from ..targets import GpuTarget, get_target, target_for_capability
 from . import common
 
-_TARGET_OVERRIDE: list[GpuTarget] = []
+class _Overrides(threading.local):
+    """Per thread, the stack of active :class:`target_override` targets: the lab compiling for sm_120 in one
+    thread never changes what a decode in another thread prunes for."""
+
+    def __init__(self):
+        self.stack: list[GpuTarget] = []
+
+
+_TARGET_OVERRIDE = _Overrides()
 
 
 def current_target() -> GpuTarget:
-    """The target pruning budgets for: the active override, else the current GPU, else sm_90."""
-    if _TARGET_OVERRIDE:
-        return _TARGET_OVERRIDE[-1]
+    """The target pruning budgets for: this thread's active override, else the current GPU, else sm_90."""
+    if _TARGET_OVERRIDE.stack:
+        return _TARGET_OVERRIDE.stack[-1]
     if torch.cuda.is_available() and not common.INTERPRET:  # read at call time: tests switch it off
         return target_for_capability(*torch.cuda.get_device_capability())
     return get_target(os.environ.get("WORKBENCH_TARGET", "sm_90"))
@@ -34,11 +43,11 @@ class target_override:
         self.target = get_target(arch)
 
     def __enter__(self):
-        _TARGET_OVERRIDE.append(self.target)
+        _TARGET_OVERRIDE.stack.append(self.target)
         return self.target
 
     def __exit__(self, *exc):
-        _TARGET_OVERRIDE.pop()
+        _TARGET_OVERRIDE.stack.pop()
 
 
 @dataclass(frozen=True)
