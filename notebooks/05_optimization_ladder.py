@@ -21,8 +21,8 @@
 # prediction written before it was measured. This notebook reads only `data/` (no GPU, no kernel
 # launch): the ladder table timed every rung beside FlashMLA and the gather floor (a kernel that
 # reads exactly the bytes a decode reads and does no math) in one CUDA-graph run with cold KV; the
-# headline tables timed the default kernel (`impl="auto"`: on sm_90 a Gluon rung, `wgmma_2cta` or
-# `wgmma_rope` by call size, `registry.auto_kernel`); earlier ladder tables show how the first Gluon rung,
+# headline tables timed the default kernel (`impl="auto"`: on sm_90 a Gluon rung, `wgmma_xchg` or
+# `wgmma_2cta` by call size, `registry.auto_kernel`); earlier ladder tables show how the first Gluon rung,
 # `wgmma`, got where it is; forced-config tables check the autotuner; Nsight Compute reports (`data/ncu/`)
 # say where the time goes.
 
@@ -95,8 +95,10 @@ print("all ladder tables:\n" + ladders.to_string())
 # ## Time per rung at b64, 16, 64 and 128 heads
 # Message: bars are the rungs in ladder order (a black edge: what `auto` runs there); the dashed
 # line is FlashMLA and the dotted line the gather floor, both from the same run. Only the Gluon rungs
-# (5-8: q and K in shared memory for wgmma) cross FlashMLA's line: at 16 heads from rung 5, at 64 and 128
-# heads not at all, though each Gluon step narrows the gap; every bar stays well above the floor.
+# (5-10: q and K in shared memory for wgmma) cross FlashMLA's line: at 16 heads from rung 5; at 64 heads
+# from rung 9, when the softmax stopped reducing across warps (each tile's max and sum had been two
+# cross-warp reductions with three barriers each); at 128 heads not at all. Every bar stays well above the
+# floor.
 
 # %%
 times = []
@@ -174,6 +176,8 @@ CHANGES = {
     "5ab3b1a": "launch plumbing (common.launch, layout from the cache); Gluon rungs split into whole 64-token "
                "tiles (wgmma at b1: 19.7 -> 16.1 us); rungs 6-7 added beside wgmma",
     "6cad387": "a rope-in-words switch added to the kernel, off in wgmma itself (rung 7 turns it on)",
+    "0cf3777": "head-warp softmax and shared-memory exchange switches added, off in wgmma itself (rungs 9-10 turn "
+               "them on; wgmma's SASS unchanged); one copy of the dequant PTX, host-int launch maths",
 }
 hist = ok[(ok.sweep == "ladder") & (ok.config == "") & ok.kernel.isin(["wgmma", "flashmla"])]
 rows = []

@@ -13,7 +13,7 @@ import torch
 
 from . import registry
 from .kernels.combine import launch_combine
-from .kernels.common import INTERPRET
+from .kernels.common import INTERPRET, cdiv
 from .layout import MODEL1
 from .reference import sparse_mla_decode_reference
 from .validate import check_decode_args
@@ -40,17 +40,12 @@ def plan_splits(*, queries: int, heads: int, topk: int, num_sms: int, waves: int
     granule: tokens per split are a multiple of it (a kernel with fixed 64-token tiles asks for 64: smaller
     splits would run mostly masked tiles and write more fp32 partials for the combine).
     """
-    base = queries * _cdiv(heads, NOMINAL_BLOCK_H)
+    base = queries * cdiv(heads, NOMINAL_BLOCK_H)
     want = max(1, round(waves * num_sms / base))
     g = granule
-    tps = max(g, _cdiv(_cdiv(topk, want), g) * g)
-    tps = max(tps, _cdiv(_cdiv(topk, MAX_SPLITS_PER_SCOPE), g) * g)
-    return SplitPlan(_cdiv(topk, tps), tps)
-
-
-def _cdiv(a: int, b: int) -> int:
-    # not triton.cdiv: from host code that is a ConstexprFunction call, ~10 us each on a plain decode call
-    return -(-a // b)
+    tps = max(g, cdiv(cdiv(topk, want), g) * g)
+    tps = max(tps, cdiv(cdiv(topk, MAX_SPLITS_PER_SCOPE), g) * g)
+    return SplitPlan(cdiv(topk, tps), tps)
 
 
 def split_plans(*, queries: int, heads: int, indices, num_sms: int, waves: int = WAVES,
