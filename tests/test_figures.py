@@ -402,3 +402,15 @@ def test_overhead_figure_draws_a_bar_per_provider_and_shape(tmp_path):
     assert files[0] == files[1], "same bytes twice"
     with pytest.raises(ValueError, match="overhead"):
         P.fig_overhead(df[df["mode"] == "graph"])
+
+
+def test_every_registered_kernel_and_a_new_one_get_distinct_colours():
+    """The ladder figure draws one bar per rung: two rungs sharing a colour (the old grey fallback) made
+    rungs 9 and 10 indistinguishable; a rung registered later gets a free colour with no plotting edit."""
+    from workbench import registry
+    from workbench.plotting import KERNEL_COLORS, kernel_colors
+    names = list(registry.names("split", "fused")) + ["a_rung_registered_later", "and_another"]
+    colors = kernel_colors(names)
+    assert list(colors) == names
+    assert len(set(colors.values())) == len(names)
+    assert all(colors[k] == KERNEL_COLORS[k] for k in names if k in KERNEL_COLORS)

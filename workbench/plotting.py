@@ -36,7 +36,20 @@ DEFAULT_PROVIDER = "auto"
 DEFAULT_FALLBACK = ("wgmma",)  # what "auto" ran on the H200 before the 4-lane rungs, timed by name in old tables
 # One colour per kernel (optimisation-ladder rungs and the correctness tables' impl column).
 KERNEL_COLORS = {"mma": "#56B4E9", "tile512": "#D55E00", "tile512_bf16dq": "#CC79A7", "tile512_3d": "#8C6D31",
-                 "wgmma": "#0072B2", "wgmma_4lane": "#332288", "wgmma_rope": "#882255", "wgmma_2cta": "#44AA99", "auto": "#0072B2", "simt": "#009E73"}
+                 "wgmma": "#0072B2", "wgmma_4lane": "#332288", "wgmma_rope": "#882255", "wgmma_2cta": "#44AA99",
+                 "wgmma_headwarps": "#117733", "wgmma_xchg": "#DDAA33", "auto": "#0072B2", "simt": "#009E73"}
+
+
+def kernel_colors(names) -> dict:
+    """A colour per kernel name: its own from KERNEL_COLORS, else (a rung registered later, with no edit here)
+    the next tab20 colour no kernel in ``names`` uses yet, so no two bars of one figure share a colour."""
+    import seaborn as sns
+    out = {k: KERNEL_COLORS[k] for k in names if k in KERNEL_COLORS}
+    spare = iter(c for c in sns.color_palette("tab20").as_hex() if c not in set(out.values()))
+    for k in names:
+        if k not in out:
+            out[k] = next(spare, "grey")
+    return out
 MODE_TITLES = {"graph": "CUDA-graph replay (the kernel's time)",
                "eager": "eager launch (host-bound below ~32 requests)"}
 POOR_R2 = 0.8
@@ -589,6 +602,7 @@ def fig_ladder(times, panels, rungs, *, default=None, labels=None):
     from matplotlib.patches import Patch
     labels = labels or {}
     per_panel = default if isinstance(default, dict) else {key: default for key, _ in panels}
+    colors = kernel_colors(rungs)
     fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 0.6, 4.3), squeeze=False)
     for ax, (key, title) in zip(axes[0], panels):
         default = per_panel.get(key)
@@ -600,7 +614,7 @@ def fig_ladder(times, panels, rungs, *, default=None, labels=None):
             if not np.isfinite(v):
                 ax.text(i, 0, "n/a", ha="center", va="bottom", fontsize=8, color="grey")
                 continue
-            ax.bar(i, v, width=0.7, color=KERNEL_COLORS.get(k, "grey"), edgecolor="k" if k == default else "white",
+            ax.bar(i, v, width=0.7, color=colors[k], edgecolor="k" if k == default else "white",
                    linewidth=1.6 if k == default else 0.5)
             txt = (f"{v:.0f}" if v >= 30 else f"{v:.1f}") + (f"\n{fm / v:.2f}x" if np.isfinite(fm) else "")
             ax.text(i, v, txt, ha="center", va="bottom", fontsize=7.5, zorder=5,
@@ -619,7 +633,7 @@ def fig_ladder(times, panels, rungs, *, default=None, labels=None):
         ax.set_ylabel("time per call (us)" if ax is axes[0][0] else "")
         ax.set_title(title, fontsize=10)
     defaults = {per_panel.get(key) for key, _ in panels}
-    handles = [Patch(facecolor=KERNEL_COLORS.get(k, "grey"), edgecolor="k" if k in defaults else "white",
+    handles = [Patch(facecolor=colors[k], edgecolor="k" if k in defaults else "white",
                      linewidth=1.6 if k in defaults else 0.5) for k in rungs]
     names = [labels.get(k, k) for k in rungs]
     handles.append(Patch(facecolor="white", edgecolor="k", linewidth=1.6))
@@ -861,7 +875,7 @@ def fig_error_ecdf(ratio_df):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 4))
     impls = sorted(ratio_df.impl.unique())
-    colors = KERNEL_COLORS
+    colors = kernel_colors(impls)
     nz_all = ratio_df.ratio[ratio_df.ratio > 0]
     lo = max(float(nz_all.min()) / 2, 1e-12) if len(nz_all) else 1e-8
     for impl in impls:
@@ -916,7 +930,7 @@ def fig_gpu_checks(gpu):
     checked = worst.dropna(subset=["elem"])
     checks = sorted(checked.check.unique())
     impls = sorted(checked.impl.unique())
-    colors = KERNEL_COLORS
+    colors = kernel_colors(impls)
     fig, axes = plt.subplots(1, 2, figsize=(12, 0.9 + 0.75 * len(checks) * max(1, len(impls)) / 2 + 1.2),
                              sharey=True)
     hgt = 0.8 / max(1, len(impls))
