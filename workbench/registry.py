@@ -33,6 +33,8 @@ class KernelSpec:
     shared_model: Callable | None = None    # typed config -> estimated shared bytes
     lab_signature: dict = field(default_factory=dict)  # runtime argument -> Triton type, for the lab
     lab_constexprs: Callable | None = None  # typed config -> every constexpr of a compile
+    compile_options: dict = field(default_factory=dict)  # extra compile options the launcher passes, e.g.
+    # {"maxnreg": 128} for wgmma_2cta (its launcher passes maxnreg=128): the lab passes them to triton.compile too
     check_configs: tuple = ()               # configs (dicts) the GPU checks cycle through; the first is "fixed"
     split_waves: int = 2                    # split kinds: programs per SM the split plan aims for
     split_granule: int = 16                 # split kinds: tokens per split are a multiple of this

@@ -7,6 +7,12 @@ cubin, ptxas's own log gives the spills, the PTX gives the global loads by width
 wgmma), HMMA (mma.sync) or neither. The kernels are compiled from their ``@triton.jit`` functions,
 so the lab always sees the code that runs.
 
+Gluon kernels (``@gluon.jit``) compile the same way, through ``GluonASTSource``, with the entry's
+``compile_options`` (a launcher's ``maxnreg``) passed to ``triton.compile`` like every launch option. They
+are written for Hopper wgmma: on any target but :data:`GLUON_ARCHS` the lab does not compile them (LLVM
+aborts the whole process on the wgmma intrinsics) and reports status ``compile_error``, reason
+``skipped: Gluon sm_90 kernel ...``.
+
 Which kernels: every registry entry with a ``lab_signature`` (:func:`workbench.registry.compiled_kernels`),
 each over its whole ``config_space`` with its ``fixed_meta`` switches, plus the kernel that has no
 registry entry of its own (:data:`LAB_EXTRAS`: the combine). ``KERNELS`` is read from the registry each
@@ -36,12 +42,14 @@ from typing import Callable
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
 from .kernels.configs import KernelConfig
 from .targets import TARGETS, get_target
 
 LOAD_WIDTHS = (1, 2, 4, 8, 16)      # bytes per ld.global instruction the table counts
 MMA_KINDS = ("utcmma", "hgmma", "hmma")
+GLUON_ARCHS = ("sm_90",)            # the targets the lab compiles Gluon kernels for (Hopper wgmma)
 
 
 # ----------------------------------------------------------------------------- which kernels
@@ -50,13 +58,14 @@ MMA_KINDS = ("utcmma", "hgmma", "hmma")
 class LabKernel:
     """What the lab needs to compile one kernel: its jit object, argument types and configs."""
     name: str
-    jit: object                                  # @triton.jit (or autotuned) object
+    jit: object                                  # @triton.jit / @gluon.jit (or autotuned) object
     signature: dict                              # runtime argument -> Triton type ("*bf16", "i32", ...)
     constexprs: Callable                         # typed config -> every constexpr of a compile
     configs: tuple                               # typed configs: the whole space the lab compiles
     config_cls: type
     shared_model: Callable | None = None         # typed config[, arch=] -> estimated shared bytes (None: no model)
     fixed_meta: dict = field(default_factory=dict)  # constexpr switches pinned by the entry (table columns)
+    compile_options: dict = field(default_factory=dict)  # triton.compile options beyond the config's (maxnreg)
 
 
 @dataclass(frozen=True)
@@ -69,16 +78,19 @@ def _from_spec(spec, siblings=()) -> LabKernel:
     """A registry entry as the lab sees it.
 
     A switch that a sibling entry of the same jit function pins (tile512_3d's GATHER3D=1) but this entry does
-    not is off (0), as the launchers default it; it becomes a constexpr and a table column of this entry too.
+    not takes the value a launch that omits it gets: the jit parameter's default (the Gluon kernel's
+    TOKEN_LANES=32, K_BUFFERS=2), else off (0), as the tile512 launcher defaults it; it becomes a constexpr and a
+    table column of this entry too.
     """
-    switches = {k: 0 for s in siblings if s.jit is spec.jit and s is not spec for k in s.fixed_meta}
+    defaults = _param_defaults(spec.jit)
+    switches = {k: defaults.get(k, 0) for s in siblings if s.jit is spec.jit and s is not spec for k in s.fixed_meta}
     fixed = {**switches, **spec.fixed_meta}
 
     def constexprs(c, _own=spec.lab_constexprs, _fixed=fixed):
         return {**_fixed, **_own(c)}
     return LabKernel(name=spec.name, jit=spec.jit, signature=dict(spec.lab_signature), constexprs=constexprs,
                      configs=tuple(spec.config_space), config_cls=spec.config_cls, shared_model=spec.shared_model,
-                     fixed_meta=dict(sorted(fixed.items())))
+                     fixed_meta=dict(sorted(fixed.items())), compile_options=dict(spec.compile_options))
 
 
 def _combine() -> LabKernel:
@@ -153,9 +165,37 @@ def _jit_function(obj):
     return obj
 
 
+def _wrapped(obj):
+    """The objects down a jit/autotuner/interpreter wrapper chain (``.fn``), the Python function last."""
+    while obj is not None:
+        yield obj
+        obj = getattr(obj, "fn", None)
+
+
+def _param_defaults(jit) -> dict:
+    """The kernel's parameters that have a default, as a launch that omits them gets it (interpreted or not)."""
+    import inspect
+    *_, pyfn = _wrapped(jit)
+    return {n: p.default for n, p in inspect.signature(pyfn).parameters.items() if p.default is not p.empty}
+
+
+def is_gluon(lk: LabKernel) -> bool:
+    """Whether the kernel is a Gluon (``@gluon.jit``) function."""
+    return any(isinstance(o, GluonJITFunction) for o in _wrapped(lk.jit))
+
+
+def arch_skip_reason(lk: LabKernel, arch: str) -> str | None:
+    """Why the lab does not compile the kernel for ``arch`` at all, or None: Gluon kernels only for GLUON_ARCHS."""
+    arch = get_target(arch).arch
+    if is_gluon(lk) and arch not in GLUON_ARCHS:
+        return (f"skipped: Gluon sm_90 kernel (Hopper wgmma), not compiled for {arch} "
+                "(LLVM aborts the process on its wgmma intrinsics)")
+    return None
+
+
 def _signature_and_constexprs(lk: LabKernel, cfg):
     fn = _jit_function(lk.jit)
-    const = dict(lk.constexprs(cfg))
+    const = {**_param_defaults(lk.jit), **lk.constexprs(cfg)}  # defaulted parameters: as a launch that omits them
     missing = [a for a in fn.arg_names if a not in lk.signature and a not in const]
     if missing:
         raise RuntimeError(f"resource lab: {lk.name} at {cfg.label} has no type or constexpr value for {missing}: "
@@ -177,13 +217,19 @@ def _plain_types(sig):
     return {a: t.split(":")[0] for a, t in sig.items()}
 
 
+def _source(fn, sig, const):
+    """What triton.compile takes: a GluonASTSource for a Gluon function (its own front end), else an ASTSource."""
+    cls = GluonASTSource if isinstance(fn, GluonJITFunction) else ASTSource
+    return cls(fn, _plain_types(sig), const, attrs=_attrs(fn, sig))
+
+
 @dataclass
 class CompileResult:
     kernel: str
     arch: str
     config: str                 # the typed config's label, e.g. "BLOCK_H=16,BLOCK_T=32,num_warps=4,num_stages=1"
     columns: dict               # flat config columns: the typed config's and the entry's fixed switches
-    status: str                 # fits | pruned | over_limit | compile_error
+    status: str                 # fits | pruned | over_limit | compile_error (reason "skipped: ...": wrong target)
     reason: str
     model_shared_bytes: int | None
     shared_bytes: int | None = None
@@ -347,14 +393,16 @@ def compile_config(kernel: str, arch: str, cfg, *, respect_pruning: bool = False
     reason = model_prune_reason(lk, model, arch)
     base = dict(kernel=kernel, arch=arch, config=cfg.label, columns={**cfg.columns(), **lk.fixed_meta},
                 model_shared_bytes=model)
+    skip = arch_skip_reason(lk, arch)
+    if skip:
+        return CompileResult(**base, status="compile_error", reason=skip)
     if reason and respect_pruning:
         return CompileResult(**base, status="pruned", reason=reason)
     fn, sig, const = _signature_and_constexprs(lk, cfg)
-    src = ASTSource(fn, _plain_types(sig), const, attrs=_attrs(fn, sig))
     try:
         with target_override(arch):
-            k, log = _compile(src, GPUTarget("cuda", target.capability, 32),
-                              dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+            k, log = _compile(_source(fn, sig, const), GPUTarget("cuda", target.capability, 32),
+                              {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, **lk.compile_options})
     except Exception as e:  # noqa: BLE001 - the reason is the result
         msg = str(e).strip().splitlines()
         detail = [ln for ln in msg if re.search(r"error\s+:", ln)]  # ptxas's own line, e.g. "requires sm_90"

@@ -1,0 +1,86 @@
+"""Resource lab, Gluon: a Gluon rung given a lab signature compiles through GluonASTSource with its entry's compile
+options (wgmma_2cta's maxnreg=128 reaches ptxas), and is skipped, not compiled, off sm_90."""
+import dataclasses
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from workbench import registry
+from workbench.kernels import catalog, wgmma
+from workbench.kernels.common import layout_constexprs
+from workbench.resources import lab_kernels, to_frame, without_interpreter
+
+PROBE, UNCAPPED, BASE = "lab_gluon_probe", "lab_gluon_probe_nocap", "lab_gluon_base"
+H16 = {"BLOCK_H": 16, "BLOCK_T": 64, "num_warps": 8}
+# the page stride as a launch specialises it (a multiple of 16 bytes: 256 tokens * 584 B): the Gluon kernel's
+# gathers address through it with no tl.multiple_of (tile512 has one), so typed plainly "i64" they compile to
+# 1-8 byte loads in the lab (179 ld.global, none of 16 B, at h16) instead of the 16-byte loads that run
+SIGNATURE = dict(catalog.SPLIT_SIGNATURE, stride_page="i64:16")
+
+
+def _constexprs(c):
+    # pages of 256 tokens; the entry's fixed_meta (TOKEN_LANES=4, K_BUFFERS=1, ROPE_WORDS=1) is merged by the lab
+    return dict(HAS_TOPK_LEN=False, DOT_FP32=False, **layout_constexprs(keys=wgmma.LAYOUT_KEYS), BS_SHIFT=8,
+                **c.meta())
+
+
+def probe_specs():
+    """wgmma_2cta with a lab signature, with and without its register cap; the plain wgmma rung (no switches)."""
+    lab = dict(rung=None, lab_signature=SIGNATURE, lab_constexprs=_constexprs)
+    return (dataclasses.replace(registry.get("wgmma_2cta"), name=PROBE, compile_options={"maxnreg": 128}, **lab),
+            dataclasses.replace(registry.get("wgmma_2cta"), name=UNCAPPED, **lab),
+            dataclasses.replace(registry.get("wgmma"), name=BASE, **lab))
+
+
+def register_probes():
+    for s in probe_specs():
+        registry.register(s)
+
+
+def unregister_probes():
+    for n in (PROBE, UNCAPPED, BASE):
+        registry.unregister(n)
+
+
+@pytest.fixture
+def probes():
+    register_probes()
+    try:
+        yield lab_kernels()
+    finally:
+        unregister_probes()
+
+
+def test_a_gluon_entry_is_a_lab_kernel_with_its_options_and_defaults(probes):
+    from workbench.kernels.configs import TiledConfig
+    probe, base = probes[PROBE], probes[BASE]
+    assert probe.compile_options == {"maxnreg": 128} and probes[UNCAPPED].compile_options == {}
+    # a sibling's switch this entry does not pin takes the jit parameter's default (a launch omits it), not 0
+    assert base.fixed_meta == dict(K_BUFFERS=2, ROPE_WORDS=0, TOKEN_LANES=32)
+    assert probe.fixed_meta == dict(K_BUFFERS=1, ROPE_WORDS=1, TOKEN_LANES=4)
+    assert [c.label for c in probe.configs] == ["BLOCK_H=16,BLOCK_T=64,num_warps=8,num_stages=1"]
+    assert probe.constexprs(TiledConfig(**H16))["TOKEN_LANES"] == 4
+
+
+def test_a_gluon_rung_compiles_for_sm90_with_its_register_cap():
+    """wgmma_2cta at BLOCK_H=16: HGMMA, 84 KB of shared memory (one K buffer), and 128 registers only with the
+    maxnreg the entry's compile_options carry (uncapped, ptxas takes more); skipped, not compiled, for sm_120."""
+    setup = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_resources_gluon as t; "
+             "t.register_probes()")
+    code = (f"{setup}\nimport json; from workbench.resources import compile_config\n"
+            f"res = [compile_config(k, a, {H16!r}) for k, a in "
+            f"(({PROBE!r}, 'sm_90'), ({UNCAPPED!r}, 'sm_90'), ({PROBE!r}, 'sm_120'))]\n"
+            "print(json.dumps([r.as_row() for r in res]))")
+    capped, uncapped, off = (r for _, r in to_frame(json.loads(without_interpreter(code).splitlines()[-1])).iterrows())
+    for r in (capped, uncapped):
+        assert r.status == "fits", r.reason
+        assert r.mma == "HGMMA" and r.mma_count == r.hgmma > 0 and r.hmma == 0
+        assert r.num_warps == 8 and r.TOKEN_LANES == 4 and r.K_BUFFERS == 1 and r.ROPE_WORDS == 1
+        assert 80000 <= r.shared_bytes <= 90000 and r.shared_bytes <= r.model_shared_bytes  # 84,224 B compiled
+        assert r.ld_global_16B > 0 and r.spill_stores == 0 and r.spill_loads == 0
+    assert capped.registers == 128 and capped.stack_bytes == 0
+    assert uncapped.registers > 128, "maxnreg did not reach the compiler"
+    assert off.status == "compile_error" and off.reason.startswith("skipped: Gluon sm_90 kernel")
+    assert pd.isna(off.registers)
