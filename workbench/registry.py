@@ -90,7 +90,7 @@ def decode_impls() -> tuple[str, ...]:
 
 # wgmma_2cta (16-head groups, two blocks per SM) wins at 17-64 heads on calls too small to fill the GPU with
 # 64-head groups (crossover sweep, data/*_crossover.csv, and the ladder)
-TWO_BLOCK_MAX_TOKENS_H64 = 4096    # h64: b1-b8 topk512 and b1-b2 topk2048 win (9.9 vs 14.2 at b1 topk512); 8192 lose
+TWO_BLOCK_MAX_TOKENS_H64 = 4096    # h64: b1-b8 topk512 and b1-b2 topk2048 win, 8192 tokens lose (crossover 0259)
 
 
 def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
@@ -98,10 +98,12 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
 
     On sm_90, a Gluon rung: "wgmma_xchg" (the head-warp softmax, rung 10), except at 17-64 heads on calls of
     at most 4096 selected tokens, where 64-head groups leave most SMs idle and "wgmma_2cta" (head groups of 16,
-    two blocks per SM) wins (b1 h64 topk512: 9.5 vs 13.1 us in the run that measured rung 10). Rung 10 took
-    over from "wgmma_2cta" at <= 16 heads on big calls (b64 h16 topk2048: 55.5 vs 61.9 us, same run), and
-    from "wgmma_rope" everywhere else it was timed (h64, h128, the production shape). Any other GPU: the
-    portable "tile512".
+    two blocks per SM) wins (crossover sweep, data/bench_h200_20261201-0259_crossover.csv: b1 h64 topk512
+    9.47 vs 12.95 us; b4 h64 topk2048, 8192 tokens, 27.11 vs 21.22). Rung 10 took over from "wgmma_2cta" at
+    <= 16 heads on big calls (ladder, data/bench_h200_20261201-0257_ladder.csv: b64 h16 topk2048 55.54 vs
+    60.29 us) and from "wgmma_rope" everywhere else it was timed (h64, h128, the production shape); the rule
+    picks the fastest of tile512, wgmma_rope, wgmma_2cta and wgmma_xchg at all 24 crossover shapes. Any other
+    GPU: the portable "tile512".
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
