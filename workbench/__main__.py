@@ -41,11 +41,6 @@ def _out_dir(a, label: str) -> Path:
     return new_run_dir(RUNS, label)
 
 
-def _write_meta(csv: Path) -> None:
-    from .provenance import provenance
-    csv.with_name(csv.stem + ".meta.json").write_text(json.dumps(provenance(), indent=1))
-
-
 def _cmd_check(a):
     what = f"check --sanitize {a.sanitize}" if a.sanitize else "check"
     if rc := _needs_cuda(what):
@@ -71,15 +66,16 @@ def _cmd_bench(a):
     if rc := _needs_cuda("bench"):
         return rc
     from .bench import fit_batch_model, rows_frame, run_sweep, summary_markdown
+    from .provenance import write_meta
     csv = _out_dir(a, "bench") / a.name
-    _write_meta(csv)
+    write_meta(csv)
     done = []
 
     def flush(new):  # rewrite after every item: a run cut short keeps what it measured
         done.extend(new)
         rows_frame(done).to_csv(csv, index=False)
     df = rows_frame(run_sweep(a.sweep, progress=not a.no_progress, on_rows=flush))
-    _write_meta(csv)
+    write_meta(csv)
     fit = fit_batch_model(df)
     if len(fit):
         fit.to_csv(csv.with_name(csv.stem + ".fit.csv"), index=False)
@@ -123,7 +119,8 @@ def gpu_slug(name: str) -> str:
 
 
 def _provenance_of(csv: Path) -> dict:
-    meta = csv.with_name(csv.stem + ".meta.json")
+    from .provenance import meta_path
+    meta = meta_path(csv)
     if meta.is_file():
         return json.loads(meta.read_text())
     import pandas as pd

@@ -105,9 +105,9 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     if plan is not None:
         return plan.launch(q, cache, indices, sm_scale, attn_sink, topk_length, extra_cache, extra_indices,
                            extra_topk_length, impl, config)
-    spec, sm_scale = resolve_call(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink,
-                                        topk_length=topk_length, extra_cache=extra_cache,
-                                        extra_indices=extra_indices, extra_topk_length=extra_topk_length, impl=impl)
+    spec, sm_scale = resolve_call(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink, topk_length=topk_length,
+                                  extra_cache=extra_cache, extra_indices=extra_indices,
+                                  extra_topk_length=extra_topk_length, impl=impl)
     if spec.kind == "reference":
         if config is not None:
             raise ValueError("config: the reference has no kernel config")
@@ -133,8 +133,7 @@ def resolve_call(q, cache, indices, *, sm_scale, attn_sink, topk_length, extra_c
     if impl not in registry.decode_impls():
         raise ValueError(f"impl: expected one of {registry.decode_impls()}, got {impl!r}")
     check_decode_args(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink, topk_length=topk_length,
-                             extra_cache=extra_cache, extra_indices=extra_indices,
-                             extra_topk_length=extra_topk_length)
+                      extra_cache=extra_cache, extra_indices=extra_indices, extra_topk_length=extra_topk_length)
     b, s_q, heads, _ = q.shape
     topk_all = indices.shape[2] + (extra_indices.shape[2] if extra_indices is not None else 0)
     spec = registry.get(registry.resolve(impl, q.device, heads=heads, tokens=b * s_q * topk_all))

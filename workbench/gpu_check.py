@@ -18,7 +18,7 @@ from . import registry
 from .decode import sparse_mla_decode, warmup
 from .golden import golden_expected, golden_kwargs, golden_names, load_golden
 from .metrics import compare
-from .provenance import provenance
+from .provenance import provenance, write_meta
 from .reference import sparse_mla_decode_reference
 
 # the table's checks, in its row order
@@ -130,23 +130,23 @@ def bitwise_rows(impl: str, device="cuda", case=None) -> list[dict]:
     return rows
 
 
-def table_rows(rows: list[dict]) -> list[dict]:
-    """The table: rows in check order (then as run), each with the run's provenance columns."""
-    prov = provenance()
+def table_rows(rows: list[dict], prov: dict | None = None) -> list[dict]:
+    """The table: rows in check order (then as run), each with the run's provenance columns (``prov``: taken now
+    when not given)."""
+    prov = provenance() if prov is None else prov
     ordered = sorted(rows, key=lambda r: CHECKS.index(r["check"]) if r["check"] in CHECKS else len(CHECKS))
     return [dict(r, **prov) for r in ordered]
 
 
 def write_table(rows: list[dict], out_dir: str | Path, name: str = TABLE_NAME) -> Path:
     """Write the table (``table_rows``) as ``out_dir/name`` with its ``.meta.json``, as ``check`` does; returns the CSV."""
-    import json
-
     import pandas as pd
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     csv = out_dir / name
-    pd.DataFrame(table_rows(rows)).to_csv(csv, index=False)
-    csv.with_name(csv.stem + ".meta.json").write_text(json.dumps(provenance(), indent=1))
+    prov = provenance()  # once: the rows' columns and the .meta.json say the same
+    pd.DataFrame(table_rows(rows, prov)).to_csv(csv, index=False)
+    write_meta(csv, prov)
     return csv
 
 

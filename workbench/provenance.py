@@ -53,6 +53,20 @@ def provenance() -> dict:
     return p
 
 
+def meta_path(csv) -> Path:
+    """Where a table's provenance is kept beside it: ``<table>.meta.json``."""
+    csv = Path(csv)
+    return csv.with_name(csv.stem + ".meta.json")
+
+
+def write_meta(csv, prov: dict | None = None) -> Path:
+    """Write ``prov`` (default: :func:`provenance` now) as the table's ``.meta.json``; returns its path."""
+    import json
+    path = meta_path(csv)
+    path.write_text(json.dumps(provenance() if prov is None else prov, indent=1))
+    return path
+
+
 KERNEL_SOURCES = ("workbench/kernels",)  # what a timing row describes: the jit code and its launchers
 
 
