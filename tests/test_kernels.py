@@ -11,6 +11,7 @@ import torch
 import workbench as wb
 from workbench import cases
 from workbench.cases import catalogue
+from workbench.codec import to_device
 from workbench.golden import golden_expected, golden_kwargs, golden_names, load_golden
 
 
@@ -82,6 +83,45 @@ def test_mma_is_deterministic_and_forced_config_matches(catalogue_case):
     ref = wb.sparse_mla_decode_reference(**case.kwargs())
     wb.assert_close(c[0].float(), c[1], *ref, "forced config")
 
+
+
+def nan_head_case(device="cpu", heads=4, topk=96, seed=0):
+    """q with NaN in every column of head 1 of batch 0, over a 2-page cache (64-token pages) both queries read
+    all of, shuffled: (kwargs, reference). The reference gives that head NaN and every other head a number."""
+    g = torch.Generator().manual_seed(seed)
+    cache = to_device(wb.quantize_kv(torch.randn(2, 64, 512, generator=g).to(torch.bfloat16)), device)
+    idx = torch.stack([torch.randperm(128, generator=g)[:topk] for _ in range(2)]).int()[:, None, :].to(device)
+    q = torch.randn(2, 1, heads, 512, generator=g).to(torch.bfloat16)
+    q[0, 0, 1] = float("nan")
+    kw = dict(q=q.to(device), cache=cache, indices=idx)
+    return kw, wb.sparse_mla_decode_reference(**kw)
+
+
+def check_nan_head(kw, ref, impl):
+    """The NaN head is NaN in out and lse (not an empty split the combine drops: that gave 0 and +inf);
+    the others match the reference."""
+    out, lse = wb.sparse_mla_decode(**kw, impl=impl)
+    assert torch.isnan(ref[0][0, 0, 1]).all(), "the reference itself"
+    assert torch.isnan(out[0, 0, 1]).all() and torch.isnan(lse[0, 1]).all(), impl
+    keep = torch.ones(out.shape[2], dtype=torch.bool)
+    keep[1] = False
+    wb.assert_close(out[:, :, keep].float(), lse[:, keep], ref[0][:, :, keep], ref[1][:, keep], impl)
+    wb.assert_close(out[1:].float(), lse[1:], ref[0][1:], ref[1][1:], impl)
+
+
+@interpreter
+@pytest.mark.parametrize("impl", SPLIT_KERNELS + ["simt"])
+def test_nan_in_q_reaches_its_heads_output(impl):
+    check_nan_head(*nan_head_case(), impl)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl", [i for i in wb.registry.decode_impls() if i not in ("auto", "reference")])
+def test_nan_in_q_reaches_its_heads_output_on_the_gpu(impl):
+    """Every kernel on the GPU (where tl.max and gl.max skip NaN), the Gluon rungs included (sm_90)."""
+    if wb.registry.get(impl).interpretable is False and torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip(f"{impl} is a Gluon kernel for sm_90")
+    check_nan_head(*nan_head_case("cuda", heads=16), impl)
 
 def test_split_plan_fills_the_gpu_and_is_bounded():
     p = wb.plan_splits(queries=1, heads=64, topk=512, num_sms=132)

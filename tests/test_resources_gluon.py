@@ -30,7 +30,7 @@ def probe_specs():
     """wgmma_2cta with a lab signature, with and without its register cap; the plain wgmma rung (no switches)."""
     lab = dict(rung=None, lab_signature=SIGNATURE, lab_constexprs=_constexprs)
     return (dataclasses.replace(registry.get("wgmma_2cta"), name=PROBE, compile_options={"maxnreg": 128}, **lab),
-            dataclasses.replace(registry.get("wgmma_2cta"), name=UNCAPPED, **lab),
+            dataclasses.replace(registry.get("wgmma_2cta"), name=UNCAPPED, compile_options={}, **lab),
             dataclasses.replace(registry.get("wgmma"), name=BASE, **lab))
 
 
@@ -53,13 +53,24 @@ def probes():
         unregister_probes()
 
 
+def test_every_gluon_rung_is_a_lab_kernel_with_its_register_cap():
+    """The catalog registers each Gluon rung for the lab: its compile options are the launcher's (maxnreg only
+    where the rung caps registers), its switches are table columns."""
+    lk = lab_kernels()
+    gluon = [n for n in registry.names("split") if registry.get(n).jit is wgmma.wgmma_partial_kernel]
+    assert {"wgmma", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta"} <= set(gluon) and set(gluon) <= set(lk)
+    caps = {n: lk[n].compile_options for n in gluon}
+    assert caps["wgmma_2cta"] == caps["wgmma_f16_2cta"] == {"maxnreg": 128} and caps["wgmma_f16"] == {}
+    assert lk["wgmma_f16"].fixed_meta["F16"] == 1 and lk["wgmma_xchg"].fixed_meta["F16"] == 0
+
+
 def test_a_gluon_entry_is_a_lab_kernel_with_its_options_and_defaults(probes):
     from workbench.kernels.configs import TiledConfig
     probe, base = probes[PROBE], probes[BASE]
     assert probe.compile_options == {"maxnreg": 128} and probes[UNCAPPED].compile_options == {}
     # a sibling's switch this entry does not pin takes the jit parameter's default (a launch omits it), not 0
-    assert base.fixed_meta == dict(K_BUFFERS=2, ROPE_WORDS=0, TOKEN_LANES=32)
-    assert probe.fixed_meta == dict(K_BUFFERS=1, ROPE_WORDS=1, TOKEN_LANES=4)
+    assert base.fixed_meta == dict(F16=0, HEAD_WARPS=0, K_BUFFERS=2, ROPE_WORDS=0, SMEM_XCHG=0, TOKEN_LANES=32)
+    assert probe.fixed_meta == dict(F16=0, HEAD_WARPS=0, K_BUFFERS=1, ROPE_WORDS=1, SMEM_XCHG=0, TOKEN_LANES=4)
     assert [c.label for c in probe.configs] == ["BLOCK_H=16,BLOCK_T=64,num_warps=8,num_stages=1"]
     assert probe.constexprs(TiledConfig(**H16))["TOKEN_LANES"] == 4
 

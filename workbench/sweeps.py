@@ -49,6 +49,8 @@ HEADS = (16, 32, 64, 128)
 OVERHEAD_SHAPES = (BenchShape(1, 64, 512), BenchShape(64, 16, 2048))
 OVERHEAD_PROVIDERS = ("auto", "auto+plan", "flashmla")
 OVERHEAD_MODES = ("eager", "eager_idle", "graph", "overhead")
+# the rungs auto chooses among (registry.auto_kernel), and the best Triton one, timed at small and mid calls
+CROSSOVER_PROVIDERS = ("tile512", "wgmma_rope", "wgmma_2cta", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta")
 
 
 def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str, ...], dict | None]]:
@@ -95,7 +97,7 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
                      for bt in (16, 32) for w in ((4, 8) if group < 64 else (8,)) for pf in (0, 1)]
         return plan
     if name == "crossover":  # where the Gluon kernel starts to beat the best Triton rung ("auto" picks by it)
-        return [(BenchShape(b, h, k), ("tile512", "wgmma_rope", "wgmma_2cta", "wgmma_xchg"), ("graph",), None)
+        return [(BenchShape(b, h, k), CROSSOVER_PROVIDERS, ("graph",), None)
                 for k in (512, 2048) for h in (16, 64) for b in (1, 2, 4, 8, 16, 32)]
     if name == "headline":
         return [(BenchShape(64, h, 2048), fast, ("eager", "graph"), None) for h in (16, 64, 128)] + \

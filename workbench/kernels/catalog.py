@@ -76,16 +76,26 @@ _tile512("tile512_3d", 4, "tile512 gathered as a [BLOCK_T, 8, 64] view: exact-si
          "cp.async gathers fit 2 blocks/SM; unpipelined it adds layout shuffles (STS 73 -> 312): expect the tuner "
          "to pick 3 stages and gain 10-20% at h16", GATHER3D=1)
 
+# the Gluon kernel's page stride is a multiple of 16 bytes at every launch (256 tokens * 584 B), and its gathers
+# address through it with no multiple_of hint: typed plainly, the lab would compile narrower loads than run
+WGMMA_SIGNATURE = dict(SPLIT_SIGNATURE, stride_page="i64:16")
+
+
 def _wgmma(name, rung, summary, prediction, *, allowed=wgmma.ALLOWED, split_waves=1, maxnreg=None, **fixed):
     """A rung of the Gluon kernel: its constexpr switches (``fixed``), head groups and register cap."""
     checks = tuple({"BLOCK_H": bh, "BLOCK_T": 64, "num_warps": 8} for bh in (64, 16, 32) if bh in allowed["BLOCK_H"])
+    options = {"maxnreg": maxnreg} if maxnreg else {}
     return register(KernelSpec(
         name=name, kind="split", rung=rung, interpretable=False, split_waves=split_waves, summary=summary,
         split_granule=64,  # whole 64-token tiles: b1 h64 topk512, wgmma_4lane 18.3 us at 16-token splits, 14.5 at 64
         prediction=prediction, jit=wgmma.wgmma_partial_kernel, config_cls=TiledConfig, allowed=allowed,
-        launch=lambda **kw: wgmma.launch_wgmma_partial(**kw, allowed=allowed, name=name, maxnreg=maxnreg, **fixed),
+        launch=lambda **kw: wgmma.launch_wgmma_partial(**kw, allowed=allowed, name=name, **options, **fixed),
         config_space=tuple(c for c in wgmma.CONFIG_SPACE if c.BLOCK_H in allowed["BLOCK_H"]), fixed_meta=fixed,
-        shared_model=lambda c: wgmma.estimate_shared_bytes(c, fixed.get("K_BUFFERS", 2)), check_configs=checks))
+        shared_model=lambda c: wgmma.estimate_shared_bytes(c, **fixed), check_configs=checks,
+        compile_options=options, lab_signature=WGMMA_SIGNATURE,
+        # pages of 256 tokens (BS_SHIFT=8), as every benchmark shape has them
+        lab_constexprs=lambda c: dict(HAS_TOPK_LEN=False, DOT_FP32=False, BS_SHIFT=8,
+                                      **layout_constexprs(keys=wgmma.LAYOUT_KEYS), **fixed, **c.meta())))
 
 
 # split_waves=1: one 150-205 KB block per SM, so one wave, and half the fp32 partials the combine reads
@@ -116,7 +126,7 @@ _wgmma("wgmma_headwarps", 9, "wgmma_rope with the softmax in a layout where each
        "ncu (wgmma_2cta, h16) put barrier stalls second (2.30 of 12.1 cycles per instruction) and short scoreboard "
        "first (3.27): S^T spreads a head's 64 tokens over 4 warps, so each tile's max and sum were two cross-warp "
        "reductions (shuffles, shared memory, 3 barriers each). One layout conversion of S^T replaces them. Lab "
-       "(sm_90) loop body: barriers 12 -> 8 (h16, 2 blocks/SM), 14 -> 8 (h64); instructions 795 -> 744, 1103 -> "
+       "(sm_90) loop body: barriers 12 -> 8 (h16, both compiled as wgmma_2cta's one-buffer build), 14 -> 8 (h64); instructions 795 -> 744, 1103 -> "
        "942. Expect 5-10% at h16, more at h64 where the reductions were over 64 heads",
        TOKEN_LANES=4, ROPE_WORDS=1, HEAD_WARPS=1)
 _wgmma("wgmma_xchg", 10, "wgmma_headwarps with the valid mask and the rescale factors moved through shared memory "
@@ -126,6 +136,23 @@ _wgmma("wgmma_xchg", 10, "wgmma_headwarps with the valid mask and the rescale fa
        "barriers per tile 8 -> 4 at h16 and h64, instructions unchanged. Expect a few % where barrier stalls "
        "lead (h16, one block of 8 warps per SM), nothing at h64",
        TOKEN_LANES=4, ROPE_WORDS=1, HEAD_WARPS=1, SMEM_XCHG=1)
+_wgmma("wgmma_f16", 11, "wgmma_xchg with K, q and P in f16: the hardware e4m3 -> f16 pair convert and one f16 "
+       "multiply by the scale replace the bit-built bf16 dequant. Exact for scale bytes 112..134 (scales "
+       "2**-15..2**7; the quantiser writes 114 and up), NaN outside",
+       "ncu (wgmma_xchg, h16): CPI 7.0 at 8 warps per SM, and ~420 of the loop's 720 instructions are the "
+       "dequant (PRMT, SHF, LOP3 and two HMUL2 a pair). Lab (sm_90) loop body: h16 720 -> 568 instructions, "
+       "registers 135 -> 126; h64 944 -> 793. The loop is latency-bound, not issue-bound, so expect less than "
+       "the 22%: 5-10% at h16 and h64",
+       TOKEN_LANES=4, ROPE_WORDS=1, HEAD_WARPS=1, SMEM_XCHG=1, F16=1)
+_wgmma("wgmma_f16_2cta", 12, "wgmma_f16 at 16 heads, two blocks per SM: one K buffer and a 128-register cap, as "
+       "wgmma_2cta is to wgmma_rope",
+       "at 16 heads wgmma_f16 needs 126 registers (lab) but 154 KB: one block of 8 warps per SM. With one K "
+       "buffer (88,192 B, lab) two blocks fit, 16 warps, at 128 registers (lab: no spills). Two blocks lost to "
+       "one at rung 10 (56.4 vs 55.2 us, exploratory run): the bf16 dequant kept the ALUs busy. With a fifth "
+       "fewer instructions a tile, expect h16 at b64 3-5% below wgmma_f16 (an exploratory run before this "
+       "entry: 53.1 vs 55.6 us)",
+       allowed=dict(wgmma.ALLOWED, BLOCK_H=(16,)), split_waves=2, maxnreg=128, TOKEN_LANES=4, K_BUFFERS=1,
+       ROPE_WORDS=1, HEAD_WARPS=1, SMEM_XCHG=1, F16=1)
 
 register(KernelSpec(
     name="gather", kind="probe", summary="speed-of-light probe: the decode's bytes and split plan, no math",

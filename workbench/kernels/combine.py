@@ -1,7 +1,8 @@
 """Combine kernel: merge per-split partial outputs, apply the sink, write bf16 out and lse.
 
 One program per (query, head). Splits whose base-2 LSE is -inf (empty, or with
-no valid token) carry no weight and their partial output is never read.
+no valid token) carry no weight and their partial output is never read; a NaN LSE (NaN in the
+split's scores) makes the query's out and lse NaN.
 """
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def combine_kernel(
     row = pid_q * H + head
     sp = tl.arange(0, S_PAD)
     lse_s = tl.load(part_lse_ptr + row * s_total + sp, mask=sp < s_total, other=float("-inf"))  # [S_PAD]
-    m = tl.max(lse_s, 0)
+    # tl.max skips NaN: a NaN split (NaN in its scores) would leave m finite or -inf (empty); make it poison all
+    m = tl.where(tl.sum((lse_s != lse_s).to(tl.int32), 0) > 0, float("nan"), tl.max(lse_s, 0))
     m_use = tl.where(m == float("-inf"), 0.0, m)
     w_sum = tl.sum(tl.exp2(lse_s - m_use), 0)
     d = tl.arange(0, D)

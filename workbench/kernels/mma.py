@@ -190,7 +190,7 @@ def mma_partial_kernel(
         acc_rope = acc_rope * alpha[:, None] + mma(p16, k_rope, DOT_FP32)
         m_i = m_new
 
-    live = l_i > 0
+    live = l_i != 0  # a NaN sum is live: written as NaN, never dropped by the combine as an empty split
     inv_l = tl.where(live, 1.0 / l_i, 0.0)
     lse2 = tl.where(live, m_i + tl.log2(l_i), float("-inf"))
     slot = (pid_q * H + heads) * s_total + split_offset + split  # [BLOCK_H]

@@ -246,7 +246,7 @@ def tile512_partial_kernel(
         acc = acc * alpha[:, None] + mma(to_bf16(p, DOT_FP32), k, DOT_FP32)
         m_i = m_new
 
-    live = l_i > 0
+    live = l_i != 0  # a NaN sum is live: written as NaN, never dropped by the combine as an empty split
     inv_l = tl.where(live, 1.0 / l_i, 0.0)
     lse2 = tl.where(live, m_i + tl.log2(l_i), float("-inf"))
     slot = (pid_q * H + heads) * s_total + split_offset + split  # [BLOCK_H]

@@ -16,7 +16,7 @@ at 2 warps per scheduler, ncu) gives way to overlap: h16 from 113 us towards the
 floor plus the dequant time (~10 us for 993 tokens/SM), so 50-70 us; h64 below 100 us.
 GPU only (sm_90): Gluon does not run under the interpreter.
 
-Five constexpr switches make the later rungs (registered in ``catalog``): TOKEN_LANES, how many lanes
+Six constexpr switches make the later rungs (registered in ``catalog``): TOKEN_LANES, how many lanes
 share one token's loads (32 here; "wgmma_4lane": 4, so each thread does the index and address arithmetic of
 2 tokens a tile, not 8); ROPE_WORDS ("wgmma_rope": the rope is loaded as the last group's output words, so
 one store writes the whole tile and a barrier goes); K_BUFFERS (2 here; "wgmma_2cta": 1, which with a
@@ -24,7 +24,8 @@ one store writes the whole tile and a barrier goes); K_BUFFERS (2 here; "wgmma_2
 layout where each warp holds whole heads, so its max needs no cross-warp reduction, and the row sums stay
 per thread until the end); SMEM_XCHG ("wgmma_xchg": the valid mask and the rescale factors change layout
 through shared memory at barriers the tile already has, instead of layout conversions with barriers of
-their own).
+their own); F16 ("wgmma_f16": K, q and P in f16, so the hardware's e4m3 -> f16 pair conversion replaces the
+bit-built bf16 dequant; exact for scale bytes 112..134, NaN outside: see ``F16_MIN_SCALE_BYTE``).
 """
 from __future__ import annotations
 
@@ -44,10 +45,17 @@ NUM_WARPS = 8  # two warpgroups
 LAYOUT_KEYS = ("D_NOPE", "D_ROPE", "TILE", "NUM_TILES", "DATA_BYTES", "SCALE_BYTES")
 
 
-def estimate_shared_bytes(c: TiledConfig, k_buffers: int = 2) -> int:
-    """k_buffers bf16 K tiles (1 KB/token each), q (1 KB/head), P^T (2 B/token/head), the rope staging
-    (128 B/token); the epilogue's transposed accumulator (2 KB/head) reuses freed space."""
-    return k_buffers * 1024 * c.BLOCK_T + 1024 * c.BLOCK_H + 2 * c.BLOCK_T * c.BLOCK_H + 128 * c.BLOCK_T
+def estimate_shared_bytes(c: TiledConfig, K_BUFFERS: int = 2, HEAD_WARPS: int = 0, SMEM_XCHG: int = 0,
+                          **_switches) -> int:
+    """Shared bytes of one block, as the compiler allocates them (sm_90 lab, every rung's configs): K_BUFFERS
+    16-bit K tiles (1 KB/token each), q (1 KB/head), P (2 B/token/head), and the scratch of the softmax's
+    layout changes: S^T into the head-warp layout (4 B/token/head) with HEAD_WARPS, else the cross-warp
+    max/sum (16 B/head); SMEM_XCHG's valid bytes and rescale factors (1 B/token, 4 B/head). The rope is
+    stored straight into the K tile; the epilogue's transposed accumulator reuses freed space."""
+    t, h = c.BLOCK_T, c.BLOCK_H
+    softmax = 4 * t * h if HEAD_WARPS else 16 * h
+    xchg = t + 4 * h if SMEM_XCHG else 0
+    return K_BUFFERS * 1024 * t + 1024 * h + 2 * t * h + softmax + xchg
 
 
 @gluon.jit
@@ -73,7 +81,10 @@ def wgmma_partial_kernel(
     ROPE_WORDS: gl.constexpr = 0,      # 1: rope loaded in the words' own layout, stored with the nope (one barrier less)
     HEAD_WARPS: gl.constexpr = 0,      # 1: softmax with whole heads per warp (no cross-warp max/sum per tile)
     SMEM_XCHG: gl.constexpr = 0,       # 1 (with HEAD_WARPS): valid and alpha cross layouts at the tile's own barriers
+    F16: gl.constexpr = 0,             # 1: K, q and P in f16, K by the hardware e4m3x2 -> f16x2 convert
 ):
+    gl.static_assert(HEAD_WARPS >= SMEM_XCHG, "SMEM_XCHG moves the head-warp softmax's values: needs HEAD_WARPS")
+    KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16  # the MMA operands' type: K, q, P
     D: gl.constexpr = D_NOPE + D_ROPE
     G: gl.constexpr = SCALE_BYTES  # 8 column groups of TILE: 7 fp8 nope tiles and the rope
     W: gl.constexpr = TILE // 4  # int32 words of one fp8 group
@@ -99,11 +110,11 @@ def wgmma_partial_kernel(
     # (BLOCK_H // 8 heads a warp, TT tokens a thread): the max over tokens is in-thread plus a few shuffles
     TT: gl.constexpr = BLOCK_T * BLOCK_H // 256
     SB: gl.constexpr = gl.BlockedLayout([TT, 1], [BLOCK_T // TT, 32 * TT // BLOCK_T], [1, 8], [0, 1])
-    PT_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_T], gl.bfloat16)
+    PT_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_T], KT)
     V_SMEM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
     K_SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16)
-    Q_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D], gl.bfloat16)
-    P_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, BLOCK_H], gl.bfloat16)
+    Q_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D], KT)
+    P_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, BLOCK_H], KT)
 
     pid_h = gl.program_id(0)
     split = gl.program_id(1)
@@ -115,13 +126,15 @@ def wgmma_partial_kernel(
     qd = gl.arange(0, D, layout=gl.SliceLayout(0, QL))
     q = gl.load(q_ptr + bi * stride_qb + si * stride_qs + qh[:, None] * stride_qh + qd[None, :],
                 mask=(qh < H)[:, None], other=0.0)  # [BLOCK_H, 512] bf16
-    q_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, D], Q_SMEM, q)
-    k_smem = gl.allocate_shared_memory(gl.bfloat16, [K_BUFFERS, BLOCK_T, D], K_SMEM)
+    if F16:  # exact for 2**-17 <= |q| <= 65504 (f16 subnormals below: an absolute error under 2**-25)
+        q = q.to(gl.float16)
+    q_smem = gl.allocate_shared_memory(KT, [BLOCK_H, D], Q_SMEM, q)
+    k_smem = gl.allocate_shared_memory(KT, [K_BUFFERS, BLOCK_T, D], K_SMEM)
     if HEAD_WARPS:  # P stored head-major: a thread's TT tokens of its head are contiguous; the PV reads P^T
-        pt_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, BLOCK_T], PT_SMEM)
+        pt_smem = gl.allocate_shared_memory(KT, [BLOCK_H, BLOCK_T], PT_SMEM)
         p_smem = pt_smem.permute((1, 0))
     else:
-        p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_T, BLOCK_H], P_SMEM)
+        p_smem = gl.allocate_shared_memory(KT, [BLOCK_T, BLOCK_H], P_SMEM)
     if SMEM_XCHG:
         valid_smem = gl.allocate_shared_memory(gl.int8, [BLOCK_T], V_SMEM)
         alpha_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], V_SMEM)
@@ -160,19 +173,27 @@ def wgmma_partial_kernel(
     buf = 0
     for t0 in range(start, end, BLOCK_T):
         # dequantise the tile in hand into K buffer `buf` (the other buffer may still feed the last PV)
-        sc = gl.where(sbyte == 0, 0, (sbyte.to(gl.int32) + 56) << 7) * 65537  # bf16 2**(e-71), twice
-        lo, hi = _dequant_words(words, gl.expand_dims(sc, 2))
+        if F16:
+            lo, hi = _dequant_words_f16(words, gl.expand_dims(_f16_scale_pairs(sbyte), 2))
+        else:
+            sc = gl.where(sbyte == 0, 0, (sbyte.to(gl.int32) + 56) << 7) * 65537  # bf16 2**(e-71), twice
+            lo, hi = _dequant_words(words, gl.expand_dims(sc, 2))
         kb = k_smem.index(buf)
         if K_BUFFERS == 1:  # the last PV still reads the one buffer
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        if ROPE_WORDS:  # group G-1's outputs are the rope's bf16 pairs, as the same thread loaded them
-            lo = gl.where(is_rope, rope.to(gl.int32), lo)
-            hi = gl.where(is_rope, (rope >> 32).to(gl.int32), hi)
+        if ROPE_WORDS:  # group G-1's outputs are the rope's pairs, as the same thread loaded them
+            if F16:
+                rlo, rhi = _bf16x4_to_f16(rope)
+            else:
+                rlo = rope.to(gl.int32)
+                rhi = (rope >> 32).to(gl.int32)
+            lo = gl.where(is_rope, rlo, lo)
+            hi = gl.where(is_rope, rhi, hi)
         # else the last group holds rope bytes as if fp8 (garbage); the rope store below replaces it
         kb._reinterpret(gl.int32, [BLOCK_T, D // 2], KW).store(gl.reshape(gl.join(lo, hi), [BLOCK_T, D // 2]))
         if not ROPE_WORDS:
             gl.thread_barrier()
-            kb.slice(D_NOPE, D_ROPE, dim=1).store(rope)
+            kb.slice(D_NOPE, D_ROPE, dim=1).store(rope.to(KT))
         cur_valid = valid
         if SMEM_XCHG:  # read back in the softmax's layout after the barrier below
             valid_smem.store(valid.to(gl.int8))
@@ -192,28 +213,22 @@ def wgmma_partial_kernel(
                 v = valid_smem.load(gl.SliceLayout(1, SB)) != 0
             else:
                 v = gl.convert_layout(cur_valid, gl.SliceLayout(1, SB))
-            s = gl.where(gl.expand_dims(v, 1), s * sm_scale_log2, float("-inf"))
-            m_new = gl.maximum(m_i, gl.max(s, 0))
-            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
-            alpha = gl.exp2(m_i - m_use)
-            p = gl.exp2(s - gl.expand_dims(m_use, 0))
+            p, alpha, m_i = _online_softmax(s, v, m_i, sm_scale_log2)
             l_t = l_t * gl.expand_dims(alpha, 0) + p
-            m_i = m_new
-            pt_smem.store(gl.permute(p.to(gl.bfloat16), (1, 0)))
+            # the last PV of the other warpgroup reads P too: it was retired before the barrier inside the
+            # convert_layout above, so this store cannot overwrite P under it
+            pt_smem.store(gl.permute(p.to(KT), (1, 0)))
             if SMEM_XCHG:  # applied to the accumulator after the barrier below
                 alpha_smem.store(alpha)
             else:
                 acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, OL)), 0)
         else:
             v = gl.convert_layout(cur_valid, gl.SliceLayout(1, SL))
-            s = gl.where(gl.expand_dims(v, 1), s * sm_scale_log2, float("-inf"))
-            m_new = gl.maximum(m_i, gl.max(s, 0))
-            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
-            alpha = gl.exp2(m_i - m_use)
-            p = gl.exp2(s - gl.expand_dims(m_use, 0))
+            p, alpha, m_i = _online_softmax(s, v, m_i, sm_scale_log2)
             l_i = l_i * alpha + gl.sum(p, 0)
-            m_i = m_new
-            p_smem.store(p.to(gl.bfloat16))
+            # safe against the other warpgroup's last PV for the same reason: gl.max above reduces across warps
+            # through shared memory, behind a barrier
+            p_smem.store(p.to(KT))
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, OL)), 0)
         fence_async_shared()
         gl.thread_barrier()
@@ -225,7 +240,7 @@ def wgmma_partial_kernel(
     if HEAD_WARPS:
         l_i = gl.sum(l_t, 0)
 
-    live = l_i > 0
+    live = l_i != 0  # a NaN sum is live: written as NaN, never dropped by the combine as an empty split
     inv_l = gl.where(live, 1.0 / l_i, 0.0)
     lse2 = gl.where(live, m_i + gl.log2(l_i), float("-inf"))
     heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=l_i.type.layout)
@@ -239,6 +254,18 @@ def wgmma_partial_kernel(
     # an empty split writes only its -inf LSE; the combine never reads its out
     gl.store(part_out_ptr + gl.expand_dims(oslot.to(gl.int64) * D, 0) + gl.expand_dims(od, 1), out,
              mask=gl.expand_dims((oh < H) & live_o, 0))
+
+
+@gluon.jit
+def _online_softmax(s, v, m_i, sm_scale_log2):
+    """One tile's step of the base-2 online softmax over S^T [BLOCK_T, BLOCK_H] (tokens on axis 0, any layout):
+    masked scores, the new running max, P and the factor alpha that rescales what came before."""
+    s = gl.where(gl.expand_dims(v, 1), s * sm_scale_log2, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 0))
+    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
+    alpha = gl.exp2(m_i - m_use)
+    p = gl.exp2(s - gl.expand_dims(m_use, 0))
+    return p, alpha, m_new
 
 
 @gluon.jit
@@ -299,6 +326,63 @@ def _dequant_words(words, sc):
         constraints="=r,=r,r,r", args=[words, sc], dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
 
 
+# F16 (rungs "wgmma_f16", "wgmma_f16_2cta"). The hardware converts e4m3 pairs to f16 pairs exactly in one
+# instruction (cvt.rn.f16x2.e4m3x2, sm_89+); it has no bf16 form, and the bit-built bf16 above costs ~6
+# instructions a pair. One f16 multiply then applies the scale 2**(e-127). f16 has 5 exponent bits: e4m3
+# magnitudes are 2**-9..448 and f16's 2**-24..65504, so the product is exact for scales 2**-15..2**7, scale
+# bytes e in [F16_MIN_SCALE_BYTE, F16_MAX_SCALE_BYTE] = [112, 134]. The quantiser writes e >= 114 (its scale
+# floor is 1e-4 -> 2**-13), and e <= 134 for amax <= 57344. Other scale bytes give NaN in the output (never a
+# silently wrong number); 0 (masked tokens) gives 0, as in the bf16 dequant.
+F16_MIN_SCALE_BYTE, F16_MAX_SCALE_BYTE = 112, 134
+_F16_LO = gl.constexpr(F16_MIN_SCALE_BYTE)  # 2**-15, f16's exponent field 0: the subnormal 0x0200
+_F16_HI = gl.constexpr(F16_MAX_SCALE_BYTE)
+_DEQUANT_F16_ASM = gl.constexpr("""{
+    .reg .b16 l, h;
+    .reg .b32 a, b;
+    mov.b32 {l, h}, $2;
+    cvt.rn.f16x2.e4m3x2 a, l;
+    cvt.rn.f16x2.e4m3x2 b, h;
+    mul.rn.f16x2 $0, a, $3;
+    mul.rn.f16x2 $1, b, $3;
+    }""")
+# four bf16 (one int64) -> two f16 pairs, through f32: exact for 2**-14 <= |x| <= 65504 (and 0), rounded below,
+# inf above (the output then NaN)
+_BF16X4_F16_ASM = gl.constexpr("""{
+    .reg .b32 a, b, x0, x1, x2, x3;
+    mov.b64 {a, b}, $2;
+    shl.b32 x0, a, 16;
+    and.b32 x1, a, 0xFFFF0000;
+    cvt.rn.f16x2.f32 $0, x1, x0;
+    shl.b32 x2, b, 16;
+    and.b32 x3, b, 0xFFFF0000;
+    cvt.rn.f16x2.f32 $1, x3, x2;
+    }""")
+
+
+@gluon.jit
+def _f16_scale_pairs(sbyte):
+    """Scale bytes [BLOCK_T, G] u8 -> int32 words holding the f16 of 2**(e - 127) twice; NaN outside e in
+    [112, 134], 0 for e == 0."""
+    e = sbyte.to(gl.int32)
+    bits = gl.where(e > _F16_LO, (e - _F16_LO) << 10, 0x200)  # f16's exponent field: e - 127 + 15
+    bits = gl.where((e < _F16_LO) | (e > _F16_HI), 0x7E00, bits)
+    return gl.where(e == 0, 0, bits) * 65537
+
+
+@gluon.jit
+def _dequant_words_f16(words, sc):
+    """Four e4m3 bytes (one int32 word) -> two words of f16 pairs (bytes 0-1, 2-3), times the scale pair sc."""
+    return gl.inline_asm_elementwise(asm=_DEQUANT_F16_ASM, constraints="=r,=r,r,r", args=[words, sc],
+                                     dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+
+
+@gluon.jit
+def _bf16x4_to_f16(rope):
+    """int64 words of four bf16 -> (int32, int32) words of two f16 each, in the same order."""
+    return gl.inline_asm_elementwise(asm=_BF16X4_F16_ASM, constraints="=r,=r,l", args=[rope],
+                                     dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+
+
 def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
     """The head group that covers ``heads`` in one program where ``allowed`` lets it (else the largest)."""
     return TiledConfig(BLOCK_H=min(max(allowed["BLOCK_H"]), max(16, next_pow2(heads))), BLOCK_T=64,
@@ -311,7 +395,7 @@ def launch_wgmma_partial(*, q, cache, indices, topk_length, part_out, part_lse, 
     """Run the Gluon partial kernel for one KV scope into splits [split_offset, split_offset+num_splits).
 
     allowed, name: the registered rung's config table and name; maxnreg: ptxas's register cap (None: no cap);
-    switches: the rung's constexprs (TOKEN_LANES, K_BUFFERS, ROPE_WORDS, HEAD_WARPS, SMEM_XCHG).
+    switches: the rung's constexprs (TOKEN_LANES, K_BUFFERS, ROPE_WORDS, HEAD_WARPS, SMEM_XCHG, F16).
     """
     if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] != 9:
         raise RuntimeError(f"impl={name!r} is a Hopper (sm_90) Gluon kernel: it needs an sm_90 GPU "
