@@ -106,16 +106,17 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("tile512_3d", "cpu", heads=64, tokens=64 * 2048) == "tile512_3d"  # named: never replaced
     monkeypatch.setattr(common, "INTERPRET", False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (9, 0))
-    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "wgmma_xchg"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=4 * 2048) == "wgmma_xchg"
-    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "wgmma_xchg"
-    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 640) == "wgmma_xchg"
-    assert registry.resolve("auto", "cuda", heads=32, tokens=64 * 2048) == "wgmma_xchg"
-    assert registry.resolve("auto", "cuda", heads=16, tokens=4 * 512) == "wgmma_xchg"
-    assert registry.resolve("auto", "cuda", heads=16, tokens=2048) == "wgmma_xchg"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "wgmma_2cta"  # small call, 64 heads
-    assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "wgmma_2cta"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=4097) == "wgmma_xchg"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=512) == "wgmma_xchg"  # not measured there
+    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4 * 2048) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "wgmma_f16_2cta"  # the biggest h16 calls
+    assert registry.resolve("auto", "cuda", heads=16, tokens=32 * 2048) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 640) == "wgmma_f16"  # the production shape
+    assert registry.resolve("auto", "cuda", heads=32, tokens=64 * 2048) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=4 * 512) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=2048) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "wgmma_f16_2cta"  # small call, 64 heads
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "wgmma_f16_2cta"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4097) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=512) == "wgmma_f16"  # not measured there
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (12, 0))
     assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "tile512"

@@ -88,29 +88,33 @@ def decode_impls() -> tuple[str, ...]:
     return (AUTO,) + names("split", "fused", "reference")
 
 
-# wgmma_2cta (16-head groups, two blocks per SM) wins at 17-64 heads on calls too small to fill the GPU with
-# 64-head groups (crossover sweep, data/*_crossover.csv, and the ladder)
-TWO_BLOCK_MAX_TOKENS_H64 = 4096    # h64: b1-b8 topk512 and b1-b2 topk2048 win, 8192 tokens lose (crossover 0259)
+# The two-blocks-per-SM build (16-head groups, wgmma_f16_2cta) wins at 17-64 heads on calls too small to fill the
+# GPU with 64-head groups, and at <= 16 heads on the biggest calls (crossover sweep, data/*_crossover.csv)
+TWO_BLOCK_MAX_TOKENS_H64 = 4096    # h64: b1-b8 topk512 and b1-b2 topk2048 win, 8192 tokens lose (crossover 0430)
+TWO_BLOCK_MIN_TOKENS_H16 = 65537   # h16: b64 topk2048 wins (ladder), b32 topk2048 (65536 tokens) does not (0430)
 
 
 def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     """What "auto" runs on a GPU of ``capability`` ("sm_90", ...) for a call of this size (a pure rule).
 
-    On sm_90, a Gluon rung: "wgmma_xchg" (the head-warp softmax, rung 10), except at 17-64 heads on calls of
-    at most 4096 selected tokens, where 64-head groups leave most SMs idle and "wgmma_2cta" (head groups of 16,
-    two blocks per SM) wins (crossover sweep, data/bench_h200_20261201-0259_crossover.csv: b1 h64 topk512
-    9.47 vs 12.95 us; b4 h64 topk2048, 8192 tokens, 27.11 vs 21.22). Rung 10 took over from "wgmma_2cta" at
-    <= 16 heads on big calls (ladder, data/bench_h200_20261201-0257_ladder.csv: b64 h16 topk2048 55.54 vs
-    60.29 us) and from "wgmma_rope" everywhere else it was timed (h64, h128, the production shape); the rule
-    picks the fastest of tile512, wgmma_rope, wgmma_2cta and wgmma_xchg at all 24 crossover shapes. Any other
-    GPU: the portable "tile512".
+    On sm_90, an f16 Gluon rung: "wgmma_f16" (rung 11), except where the two-blocks-per-SM build
+    "wgmma_f16_2cta" (rung 12) wins: at 17-64 heads on calls of at most 4096 selected tokens, where 64-head
+    groups leave most SMs idle (crossover sweep, data/bench_h200_20261201-0430_crossover.csv: b1 h64 topk512
+    9.2 vs 13.0 us; b4 h64 topk2048, 8192 tokens, 25.7 vs 21.4), and at <= 16 heads above 65536 tokens (b64
+    h16 topk2048 53.1 vs 55.6 us in an exploratory run, see the ladder; b32, 65536 tokens, 33.2 vs 32.7). At
+    the 24 crossover shapes the rule's pick is within 2% of the fastest of tile512, wgmma_rope, wgmma_2cta,
+    wgmma_xchg, wgmma_f16 and wgmma_f16_2cta (b4 h16 topk2048: 15.5 vs 15.2 for wgmma_f16_2cta). The f16
+    rungs are exact for scale bytes 112..134 (the quantiser writes 114 and up; 134 is amax 57344) and give
+    NaN outside: "wgmma_xchg" is the bf16 rung without that window. Any other GPU: the portable "tile512".
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
         return "tile512"
     if 16 < heads <= 64 and tokens <= TWO_BLOCK_MAX_TOKENS_H64:
-        return "wgmma_2cta"
-    return "wgmma_xchg"
+        return "wgmma_f16_2cta"
+    if heads <= 16 and tokens >= TWO_BLOCK_MIN_TOKENS_H16:
+        return "wgmma_f16_2cta"
+    return "wgmma_f16"
 
 
 def resolve(impl: str, device, *, heads: int, tokens: int) -> str:
