@@ -21,8 +21,8 @@
 # prediction written before it was measured. This notebook reads only `data/` (no GPU, no kernel
 # launch): the ladder table timed every rung beside FlashMLA and the gather floor (a kernel that
 # reads exactly the bytes a decode reads and does no math) in one CUDA-graph run with cold KV; the
-# headline tables timed the default kernel (`impl="auto"`: on sm_90 a Gluon rung, `wgmma_xchg` or
-# `wgmma_2cta` by call size, `registry.auto_kernel`); earlier ladder tables show how the first Gluon rung,
+# headline tables timed the default kernel (`impl="auto"`: on sm_90 an f16 Gluon rung, `wgmma_f16` or
+# `wgmma_f16_2cta` by call size, `registry.auto_kernel`); earlier ladder tables show how the first Gluon rung,
 # `wgmma`, got where it is; forced-config tables check the autotuner; Nsight Compute reports (`data/ncu/`)
 # say where the time goes.
 
@@ -117,8 +117,9 @@ save_figure(fig, "ladder_time_per_rung", out_dir, title=f"Time per rung, s_q=1, 
 
 # %% [markdown]
 # ## The same at batch 1 and at the production shape
-# Message: at batch 1 (one query, 512 tokens) only `wgmma_2cta` beats FlashMLA: its 16-head groups and two
-# blocks per SM give the one query four times the programs. Splitting into whole 64-token tiles brought
+# Message: at batch 1 (one query, 512 tokens) only the two-blocks-per-SM rungs (`wgmma_2cta`,
+# `wgmma_f16_2cta`) beat FlashMLA: their 16-head groups and two blocks per SM give the one query four times
+# the programs. Splitting into whole 64-token tiles brought
 # `wgmma` level with the Triton rungs (it trailed them with 16-token splits) and put rungs 6-7 ahead. At the
 # production shape (few main tokens plus an extra 512 on 64-token pages) every Gluon rung beats FlashMLA.
 
@@ -178,6 +179,8 @@ CHANGES = {
     "6cad387": "a rope-in-words switch added to the kernel, off in wgmma itself (rung 7 turns it on)",
     "0cf3777": "head-warp softmax and shared-memory exchange switches added, off in wgmma itself (rungs 9-10 turn "
                "them on; wgmma's SASS unchanged); one copy of the dequant PTX, host-int launch maths",
+    "127509f": "f16 switch added, off in wgmma itself (rungs 11-12 turn it on; wgmma's instruction count "
+               "unchanged); a NaN split is written, not dropped as empty",
 }
 hist = ok[(ok.sweep == "ladder") & (ok.config == "") & ok.kernel.isin(["wgmma", "flashmla"])]
 rows = []

@@ -126,8 +126,9 @@ _wgmma("wgmma_headwarps", 9, "wgmma_rope with the softmax in a layout where each
        "ncu (wgmma_2cta, h16) put barrier stalls second (2.30 of 12.1 cycles per instruction) and short scoreboard "
        "first (3.27): S^T spreads a head's 64 tokens over 4 warps, so each tile's max and sum were two cross-warp "
        "reductions (shuffles, shared memory, 3 barriers each). One layout conversion of S^T replaces them. Lab "
-       "(sm_90) loop body: barriers 12 -> 8 (h16, both compiled as wgmma_2cta's one-buffer build), 14 -> 8 (h64); instructions 795 -> 744, 1103 -> "
-       "942. Expect 5-10% at h16, more at h64 where the reductions were over 64 heads",
+       "(sm_90) loop body: barriers 12 -> 8 (h16, both compiled as wgmma_2cta's one-buffer build), 14 -> 8 "
+       "(h64); instructions 795 -> 744, 1103 -> 942. Expect 5-10% at h16, more at h64 where the reductions were "
+       "over 64 heads",
        TOKEN_LANES=4, ROPE_WORDS=1, HEAD_WARPS=1)
 _wgmma("wgmma_xchg", 10, "wgmma_headwarps with the valid mask and the rescale factors moved through shared memory "
        "at the tile's existing barriers instead of by layout conversions",
@@ -141,12 +142,12 @@ _wgmma("wgmma_f16", 11, "wgmma_xchg with K, q and P in f16: the hardware e4m3 ->
        "2**-15..2**7; the quantiser writes 114 and up), NaN outside",
        "ncu (wgmma_xchg, h16): CPI 7.0 at 8 warps per SM, and ~420 of the loop's 720 instructions are the "
        "dequant (PRMT, SHF, LOP3 and two HMUL2 a pair). Lab (sm_90) loop body: h16 720 -> 568 instructions, "
-       "registers 135 -> 126; h64 944 -> 793. The loop is latency-bound, not issue-bound, so expect less than "
-       "the 22%: 5-10% at h16 and h64",
+       "registers 132 -> 128 (lab table); h64 944 -> 793. The loop is latency-bound, not issue-bound, so expect "
+       "less than the 22%: 5-10% at h16 and h64",
        TOKEN_LANES=4, ROPE_WORDS=1, HEAD_WARPS=1, SMEM_XCHG=1, F16=1)
 _wgmma("wgmma_f16_2cta", 12, "wgmma_f16 at 16 heads, two blocks per SM: one K buffer and a 128-register cap, as "
        "wgmma_2cta is to wgmma_rope",
-       "at 16 heads wgmma_f16 needs 126 registers (lab) but 154 KB: one block of 8 warps per SM. With one K "
+       "at 16 heads wgmma_f16 needs 128 registers (lab) but 154 KB: one block of 8 warps per SM. With one K "
        "buffer (88,192 B, lab) two blocks fit, 16 warps, at 128 registers (lab: no spills). Two blocks lost to "
        "one at rung 10 (56.4 vs 55.2 us, exploratory run): the bf16 dequant kept the ALUs busy. With a fifth "
        "fewer instructions a tile, expect h16 at b64 3-5% below wgmma_f16 (an exploratory run before this "

@@ -45,17 +45,18 @@ NUM_WARPS = 8  # two warpgroups
 LAYOUT_KEYS = ("D_NOPE", "D_ROPE", "TILE", "NUM_TILES", "DATA_BYTES", "SCALE_BYTES")
 
 
-def estimate_shared_bytes(c: TiledConfig, K_BUFFERS: int = 2, HEAD_WARPS: int = 0, SMEM_XCHG: int = 0,
-                          **_switches) -> int:
+def estimate_shared_bytes(c: TiledConfig, K_BUFFERS: int = 2, ROPE_WORDS: int = 0, HEAD_WARPS: int = 0,
+                          SMEM_XCHG: int = 0, **_switches) -> int:
     """Shared bytes of one block, as the compiler allocates them (sm_90 lab, every rung's configs): K_BUFFERS
-    16-bit K tiles (1 KB/token each), q (1 KB/head), P (2 B/token/head), and the scratch of the softmax's
-    layout changes: S^T into the head-warp layout (4 B/token/head) with HEAD_WARPS, else the cross-warp
-    max/sum (16 B/head); SMEM_XCHG's valid bytes and rescale factors (1 B/token, 4 B/head). The rope is
-    stored straight into the K tile; the epilogue's transposed accumulator reuses freed space."""
+    16-bit K tiles (1 KB/token each), q (1 KB/head), P (2 B/token/head), and the layout changes' scratch, the
+    largest one live at a time: S^T into the head-warp layout (4 B/token/head) with HEAD_WARPS, else the
+    cross-warp max/sum (16 B/head) or, with the rope in its own layout, its int64 row offsets (8 B/token);
+    SMEM_XCHG's valid bytes and rescale factors (1 B/token, 4 B/head). The rope is stored straight into the K
+    tile; the epilogue's transposed accumulator reuses freed space."""
     t, h = c.BLOCK_T, c.BLOCK_H
-    softmax = 4 * t * h if HEAD_WARPS else 16 * h
+    scratch = 4 * t * h if HEAD_WARPS else max(16 * h, 0 if ROPE_WORDS else 8 * t)
     xchg = t + 4 * h if SMEM_XCHG else 0
-    return K_BUFFERS * 1024 * t + 1024 * h + 2 * t * h + softmax + xchg
+    return K_BUFFERS * 1024 * t + 1024 * h + 2 * t * h + scratch + xchg
 
 
 @gluon.jit
