@@ -86,8 +86,9 @@ def test_mma_is_deterministic_and_forced_config_matches(catalogue_case):
 
 
 def nan_head_case(device="cpu", heads=4, topk=96, seed=0):
-    """q with NaN in every column of head 1 of batch 0, over a 2-page cache (64-token pages) both queries read
-    all of, shuffled: (kwargs, reference). The reference gives that head NaN and every other head a number."""
+    """q with NaN in every column of head 1 of batch 0, over a 2-page cache (64-token pages) of which each query
+    selects ``topk`` shuffled tokens: (kwargs, reference). The reference gives that head NaN and every other head
+    a number."""
     g = torch.Generator().manual_seed(seed)
     cache = to_device(wb.quantize_kv(torch.randn(2, 64, 512, generator=g).to(torch.bfloat16)), device)
     idx = torch.stack([torch.randperm(128, generator=g)[:topk] for _ in range(2)]).int()[:, None, :].to(device)
@@ -113,6 +114,23 @@ def check_nan_head(kw, ref, impl):
 @pytest.mark.parametrize("impl", SPLIT_KERNELS + ["simt"])
 def test_nan_in_q_reaches_its_heads_output(impl):
     check_nan_head(*nan_head_case(), impl)
+
+
+@pytest.mark.parametrize("device", [pytest.param("cpu", marks=interpreter), pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("lse_parts", [[float("nan")], [float("nan"), float("-inf")], [0.5, float("nan"), 1.0]],
+                         ids=["nan-only", "nan-and-empty", "nan-among-live"])
+def test_combine_turns_a_nan_split_into_nan(device, lse_parts):
+    """The combine on hand-made partials: a NaN LSE among empty (-inf) or live splits makes out and lse NaN.
+    tl.max skips NaN on the GPU, so without the combine's own test a lone NaN split read as an empty query (out 0,
+    lse +inf); numpy's max (the interpreter) propagates it, so the CPU case cannot tell the two apart."""
+    from workbench.kernels.combine import launch_combine
+    s = len(lse_parts)
+    part_out = torch.randn(1, 1, s, 512).to(device)
+    part_lse = torch.tensor(lse_parts, dtype=torch.float32).reshape(1, 1, s).to(device)
+    out = torch.empty(1, 1, 1, 512, dtype=torch.bfloat16, device=device)
+    lse = torch.empty(1, 1, 1, dtype=torch.float32, device=device)
+    launch_combine(part_out=part_out, part_lse=part_lse, attn_sink=None, out=out, lse=lse, pinned=True)
+    assert torch.isnan(lse).all() and torch.isnan(out).all(), (lse, out[..., :4])
 
 
 @pytest.mark.gpu
