@@ -69,8 +69,6 @@ def test_host_int_helpers_equal_tritons():
 def test_a_target_override_applies_only_in_its_own_thread():
     """The resource lab budgets pruning for another GPU inside target_override; a decode pruning in another
     thread at the same time keeps its own target."""
-    import threading
-
     from workbench.kernels.tuning import current_target, target_override
     own = current_target().arch
     other = "sm_120" if own != "sm_120" else "sm_89"

@@ -84,7 +84,6 @@ def test_mma_is_deterministic_and_forced_config_matches(catalogue_case):
     wb.assert_close(c[0].float(), c[1], *ref, "forced config")
 
 
-
 def nan_head_case(device="cpu", heads=4, topk=96, seed=0):
     """q with NaN in every column of head 1 of batch 0, over a 2-page cache (64-token pages) of which each query
     selects ``topk`` shuffled tokens: (kwargs, reference). The reference gives that head NaN and every other head
@@ -116,7 +115,8 @@ def test_nan_in_q_reaches_its_heads_output(impl):
     check_nan_head(*nan_head_case(), impl)
 
 
-@pytest.mark.parametrize("device", [pytest.param("cpu", marks=interpreter), pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("device", [pytest.param("cpu", marks=interpreter),
+                                    pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("lse_parts", [[float("nan")], [float("nan"), float("-inf")], [0.5, float("nan"), 1.0]],
                          ids=["nan-only", "nan-and-empty", "nan-among-live"])
 def test_combine_turns_a_nan_split_into_nan(device, lse_parts):
@@ -140,6 +140,7 @@ def test_nan_in_q_reaches_its_heads_output_on_the_gpu(impl):
     if wb.registry.get(impl).interpretable is False and torch.cuda.get_device_capability()[0] != 9:
         pytest.skip(f"{impl} is a Gluon kernel for sm_90")
     check_nan_head(*nan_head_case("cuda", heads=16), impl)
+
 
 def test_split_plan_fills_the_gpu_and_is_bounded():
     p = wb.plan_splits(queries=1, heads=64, topk=512, num_sms=132)

@@ -1,5 +1,5 @@
-"""Resource lab, Gluon: a Gluon rung given a lab signature compiles through GluonASTSource with its entry's compile
-options (wgmma_2cta's maxnreg=128 reaches ptxas), and is skipped, not compiled, off sm_90."""
+"""Resource lab, Gluon: the catalog's Gluon rungs are lab kernels that compile through GluonASTSource with their
+entry's compile options (wgmma_2cta's maxnreg=128 reaches ptxas), and are skipped, not compiled, off sm_90."""
 import dataclasses
 import json
 from pathlib import Path
@@ -8,40 +8,22 @@ import pandas as pd
 import pytest
 
 from workbench import registry
-from workbench.kernels import catalog, wgmma
-from workbench.kernels.common import layout_constexprs
+from workbench.kernels import wgmma
 from workbench.resources import lab_kernels, to_frame, without_interpreter
 
-PROBE, UNCAPPED, BASE = "lab_gluon_probe", "lab_gluon_probe_nocap", "lab_gluon_base"
+# wgmma_2cta as registered (its lab signature types the page stride "i64:16", as a launch specialises it:
+# typed plainly, the gathers compile to 1-8 byte loads in the lab, 179 ld.global and none of 16 B at h16),
+# and the same entry without its register cap
+CAPPED, UNCAPPED, BASE = "wgmma_2cta", "lab_gluon_probe_nocap", "wgmma"
 H16 = {"BLOCK_H": 16, "BLOCK_T": 64, "num_warps": 8}
-# the page stride as a launch specialises it (a multiple of 16 bytes: 256 tokens * 584 B): the Gluon kernel's
-# gathers address through it with no tl.multiple_of (tile512 has one), so typed plainly "i64" they compile to
-# 1-8 byte loads in the lab (179 ld.global, none of 16 B, at h16) instead of the 16-byte loads that run
-SIGNATURE = dict(catalog.SPLIT_SIGNATURE, stride_page="i64:16")
-
-
-def _constexprs(c):
-    # pages of 256 tokens; the entry's fixed_meta (TOKEN_LANES=4, K_BUFFERS=1, ROPE_WORDS=1) is merged by the lab
-    return dict(HAS_TOPK_LEN=False, DOT_FP32=False, **layout_constexprs(keys=wgmma.LAYOUT_KEYS), BS_SHIFT=8,
-                **c.meta())
-
-
-def probe_specs():
-    """wgmma_2cta with a lab signature, with and without its register cap; the plain wgmma rung (no switches)."""
-    lab = dict(rung=None, lab_signature=SIGNATURE, lab_constexprs=_constexprs)
-    return (dataclasses.replace(registry.get("wgmma_2cta"), name=PROBE, compile_options={"maxnreg": 128}, **lab),
-            dataclasses.replace(registry.get("wgmma_2cta"), name=UNCAPPED, compile_options={}, **lab),
-            dataclasses.replace(registry.get("wgmma"), name=BASE, **lab))
 
 
 def register_probes():
-    for s in probe_specs():
-        registry.register(s)
+    registry.register(dataclasses.replace(registry.get(CAPPED), name=UNCAPPED, rung=None, compile_options={}))
 
 
 def unregister_probes():
-    for n in (PROBE, UNCAPPED, BASE):
-        registry.unregister(n)
+    registry.unregister(UNCAPPED)
 
 
 @pytest.fixture
@@ -66,8 +48,8 @@ def test_every_gluon_rung_is_a_lab_kernel_with_its_register_cap():
 
 def test_a_gluon_entry_is_a_lab_kernel_with_its_options_and_defaults(probes):
     from workbench.kernels.configs import TiledConfig
-    probe, base = probes[PROBE], probes[BASE]
-    assert probe.compile_options == {"maxnreg": 128} and probes[UNCAPPED].compile_options == {}
+    probe, base = probes[CAPPED], probes[BASE]
+    assert probes[UNCAPPED].compile_options == {}  # the capped entry's: the test above
     # a sibling's switch this entry does not pin takes the jit parameter's default (a launch omits it), not 0
     assert base.fixed_meta == dict(F16=0, HEAD_WARPS=0, K_BUFFERS=2, ROPE_WORDS=0, SMEM_XCHG=0, TOKEN_LANES=32)
     assert probe.fixed_meta == dict(F16=0, HEAD_WARPS=0, K_BUFFERS=1, ROPE_WORDS=1, SMEM_XCHG=0, TOKEN_LANES=4)
@@ -82,7 +64,7 @@ def test_a_gluon_rung_compiles_for_sm90_with_its_register_cap():
              "t.register_probes()")
     code = (f"{setup}\nimport json; from workbench.resources import compile_config\n"
             f"res = [compile_config(k, a, {H16!r}) for k, a in "
-            f"(({PROBE!r}, 'sm_90'), ({UNCAPPED!r}, 'sm_90'), ({PROBE!r}, 'sm_120'))]\n"
+            f"(({CAPPED!r}, 'sm_90'), ({UNCAPPED!r}, 'sm_90'), ({CAPPED!r}, 'sm_120'))]\n"
             "print(json.dumps([r.as_row() for r in res]))")
     capped, uncapped, off = (r for _, r in to_frame(json.loads(without_interpreter(code).splitlines()[-1])).iterrows())
     for r in (capped, uncapped):

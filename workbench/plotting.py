@@ -51,6 +51,8 @@ def kernel_colors(names) -> dict:
         if k not in out:
             out[k] = next(spare, "grey")
     return out
+
+
 MODE_TITLES = {"graph": "CUDA-graph replay (the kernel's time)",
                "eager": "eager launch (host-bound below ~32 requests)"}
 POOR_R2 = 0.8

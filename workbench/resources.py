@@ -157,19 +157,17 @@ def typed_config(kernel: str | LabKernel, cfg):
 
 # ----------------------------------------------------------------------------- compiling one config
 
-def _jit_function(obj):
-    """The JITFunction under an autotuner/heuristics wrapper (``.fn`` of a JITFunction is the Python function)."""
-    from triton.runtime.jit import JITFunction
-    while not isinstance(obj, JITFunction):
-        obj = obj.fn
-    return obj
-
-
 def _wrapped(obj):
     """The objects down a jit/autotuner/interpreter wrapper chain (``.fn``), the Python function last."""
     while obj is not None:
         yield obj
         obj = getattr(obj, "fn", None)
+
+
+def _jit_function(obj):
+    """The JITFunction (a GluonJITFunction for Gluon) under an autotuner/heuristics wrapper."""
+    from triton.runtime.jit import JITFunction
+    return next(o for o in _wrapped(obj) if isinstance(o, JITFunction))
 
 
 def _param_defaults(jit) -> dict:
