@@ -1,8 +1,10 @@
-"""The f16 rungs' scale window (GPU only: Gluon, sm_90). ``F16=1`` applies the UE8M0 scale with one f16
+"""The f16 rungs' windows (GPU only: Gluon, sm_90). ``F16=1`` applies the UE8M0 scale with one f16
 multiply, exact for scale bytes in [F16_MIN_SCALE_BYTE, F16_MAX_SCALE_BYTE] = [112, 134]: at both edges the
 output matches the fp32 reference; one selected token outside the window makes its query's output NaN
 (every head), and leaves the other queries exact. ``test_the_window_tests_can_fail`` checks on the CPU, with the
-fp32 reference standing in for a kernel, that a wrong bottom edge (0, or twice or half the scale) fails them."""
+fp32 reference standing in for a kernel, that a wrong bottom edge (0, or twice or half the scale) fails them.
+q and the rope are converted from bf16 to f16: exact up to 65280 (the largest bf16 below 65536); 65536 and up
+is f16 inf, which the kernel turns into NaN (an inf score of -inf would drop a token without a trace)."""
 import pytest
 import torch
 
@@ -15,18 +17,26 @@ from workbench.metrics import compare
 
 F16_RUNGS = tuple(n for n in registry.names("split") if registry.get(n).fixed_meta.get("F16"))
 B, H, TOPK, PAGES, BS = 3, 16, 128, 6, 64
+Q_COL, ROPE_AT = 5, (4, 17, 448 + 9)  # (page, token, column): a token only query 2 selects
+F16_EDGES = [65280, 65536]  # bf16 values: the largest below f16's inf, and the first at it
+F16_EDGE_IDS = ["65280-exact", "65536-inf"]
 
 
-def _case(seed=0, device="cuda"):
+def _case(seed=0, device="cuda", rope_value=None):
     """Queries that each select 128 shuffled tokens of their own two pages (query b: pages 2b, 2b+1). Query 0's
     pages have their first tile scaled to the window's top (amax 448 * 2**7: byte 134), which dominates its
     output. Query 1's pages have every nope tile at the window's bottom (byte 112: the f16 subnormal 2**-15,
     below the quantiser's floor of 114, so written by hand) and a rope shrunk to 1e-3, so those tiles dominate
-    its output. Query 2's pages are plain."""
+    its output. Query 2's pages are plain but for column Q_COL, positive in every token (a q of -inf there
+    makes every score -inf: the tokens vanish rather than give NaN); ``rope_value`` goes in one of their rope
+    columns, ROPE_AT."""
     g = torch.Generator().manual_seed(seed)
     kv = torch.randn(PAGES, BS, 512, generator=g)
     kv[:2, :, :64] *= 448 * 2 ** 7 / kv[:2, :, :64].abs().amax(dim=-1, keepdim=True)
     kv[2:4, :, 448:] *= 1e-3
+    kv[4:6, :, Q_COL] = kv[4:6, :, Q_COL].abs() + 0.5
+    if rope_value is not None:
+        kv[ROPE_AT] = rope_value
     cache = quantize_kv(kv.to(torch.bfloat16)).to(device) if device == "cpu" else \
         to_device(quantize_kv(kv.to(torch.bfloat16)), device)
     sb = raw_scale_bytes(cache)
@@ -75,3 +85,39 @@ def test_the_window_tests_can_fail(wrong):
     raw_scale_bytes(cache)[2:4, :, :7] = wrong
     passed = [m["passed"] for m in per_query(*sparse_mla_decode(q, cache, idx, impl="reference"), *ref)]
     assert passed == [True, False, True], passed
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("value", F16_EDGES, ids=F16_EDGE_IDS)
+@pytest.mark.parametrize("impl", F16_RUNGS)
+def test_q_at_the_edge_of_f16(impl, value):
+    """-65536 in head 3's q, column Q_COL, where every key of query 2 is positive: as f16 inf every score of the
+    head is -inf. The head must come out NaN (not a silent zero-weight head); -65280 must come out right."""
+    q, cache, idx = _case()
+    q[2, 0, 3, Q_COL] = -value
+    out, lse = sparse_mla_decode(q, cache, idx, impl=impl)
+    ref_out, ref_lse = sparse_mla_decode(q, cache, idx, impl="reference")
+    others = [h for h in range(H) if h != 3] if value >= 65536 else list(range(H))
+    if value >= 65536:
+        assert torch.isnan(out[2, 0, 3]).all() and torch.isnan(lse[2, 3]).all(), "an f16 inf in q must give NaN"
+    m = compare(out[2:3, :, others], lse[2:3, others], ref_out[2:3, :, others], ref_lse[2:3, others])
+    assert m["passed"], m
+    for b, m in enumerate(per_query(out[:2], lse[:2], ref_out[:2], ref_lse[:2])):
+        assert m["passed"], (b, m)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("value", F16_EDGES, ids=F16_EDGE_IDS)
+@pytest.mark.parametrize("impl", F16_RUNGS)
+def test_rope_at_the_edge_of_f16(impl, value):
+    """One rope value of query 2's tokens at 65536 is f16 inf: q * inf is -inf in about half the heads, which
+    would drop the token there and leave a finite, wrong output. Every head of query 2 must be NaN; 65280 must
+    come out right."""
+    q, cache, idx = _case(rope_value=value)
+    out, lse = sparse_mla_decode(q, cache, idx, impl=impl)
+    ms = per_query(out, lse, *sparse_mla_decode(q, cache, idx, impl="reference"))
+    if value >= 65536:
+        assert torch.isnan(out[2]).all() and torch.isnan(lse[2]).all(), "an f16 inf in the rope must give NaN"
+        ms = ms[:2]
+    for b, m in enumerate(ms):
+        assert m["passed"], (b, m)

@@ -3,7 +3,9 @@ import threading
 
 import triton
 
-from workbench.kernels.common import capture_launches, cdiv, launch, next_pow2
+import pytest
+
+from workbench.kernels.common import capture_launches, cdiv, head_group, launch, next_pow2
 
 
 class FakeKernel:
@@ -86,3 +88,22 @@ def test_a_target_override_applies_only_in_its_own_thread():
         t.join(5)
     assert seen["arch"] == own
     assert current_target().arch == own
+
+
+@pytest.mark.parametrize("heads,group", [(0, 64), (1, 16), (16, 16), (17, 32), (32, 32), (33, 64), (64, 64),
+                                         (128, 64)], ids=lambda v: str(v))
+def test_the_head_group_covers_the_heads_between_16_and_64(heads, group):
+    """The one head-group rule of mma, tile512 and the Gluon rungs: at least the MMA's 16 rows, at most 64; 0
+    (a prune hook that saw no head count) means 64, the group that fits any call."""
+    assert head_group(heads) == group
+
+
+def test_the_gluon_shared_model_rejects_a_misspelled_switch():
+    """A misspelled rung switch must not be modelled silently as the default (it once was: **_switches)."""
+    from workbench.kernels import wgmma
+    from workbench.kernels.configs import TiledConfig
+    c = TiledConfig(BLOCK_H=16, BLOCK_T=64, num_warps=8)
+    same = wgmma.estimate_shared_bytes(c, K_BUFFERS=1)
+    assert wgmma.estimate_shared_bytes(c, TOKEN_LANES=4, F16=1, K_BUFFERS=1) == same  # they move no bytes
+    with pytest.raises(TypeError, match="HEAD_WARP"):
+        wgmma.estimate_shared_bytes(c, HEAD_WARP=1)

@@ -100,7 +100,8 @@ def _combine() -> LabKernel:
     return LabKernel(
         name="combine", jit=combine.combine_kernel, signature=sig, config_cls=CombineConfig,
         configs=tuple(CombineConfig.from_triton(c) for c in combine.COMBINE_CONFIGS),
-        constexprs=lambda c: dict(HAS_SINK=True, D=512, S_PAD=16, RNE_BY_HAND=False, **c.meta()),
+        constexprs=lambda c: dict(HAS_SINK=True, D=512, S_PAD=16, S_CHUNK=combine.S_CHUNK_MAX, RNE_BY_HAND=False,
+                                  **c.meta()),
         shared_model=lambda c: 0)  # no shared-memory tiles; its reductions are warp shuffles at these sizes
 
 

@@ -137,6 +137,12 @@ def next_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 0 else 0
 
 
+def head_group(heads: int) -> int:
+    """The head group that covers ``heads`` in one program: the MMA's 16-row minimum up to 64 (a warpgroup's
+    tile; more heads take more programs). 0 heads (a prune hook that did not see the call) gives 64."""
+    return min(64, max(16, next_pow2(heads))) if heads > 0 else 64
+
+
 LAYOUT_KEYS = ("D_NOPE", "NOPE_PAD", "D_ROPE", "TILE", "NUM_TILES", "DATA_BYTES", "SCALE_BYTES")
 
 

@@ -11,8 +11,8 @@ import triton
 import triton.language as tl
 
 from ..layout import layout_of
-from .common import (D_ROPE, INTERPRET, NOPE_PAD, cdiv, dequant_kv, launch, layout_constexprs, load_kv_raw, mma,
-                     next_pow2, partial_args, to_bf16)
+from .common import (D_ROPE, INTERPRET, NOPE_PAD, cdiv, dequant_kv, head_group, launch, layout_constexprs,
+                     load_kv_raw, mma, partial_args, to_bf16)
 from .configs import TiledConfig
 from .tuning import call_args, current_target, record_prune
 
@@ -90,7 +90,7 @@ def prune_mma_configs(configs, named_args, **kwargs):
         for c, est, reason in verdicts:
             record_prune("mma", target, c, est, reason)
         raise ValueError(f"no MMA config fits {target.arch} for {heads} heads")
-    want = min(64, max(16, next_pow2(heads))) if heads else 64
+    want = head_group(heads)
     group = max((c.kwargs["BLOCK_H"] for c in fitting if c.kwargs["BLOCK_H"] <= want),
                 default=min(c.kwargs["BLOCK_H"] for c in fitting))
     kept = []
@@ -203,7 +203,7 @@ def mma_partial_kernel(
 
 def interpreter_config(heads: int) -> triton.Config:
     """The one config the CPU interpreter runs: big tiles mean few (slow) interpreted programs."""
-    return triton.Config({"BLOCK_H": min(64, max(16, next_pow2(heads))), "BLOCK_T": 64,
+    return triton.Config({"BLOCK_H": head_group(heads), "BLOCK_T": 64,
                           "PREFETCH": 1}, num_warps=4, num_stages=1)
 
 

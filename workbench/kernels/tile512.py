@@ -18,7 +18,7 @@ import triton.language as tl
 
 from ..layout import layout_of
 from .common import (D_NOPE, D_ROPE, INTERPRET, NUM_TILES, SCALE_BYTES, TILE, DATA_BYTES, cdiv,
-                     e4m3_bf16x2_asm, launch, layout_constexprs, mma, next_pow2, partial_args, to_bf16)
+                     e4m3_bf16x2_asm, head_group, launch, layout_constexprs, mma, partial_args, to_bf16)
 from .tuning import call_args, current_target, record_prune
 from .configs import TiledConfig, tiled_space
 
@@ -86,7 +86,7 @@ def prune_configs(configs, named_args, **kwargs):
     target = current_target()
     verdicts = [(c, *prune_reason(TiledConfig.from_triton(c), heads, target)) for c in configs]
     fitting = [c for c, _, r in verdicts if r is None]
-    want = min(64, max(16, next_pow2(heads))) if heads else 64
+    want = head_group(heads)
     group = max((c.kwargs["BLOCK_H"] for c in fitting if c.kwargs["BLOCK_H"] <= want),
                 default=min((c.kwargs["BLOCK_H"] for c in fitting), default=16))
     kept = []
@@ -261,7 +261,7 @@ LAYOUT_KEYS = ("D_NOPE", "D_ROPE", "TILE", "NUM_TILES", "DATA_BYTES", "SCALE_BYT
 
 def interpreter_config(heads: int) -> TiledConfig:
     """The one config the CPU interpreter runs: big tiles mean few (slow) interpreted programs."""
-    bh = min(64, max(16, next_pow2(heads)))
+    bh = head_group(heads)
     return TiledConfig(BLOCK_H=bh, BLOCK_T=64, num_warps=8 if bh == 64 else 4)  # within the register rule
 
 

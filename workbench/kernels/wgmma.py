@@ -36,7 +36,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from ..layout import layout_of
-from .common import cdiv, e4m3_bf16x2_asm, launch, layout_constexprs, next_pow2, partial_args
+from .common import cdiv, e4m3_bf16x2_asm, head_group, launch, layout_constexprs, partial_args
 from .configs import TiledConfig
 
 ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(64,), num_warps=(8,), num_stages=(1,))
@@ -46,13 +46,14 @@ LAYOUT_KEYS = ("D_NOPE", "D_ROPE", "TILE", "NUM_TILES", "DATA_BYTES", "SCALE_BYT
 
 
 def estimate_shared_bytes(c: TiledConfig, K_BUFFERS: int = 2, ROPE_WORDS: int = 0, HEAD_WARPS: int = 0,
-                          SMEM_XCHG: int = 0, **_switches) -> int:
+                          SMEM_XCHG: int = 0, TOKEN_LANES: int = 32, F16: int = 0) -> int:
     """Shared bytes of one block, as the compiler allocates them (sm_90 lab, every rung's configs): K_BUFFERS
     16-bit K tiles (1 KB/token each), q (1 KB/head), P (2 B/token/head), and the layout changes' scratch, the
     largest one live at a time: S^T into the head-warp layout (4 B/token/head) with HEAD_WARPS, else the
     cross-warp max/sum (16 B/head) or, with the rope in its own layout, its int64 row offsets (8 B/token);
     SMEM_XCHG's valid bytes and rescale factors (1 B/token, 4 B/head). The rope is stored straight into the K
-    tile; the epilogue's transposed accumulator reuses freed space."""
+    tile; the epilogue's transposed accumulator reuses freed space. TOKEN_LANES and F16 move no shared bytes
+    (f16 and bf16 are both 2 bytes); they are named so that a misspelled switch is a TypeError."""
     t, h = c.BLOCK_T, c.BLOCK_H
     scratch = 4 * t * h if HEAD_WARPS else max(16 * h, 0 if ROPE_WORDS else 8 * t)
     xchg = t + 4 * h if SMEM_XCHG else 0
@@ -127,8 +128,8 @@ def wgmma_partial_kernel(
     qd = gl.arange(0, D, layout=gl.SliceLayout(0, QL))
     q = gl.load(q_ptr + bi * stride_qb + si * stride_qs + qh[:, None] * stride_qh + qd[None, :],
                 mask=(qh < H)[:, None], other=0.0)  # [BLOCK_H, 512] bf16
-    if F16:  # exact for 2**-17 <= |q| <= 65504 (f16 subnormals below: an absolute error under 2**-25)
-        q = q.to(gl.float16)
+    if F16:  # exact for 2**-17 <= |q| < 65536 (f16 subnormals below: an absolute error under 2**-25)
+        q = q.to(gl.float16)  # 65536 and up: f16 inf, made NaN in the scores (see _online_softmax)
     q_smem = gl.allocate_shared_memory(KT, [BLOCK_H, D], Q_SMEM, q)
     k_smem = gl.allocate_shared_memory(KT, [K_BUFFERS, BLOCK_T, D], K_SMEM)
     if HEAD_WARPS:  # P stored head-major: a thread's TT tokens of its head are contiguous; the PV reads P^T
@@ -214,7 +215,7 @@ def wgmma_partial_kernel(
                 v = valid_smem.load(gl.SliceLayout(1, SB)) != 0
             else:
                 v = gl.convert_layout(cur_valid, gl.SliceLayout(1, SB))
-            p, alpha, m_i = _online_softmax(s, v, m_i, sm_scale_log2)
+            p, alpha, m_i = _online_softmax(s, v, m_i, sm_scale_log2, F16)
             l_t = l_t * gl.expand_dims(alpha, 0) + p
             # the last PV of the other warpgroup reads P too: it was retired before the barrier inside the
             # convert_layout above, so this store cannot overwrite P under it
@@ -225,7 +226,7 @@ def wgmma_partial_kernel(
                 acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, OL)), 0)
         else:
             v = gl.convert_layout(cur_valid, gl.SliceLayout(1, SL))
-            p, alpha, m_i = _online_softmax(s, v, m_i, sm_scale_log2)
+            p, alpha, m_i = _online_softmax(s, v, m_i, sm_scale_log2, F16)
             l_i = l_i * alpha + gl.sum(p, 0)
             # safe against the other warpgroup's last PV for the same reason: gl.max above reduces across warps
             # through shared memory, behind a barrier
@@ -258,9 +259,14 @@ def wgmma_partial_kernel(
 
 
 @gluon.jit
-def _online_softmax(s, v, m_i, sm_scale_log2):
+def _online_softmax(s, v, m_i, sm_scale_log2, INF_TO_NAN: gl.constexpr):
     """One tile's step of the base-2 online softmax over S^T [BLOCK_T, BLOCK_H] (tokens on axis 0, any layout):
     masked scores, the new running max, P and the factor alpha that rescales what came before."""
+    if INF_TO_NAN:
+        # f16 operands: products of finite f16s cannot overflow the fp32 scores, so -inf can only come from
+        # an f16 inf (|q| or |rope| >= 65536). It would drop its token without a trace: NaN poisons the head
+        # instead (+inf already does, through inf - inf in exp2)
+        s = gl.where(s == float("-inf"), float("nan"), s)
     s = gl.where(gl.expand_dims(v, 1), s * sm_scale_log2, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 0))
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
@@ -346,8 +352,9 @@ _DEQUANT_F16_ASM = gl.constexpr("""{
     mul.rn.f16x2 $0, a, $3;
     mul.rn.f16x2 $1, b, $3;
     }""")
-# four bf16 (one int64) -> two f16 pairs, through f32: exact for 2**-14 <= |x| <= 65504 (and 0), rounded below,
-# inf above (the output then NaN)
+# four bf16 (one int64) -> two f16 pairs, through f32: exact for 2**-17 <= |x| < 65536 (a bf16's 8 significant
+# bits fit f16's subnormal grid of 2**-24 from 2**-17 up), rounded below; f16 inf from 65536 up, made NaN in
+# the scores (see _online_softmax)
 _BF16X4_F16_ASM = gl.constexpr("""{
     .reg .b32 a, b, x0, x1, x2, x3;
     mov.b64 {a, b}, $2;
@@ -386,7 +393,7 @@ def _bf16x4_to_f16(rope):
 
 def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
     """The head group that covers ``heads`` in one program where ``allowed`` lets it (else the largest)."""
-    return TiledConfig(BLOCK_H=min(max(allowed["BLOCK_H"]), max(16, next_pow2(heads))), BLOCK_T=64,
+    return TiledConfig(BLOCK_H=min(max(allowed["BLOCK_H"]), head_group(heads)), BLOCK_T=64,
                        num_warps=NUM_WARPS)
 
 
