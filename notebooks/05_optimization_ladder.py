@@ -345,6 +345,15 @@ for hh in sorted(w.heads.unique()):
     lines.append(f"- ncu, `{default_rung}` h{hh} (commit {r.commit}{', stale' if r.stale else ''}): {r.registers:.0f} "
                  f"registers, {r.threads:.0f} threads per block, achieved occupancy {r.achieved_occupancy_pct:.1f}%, "
                  f"CPI {r.cpi:.2f}, DRAM {r.dram_pct:.0f}% of peak; top stalls {r.top_stalls}.")
+# the split combine after the default rung (a report named <commit>_ncu_combine_after_<rung>_h<heads>.txt)
+for r in ncu[(ncu.kernel == f"combine_after_{default_rung}") & (ncu.heads == 16) & ~ncu.stale].itertuples():
+    part = w[(w.heads == 16) & (w.commit == r.commit)]
+    if len(part):
+        p = part.iloc[-1]
+        lines.append(f"- ncu, h16 (commit {r.commit}): the partial kernel alone takes {p.duration_us:.1f} us, "
+                     f"{p.duration_us / h['h16']['gather_us']:.2f}x the floor; the combine after it "
+                     f"{r.duration_us:.1f} us (ncu flushes L2 before each kernel, so it reads the partials from DRAM: "
+                     "an upper bound), plus a launch between the two.")
 tun_bad = tuner[~tuner.within_10pct]
 lines.append(f"- autotuner: {len(tuner) - len(tun_bad)} of {len(tuner)} (kernel, heads) picks within 10% of the best "
              f"forced config (worst ratio {tuner.ratio.max():.2f})" + (

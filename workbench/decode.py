@@ -55,7 +55,9 @@ def split_plans(*, queries: int, heads: int, indices, num_sms: int, waves: int =
                         granule=granule) for ix in indices]
 
 
-def _num_sms(device: torch.device) -> int:
+def sm_count(device: torch.device) -> int:
+    """The SMs the split plan fills on ``device`` (INTERPRETER_SMS off the GPU): decode and the bench's gather
+    probe plan their splits with the same count."""
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return INTERPRETER_SMS
@@ -89,8 +91,8 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     above 65536, else "wgmma_f16"; otherwise "tile512"; see registry.auto_kernel), any registered kernel
     (``workbench.registry.decode_impls()``: the optimisation ladder's rungs "mma", "tile512", "tile512_bf16dq",
     "tile512_3d", "wgmma", "wgmma_4lane", "wgmma_rope", "wgmma_2cta", "wgmma_headwarps", "wgmma_xchg",
-    "wgmma_f16", "wgmma_f16_2cta" (the f16 rungs are exact for scale bytes 112..134 and give NaN outside; they
-    need |q| and |rope| below 65536, see registry.auto_kernel), the per-head "simt"), or "reference".
+    "wgmma_f16", "wgmma_f16_2cta" (the f16 rungs are exact for scale bytes 112..134 and for |q|, |rope| below
+    65536, and give NaN outside, see registry.auto_kernel), the per-head "simt"), or "reference".
     config: one kernel config (dict) to run without autotuning, e.g. for CUDA graph capture; the keys are
     the kernel's ``registry.get(impl).allowed`` (tiled kernels: BLOCK_H, BLOCK_T, num_warps, num_stages).
     plan: a :class:`workbench.plan.DecodePlan` from :func:`workbench.plan_decode` for inputs of these shapes,
@@ -169,7 +171,7 @@ def allocate_workspace(spec, q, scopes) -> Workspace:
     if spec.kind != "split":
         return Workspace(out, lse, None, None, ())
     splits = tuple(split_plans(queries=b * s_q, heads=h, indices=[ix for _, ix, _ in scopes],
-                               num_sms=_num_sms(q.device), waves=spec.split_waves,
+                               num_sms=sm_count(q.device), waves=spec.split_waves,
                                granule=spec.split_granule))
     s_total = sum(p.num_splits for p in splits)
     part_out = torch.empty(b * s_q, h, s_total, MODEL1.d, dtype=torch.float32, device=q.device)

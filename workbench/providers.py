@@ -132,11 +132,11 @@ class ProbeProvider:
             raise Skip("no CUDA GPU")
 
     def prepare(self, kw: dict, config=None):
-        from .decode import _num_sms, decode_scopes, split_plans
+        from .decode import decode_scopes, sm_count, split_plans
         q = kw["q"]
         b, s_q, h, _ = q.shape
         scopes = decode_scopes(kw["cache"], kw["indices"], None, kw.get("extra_cache"), kw.get("extra_indices"))
-        plans = split_plans(queries=b * s_q, heads=h, indices=[ix for _, ix, _ in scopes], num_sms=_num_sms(q.device))
+        plans = split_plans(queries=b * s_q, heads=h, indices=[ix for _, ix, _ in scopes], num_sms=sm_count(q.device))
         sinks = [torch.empty(b * s_q, p.num_splits, dtype=torch.int32, device=q.device) for p in plans]
 
         def run():
