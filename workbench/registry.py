@@ -104,8 +104,9 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     (ladder, data/bench_h200_20261201-0647_ladder.csv: b64 h16 topk2048, 131072 tokens, 53.48 vs 54.99 us; at
     b32, 65536 tokens, the two were 33.2 vs 32.7 in 0430, 32.0 vs 32.2 in 0448 and 32.1 vs 31.9 in 0647: no
     calls between 65536 and 131072 tokens were timed). At the 24 crossover shapes the rule's pick is within 2%
-    of the fastest of tile512, wgmma_rope, wgmma_2cta, wgmma_xchg, wgmma_f16 and wgmma_f16_2cta but at b4 h16
-    topk2048 (0430: 15.5 vs 15.2 for wgmma_f16_2cta; 0647: 13.8 vs 13.5; 0448: within 1%). The f16 rungs are exact for scale bytes 112..134 (the
+    of the fastest of tile512, wgmma_rope, wgmma_2cta, wgmma_xchg, wgmma_f16 and wgmma_f16_2cta but at one
+    shape a run, never the same one twice (0430 and 0647: b4 h16 topk2048, 15.5 vs 15.2 and 13.8 vs 13.5 for
+    wgmma_f16_2cta; 0709: b1 h16 topk512, 8.8 vs 8.5 for wgmma_xchg; 0448: all within 1%). The f16 rungs are exact for scale bytes 112..134 (the
     quantiser writes 114 and up; 134 is amax 57344) and give NaN outside; a q or rope value of magnitude
     65536 or more (f16 inf) gives NaN too: "wgmma_xchg" is the bf16 rung with neither limit. Any other GPU:
     the portable "tile512".
