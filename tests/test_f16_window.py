@@ -3,8 +3,9 @@ multiply, exact for scale bytes in [F16_MIN_SCALE_BYTE, F16_MAX_SCALE_BYTE] = [1
 output matches the fp32 reference; one selected token outside the window makes its query's output NaN
 (every head), and leaves the other queries exact. ``test_the_window_tests_can_fail`` checks on the CPU, with the
 fp32 reference standing in for a kernel, that a wrong bottom edge (0, or twice or half the scale) fails them.
-q and the rope are converted from bf16 to f16: exact up to 65280 (the largest bf16 below 65536); 65536 and up
-is f16 inf, which the kernel turns into NaN (an inf score of -inf would drop a token without a trace)."""
+q and the rope are converted from bf16 to f16: exact from 2**-17 up to 65280 (the largest bf16 below 65536);
+65536 and up is f16 inf, and a score of -inf from it would drop its token from the softmax, so the kernel
+turns it into NaN."""
 import pytest
 import torch
 
@@ -28,8 +29,8 @@ def _case(seed=0, device="cuda", rope_value=None):
     output. Query 1's pages have every nope tile at the window's bottom (byte 112: the f16 subnormal 2**-15,
     below the quantiser's floor of 114, so written by hand) and a rope shrunk to 1e-3, so those tiles dominate
     its output. Query 2's pages are plain but for column Q_COL, positive in every token (a q of -inf there
-    makes every score -inf: the tokens vanish rather than give NaN); ``rope_value`` goes in one of their rope
-    columns, ROPE_AT."""
+    makes every score -inf: without the kernel's NaN every token would vanish, the head's out 0 and lse +inf);
+    ``rope_value`` goes in one of their rope columns, ROPE_AT."""
     g = torch.Generator().manual_seed(seed)
     kv = torch.randn(PAGES, BS, 512, generator=g)
     kv[:2, :, :64] *= 448 * 2 ** 7 / kv[:2, :, :64].abs().amax(dim=-1, keepdim=True)
@@ -111,8 +112,8 @@ def test_q_at_the_edge_of_f16(impl, value):
 @pytest.mark.parametrize("impl", F16_RUNGS)
 def test_rope_at_the_edge_of_f16(impl, value):
     """One rope value of query 2's tokens at 65536 is f16 inf: q * inf is -inf in about half the heads, which
-    would drop the token there and leave a finite, wrong output. Every head of query 2 must be NaN; 65280 must
-    come out right."""
+    would drop the token there and leave its lse and all but the inf column of its output finite and wrong.
+    Every head of query 2 must be NaN, out and lse; 65280 must come out right."""
     q, cache, idx = _case(rope_value=value)
     out, lse = sparse_mla_decode(q, cache, idx, impl=impl)
     ms = per_query(out, lse, *sparse_mla_decode(q, cache, idx, impl="reference"))

@@ -101,12 +101,12 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     "wgmma_f16_2cta" (rung 12) wins: at 17-64 heads on calls of at most 4096 selected tokens, where 64-head
     groups leave most SMs idle (crossover sweep, data/bench_h200_20261201-0430_crossover.csv: b1 h64 topk512
     9.2 vs 13.0 us; b4 h64 topk2048, 8192 tokens, 25.7 vs 21.4), and at <= 16 heads above 65536 tokens
-    (ladder, data/bench_h200_20261201-0647_ladder.csv: b64 h16 topk2048, 131072 tokens, 53.48 vs 54.99 us; at
+    (ladder, data/bench_h200_20261201-0708_ladder.csv: b64 h16 topk2048, 131072 tokens, 53.06 vs 55.03 us; at
     b32, 65536 tokens, the two were 33.2 vs 32.7 in 0430, 32.0 vs 32.2 in 0448 and 32.1 vs 31.9 in 0647: no
     calls between 65536 and 131072 tokens were timed). At the 24 crossover shapes the rule's pick is within 2%
-    of the fastest of tile512, wgmma_rope, wgmma_2cta, wgmma_xchg, wgmma_f16 and wgmma_f16_2cta but at one
-    shape a run, never the same one twice (0430 and 0647: b4 h16 topk2048, 15.5 vs 15.2 and 13.8 vs 13.5 for
-    wgmma_f16_2cta; 0709: b1 h16 topk512, 8.8 vs 8.5 for wgmma_xchg; 0448: all within 1%). The f16 rungs are exact for scale bytes 112..134 (the
+    of the fastest of tile512, wgmma_rope, wgmma_2cta, wgmma_xchg, wgmma_f16 and wgmma_f16_2cta in 0430 and
+    0448, and at all but one shape in 0647 (b4 h16 topk2048: 13.8 vs 13.5 us for wgmma_f16_2cta, 2.6%) and in
+    0709 (b1 h16 topk512: 8.8 vs 8.5 us for wgmma_xchg, 4.1%). The f16 rungs are exact for scale bytes 112..134 (the
     quantiser writes 114 and up; 134 is amax 57344) and give NaN outside; a q or rope value of magnitude
     65536 or more (f16 inf) gives NaN too: "wgmma_xchg" is the bf16 rung with neither limit. Any other GPU:
     the portable "tile512".

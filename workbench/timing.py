@@ -22,12 +22,14 @@ per call; :func:`summarize` makes them (median, p20, p80). The timing modes (a r
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
 QUANTILES = [0.5, 0.2, 0.8]
 GRAPH_WARM_MS = 25.0  # replayed, untimed, before the graph's timed replays (see ``graph`` above)
-GRAPH_WARM_MAX_REPLAYS = 2000
+GRAPH_WARM_MAX_REPLAYS = 2000  # bounds the host's part: a graph of a few-us calls would take thousands
 
 
 def summarize(samples) -> tuple[float, float, float]:
@@ -81,7 +83,7 @@ def idle_samples(fns: list, calls: int = 200, warm_rounds: int = 2) -> list[floa
 
 def graph_samples(fns: list, replays: int = 30, warm_ms: float = GRAPH_WARM_MS) -> list[float]:
     """Microseconds per call, one sample per replay: one graph holds one call per rotation; replayed untimed
-    for about ``warm_ms`` first (at least twice, at most GRAPH_WARM_MAX_REPLAYS times)."""
+    for about ``warm_ms`` first (at most GRAPH_WARM_MAX_REPLAYS times, after two replays that size it)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -93,12 +95,14 @@ def graph_samples(fns: list, replays: int = 30, warm_ms: float = GRAPH_WARM_MS) 
     with torch.cuda.graph(graph):
         for f in fns:
             f()
+    graph.replay()  # the first replay carries the graph's upload: the warm-up is sized from the second
+    torch.cuda.synchronize()
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
     graph.replay()
     b.record()
     b.synchronize()
-    for _ in range(min(GRAPH_WARM_MAX_REPLAYS, max(2, int(warm_ms / max(a.elapsed_time(b), 1e-3))))):
+    for _ in range(min(GRAPH_WARM_MAX_REPLAYS, math.ceil(warm_ms / max(a.elapsed_time(b), 1e-3)))):
         graph.replay()
     torch.cuda.synchronize()
     times = []
