@@ -1,9 +1,8 @@
 """Host-side pieces the kernels share (kernels/common.py): the launch capture and the plain-int helpers."""
 import threading
 
-import triton
-
 import pytest
+import triton
 
 from workbench.kernels.common import capture_launches, cdiv, head_group, launch, next_pow2
 

@@ -95,25 +95,21 @@ def graph_samples(fns: list, replays: int = 30, warm_ms: float = GRAPH_WARM_MS) 
     with torch.cuda.graph(graph):
         for f in fns:
             f()
-    graph.replay()  # the first replay carries the graph's upload: the warm-up is sized from the second
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    graph.replay()
-    b.record()
-    b.synchronize()
-    for _ in range(min(GRAPH_WARM_MAX_REPLAYS, math.ceil(warm_ms / max(a.elapsed_time(b), 1e-3)))):
-        graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
+
+    def replay_ms() -> float:
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         graph.replay()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0 / len(fns))
-    return times
+        return a.elapsed_time(b)
+
+    graph.replay()  # the first replay carries the graph's upload: the warm-up is sized from the second
+    torch.cuda.synchronize()
+    for _ in range(min(GRAPH_WARM_MAX_REPLAYS, math.ceil(warm_ms / max(replay_ms(), 1e-3)))):
+        graph.replay()
+    torch.cuda.synchronize()
+    return [replay_ms() * 1000.0 / len(fns) for _ in range(replays)]
 
 
 # the timed modes, and the derived one: "overhead" = OVERHEAD[0] minus OVERHEAD[1], per call
