@@ -51,8 +51,10 @@ def test_a_gluon_entry_is_a_lab_kernel_with_its_options_and_defaults(probes):
     probe, base = probes[CAPPED], probes[BASE]
     assert probes[UNCAPPED].compile_options == {}  # the capped entry's: the test above
     # a sibling's switch this entry does not pin takes the jit parameter's default (a launch omits it), not 0
-    assert base.fixed_meta == dict(F16=0, HEAD_WARPS=0, K_BUFFERS=2, ROPE_WORDS=0, SMEM_XCHG=0, TOKEN_LANES=32)
-    assert probe.fixed_meta == dict(F16=0, HEAD_WARPS=0, K_BUFFERS=1, ROPE_WORDS=1, SMEM_XCHG=0, TOKEN_LANES=4)
+    assert base.fixed_meta == dict(F16=0, HEAD_WARPS=0, K_BUFFERS=2, ROPE_WORDS=0, SMEM_XCHG=0, TOKEN_LANES=32,
+                                   LAUNCH_DEPENDENTS=1)
+    assert probe.fixed_meta == dict(F16=0, HEAD_WARPS=0, K_BUFFERS=1, ROPE_WORDS=1, SMEM_XCHG=0, TOKEN_LANES=4,
+                                    LAUNCH_DEPENDENTS=1)
     assert [c.label for c in probe.configs] == ["BLOCK_H=16,BLOCK_T=64,num_warps=8,num_stages=1"]
     assert probe.constexprs(TiledConfig(**H16))["TOKEN_LANES"] == 4
 
@@ -77,3 +79,28 @@ def test_a_gluon_rung_compiles_for_sm90_with_its_register_cap():
     assert uncapped.registers > 128, "maxnreg did not reach the compiler"
     assert off.status == "compile_error" and off.reason.startswith("skipped: Gluon sm_90 kernel")
     assert pd.isna(off.registers)
+
+
+def _after_first_mma_wait(ptx: str) -> list[str]:
+    """The PTX's barrier, shared-store, wait and griddepcontrol lines from its first wgmma wait on (the first is
+    the loop's wait for the last PV), as their opcodes."""
+    words = [ln.split() for ln in ptx.splitlines() if ln.strip() and not ln.lstrip().startswith("//")]
+    ops = [w[1] if w[0].startswith("@") and len(w) > 1 else w[0] for w in words]  # a guard predicate dropped
+    ops = [op for op in ops if op.startswith(("bar.sync", "st.shared", "wgmma.wait_group", "griddepcontrol"))]
+    return ops[ops.index("wgmma.wait_group.sync.aligned"):]
+
+
+@pytest.mark.parametrize("kernel", ["wgmma_f16_2cta", "wgmma_f16"])
+def test_k_is_stored_only_after_both_warpgroups_finished_the_last_pv(kernel):
+    """With one K buffer the loop waits for this warpgroup's PV before overwriting K, but the other warpgroup's
+    PV reads K too (its half of the output columns, every token) and each thread stores every column of its
+    tokens: a CTA barrier must come between that wait and the K stores (sm_90 PTX; Triton's membar pass inserts
+    one too, the kernel writes it out). The two-buffer rung stores into the other buffer, retired two tiles
+    back. Both let the combine launch (griddepcontrol.launch_dependents) once, after the loop."""
+    code = ("from workbench.resources import compiled_ptx\n"
+            f"print(compiled_ptx({kernel!r}, 'sm_90', {H16!r}))")
+    ops = _after_first_mma_wait(without_interpreter(code))
+    first_store = next(i for i, op in enumerate(ops) if op.startswith("st.shared"))
+    if kernel == "wgmma_f16_2cta":
+        assert "bar.sync" in ops[1:first_store], ops[:first_store + 1]
+    assert sum(op.startswith("griddepcontrol.launch_dependents") for op in ops) == 1

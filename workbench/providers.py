@@ -7,6 +7,8 @@ setup happens in ``prepare``, outside the timed region. A provider that cannot r
 
 - every decode in the registry (and "auto", "reference"): :class:`WorkbenchProvider`;
 - the same decode through a plan ("auto+plan", any decode name + "+plan"): :class:`PlanProvider`;
+- the same decode with its combine forced to a programmatic dependent or an ordinary launch ("+pdl",
+  "+serial"): :class:`CombineLaunchProvider`;
 - every probe (the gather floor): :class:`ProbeProvider`;
 - FlashMLA's SM90 MODEL1 decode: :class:`FlashMLAProvider`.
 """
@@ -80,6 +82,24 @@ class WorkbenchProvider:
 
 
 PLAN = "+plan"  # suffix of a decode provider that launches through a plan
+COMBINE_LAUNCH = {"+pdl": True, "+serial": False}  # suffixes that force how the combine is launched
+
+
+class CombineLaunchProvider(WorkbenchProvider):
+    """A decode whose combine is forced to a programmatic dependent launch ("+pdl") or an ordinary one
+    ("+serial") whatever its split count (:func:`workbench.decode.combine_pdl`): the A/B behind the rule."""
+
+    def __init__(self, impl: str, suffix: str):
+        super().__init__(impl)
+        self.impl, self.name, self.pdl = impl, impl + suffix, COMBINE_LAUNCH[suffix]
+
+    def prepare(self, kw: dict, config=None):
+        from .decode import combine_launch
+
+        def run():
+            with combine_launch(self.pdl):
+                return sparse_mla_decode(**kw, impl=self.impl, config=config)
+        return run
 
 
 def _plan_key(kw: dict, config) -> tuple:
@@ -165,13 +185,23 @@ def make_provider(name: str):
         return WorkbenchProvider(name)
     if name.endswith(PLAN) and name[: -len(PLAN)] in registry.decode_impls():
         return PlanProvider(name[: -len(PLAN)])
+    for suffix in COMBINE_LAUNCH:
+        if name.endswith(suffix) and name[: -len(suffix)] in registry.decode_impls():
+            return CombineLaunchProvider(name[: -len(suffix)], suffix)
     raise ValueError(f"provider: expected one of {provider_names()}, got {name!r}")
+
+
+def base_impl(provider: str) -> str:
+    """The decode a provider name runs, without its "+plan", "+pdl" or "+serial" suffix."""
+    for suffix in (PLAN, *COMBINE_LAUNCH):
+        provider = provider.removesuffix(suffix)
+    return provider
 
 
 def kernel_of(provider: str, shape) -> str:
     """The kernel a provider runs on this shape (a :class:`workbench.sweeps.BenchShape`) here: "auto" is
     recorded as what it resolved to (with or without a plan)."""
-    provider = provider.removesuffix(PLAN)
+    provider = base_impl(provider)
     if provider != "auto":
         return provider
     from . import registry
@@ -185,5 +215,5 @@ def config_columns(provider: str, config) -> dict:
     if config is None:
         return dict(config="")
     from . import registry
-    typed = registry.get(provider.removesuffix(PLAN)).check_config(config)
+    typed = registry.get(base_impl(provider)).check_config(config)
     return dict(config=typed.label, **typed.columns())

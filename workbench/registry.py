@@ -39,6 +39,7 @@ class KernelSpec:
     split_waves: int = 2                    # split kinds: programs per SM the split plan aims for
     split_granule: int = 16                 # split kinds: tokens per split are a multiple of this
     interpretable: bool = True              # False: GPU only (Gluon); CPU tests skip it, the GPU checks cover it
+    pdl: bool = False                       # split kinds: the combine is a programmatic dependent launch (sm_90)
     rung: int | None = None                 # position on the optimisation ladder (None: not a rung)
     prediction: str = ""                    # written before it was measured: what should move
 

@@ -101,7 +101,7 @@ def _combine() -> LabKernel:
         name="combine", jit=combine.combine_kernel, signature=sig, config_cls=CombineConfig,
         configs=tuple(CombineConfig.from_triton(c) for c in combine.COMBINE_CONFIGS),
         constexprs=lambda c: dict(HAS_SINK=True, D=512, S_PAD=16, S_CHUNK=combine.S_CHUNK_MAX, RNE_BY_HAND=False,
-                                  **c.meta()),
+                                  PDL=False, **c.meta()),  # PDL's griddepcontrol.wait: one instruction, sm_90 only
         # no shared-memory tiles; at most one bf16 output row (2 B x 512) crosses from the split reduction's
         # layout to the 16-byte store's through shared memory (lab: 1 KB at 2 warps, none at 1 and 4)
         shared_model=lambda c: 2 * 512)
@@ -383,9 +383,25 @@ def model_prune_reason(lk: LabKernel, model: int | None, arch: str) -> str | Non
     return None
 
 
+def _compile_lab_kernel(lk: LabKernel, arch: str, cfg) -> tuple[object, str]:
+    """(compiled kernel, ptxas log) of one typed config for one target, as a launch compiles it."""
+    from .kernels.tuning import target_override
+    fn, sig, const = _signature_and_constexprs(lk, cfg)
+    with target_override(arch):
+        return _compile(_source(fn, sig, const), GPUTarget("cuda", get_target(arch).capability, 32),
+                        {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, **lk.compile_options})
+
+
+def compiled_ptx(kernel: str, arch: str, cfg) -> str:
+    """The PTX of one config (typed, dict or ``triton.Config``) for one target, for reading the code itself
+    (instruction order, barriers) where the table's counts are not enough (no GPU)."""
+    _check_compilable()
+    lk = lab_kernel(kernel)
+    return _compile_lab_kernel(lk, arch, typed_config(lk, cfg))[0].asm["ptx"]
+
+
 def compile_config(kernel: str, arch: str, cfg, *, respect_pruning: bool = False) -> CompileResult:
     """Compile one config (typed, dict or ``triton.Config``) for one target and read its resources (no GPU)."""
-    from .kernels.tuning import target_override
     _check_compilable()
     lk = lab_kernel(kernel)
     target = get_target(arch)
@@ -399,11 +415,8 @@ def compile_config(kernel: str, arch: str, cfg, *, respect_pruning: bool = False
         return CompileResult(**base, status="compile_error", reason=skip)
     if reason and respect_pruning:
         return CompileResult(**base, status="pruned", reason=reason)
-    fn, sig, const = _signature_and_constexprs(lk, cfg)
     try:
-        with target_override(arch):
-            k, log = _compile(_source(fn, sig, const), GPUTarget("cuda", target.capability, 32),
-                              {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, **lk.compile_options})
+        k, log = _compile_lab_kernel(lk, arch, cfg)
     except Exception as e:  # noqa: BLE001 - the reason is the result
         msg = str(e).strip().splitlines()
         detail = [ln for ln in msg if re.search(r"error\s+:", ln)]  # ptxas's own line, e.g. "requires sm_90"

@@ -38,8 +38,8 @@ class BenchShape:
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 132)
 ALL_ORDER = ("headline", "baselines", "batch", "warps", "production", "s_q2", "configs")  # most important first
-SWEEPS = ("smoke", "headline", "ladder", "forced", "crossover", "batch", "s_q2", "production", "baselines", "warps",
-          "configs", "overhead", "all")
+SWEEPS = ("smoke", "headline", "ladder", "forced", "crossover", "pdl", "batch", "s_q2", "production", "baselines",
+          "warps", "configs", "overhead", "all")
 HEADLINE = (BenchShape(64, 16, 2048), BenchShape(64, 64, 2048), BenchShape(64, 128, 2048), BenchShape(1, 64, 512),
             BenchShape(64, 16, 128, block_size=256, extra_topk=512, extra_block_size=64))
 HEADS = (16, 32, 64, 128)
@@ -51,6 +51,10 @@ OVERHEAD_PROVIDERS = ("auto", "auto+plan", "flashmla")
 OVERHEAD_MODES = ("eager", "eager_idle", "graph", "overhead")
 # the rungs auto chooses among (registry.auto_kernel), and the best Triton one, timed at small and mid calls
 CROSSOVER_PROVIDERS = ("tile512", "wgmma_rope", "wgmma_2cta", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta")
+# The combine as a programmatic dependent launch or an ordinary one (decode.combine_pdl), for the default kernel:
+# the headline shapes and b32 h16 topk2048 (1-8 splits a row), and b2, b4 h64 topk2048 (32 splits a row)
+PDL_SHAPES = HEADLINE + (BenchShape(32, 16, 2048), BenchShape(2, 64, 2048), BenchShape(4, 64, 2048))
+PDL_PROVIDERS = ("auto+pdl", "auto+serial")
 
 
 def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str, ...], dict | None]]:
@@ -99,6 +103,8 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
     if name == "crossover":  # where the Gluon kernel starts to beat the best Triton rung ("auto" picks by it)
         return [(BenchShape(b, h, k), CROSSOVER_PROVIDERS, ("graph",), None)
                 for k in (512, 2048) for h in (16, 64) for b in (1, 2, 4, 8, 16, 32)]
+    if name == "pdl":
+        return [(shape, PDL_PROVIDERS, ("graph",), None) for shape in PDL_SHAPES]
     if name == "headline":
         return [(BenchShape(64, h, 2048), fast, ("eager", "graph"), None) for h in (16, 64, 128)] + \
                [(BenchShape(1, 64, 512), fast, ("eager", "graph"), None)]

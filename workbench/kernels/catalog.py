@@ -82,11 +82,13 @@ WGMMA_SIGNATURE = dict(SPLIT_SIGNATURE, stride_page="i64:16")
 
 
 def _wgmma(name, rung, summary, prediction, *, allowed=wgmma.ALLOWED, split_waves=1, maxnreg=None, **fixed):
-    """A rung of the Gluon kernel: its constexpr switches (``fixed``), head groups and register cap."""
+    """A rung of the Gluon kernel: its constexpr switches (``fixed``), head groups and register cap. Every rung
+    lets its combine launch as a programmatic dependent (pdl, LAUNCH_DEPENDENTS; see decode.combine_pdl)."""
+    fixed = dict(fixed, LAUNCH_DEPENDENTS=1)
     checks = tuple({"BLOCK_H": bh, "BLOCK_T": 64, "num_warps": 8} for bh in (64, 16, 32) if bh in allowed["BLOCK_H"])
     options = {"maxnreg": maxnreg} if maxnreg else {}
     return register(KernelSpec(
-        name=name, kind="split", rung=rung, interpretable=False, split_waves=split_waves, summary=summary,
+        name=name, kind="split", rung=rung, interpretable=False, split_waves=split_waves, summary=summary, pdl=True,
         split_granule=64,  # whole 64-token tiles: b1 h64 topk512, wgmma_4lane 18.3 us at 16-token splits, 14.5 at 64
         prediction=prediction, jit=wgmma.wgmma_partial_kernel, config_cls=TiledConfig, allowed=allowed,
         launch=lambda **kw: wgmma.launch_wgmma_partial(**kw, allowed=allowed, name=name, **options, **fixed),

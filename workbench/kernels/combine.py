@@ -35,11 +35,13 @@ def combine_kernel(
     lse_ptr,        # [b, h, s_q] fp32, contiguous
     H, S_Q, s_total, S_BUCKET,
     HAS_SINK: tl.constexpr, D: tl.constexpr, S_PAD: tl.constexpr, S_CHUNK: tl.constexpr,
-    RNE_BY_HAND: tl.constexpr,
+    RNE_BY_HAND: tl.constexpr, PDL: tl.constexpr,
 ):
     pid_q = tl.program_id(0)
     head = tl.program_id(1)
     row = pid_q * H + head
+    if PDL:  # launched as a programmatic dependent of the last partial: its writes are visible after this
+        tl.extra.cuda.gdc_wait()
     sp = tl.arange(0, S_PAD)
     lse_s = tl.load(part_lse_ptr + row * s_total + sp, mask=sp < s_total, other=float("-inf"))  # [S_PAD]
     # tl.max skips NaN: a NaN split (NaN in its scores) would leave m finite or -inf (empty); make it poison all
@@ -71,15 +73,19 @@ def combine_kernel(
     tl.store(lse_ptr + (bi * H + head) * S_Q + si, lse)
 
 
-def launch_combine(*, part_out, part_lse, attn_sink, out, lse, pinned: bool = False):
-    """Merge splits into out [b, s_q, h, D] bf16 and lse [b, h, s_q] fp32 (both preallocated)."""
+def launch_combine(*, part_out, part_lse, attn_sink, out, lse, pinned: bool = False, pdl: bool = False):
+    """Merge splits into out [b, s_q, h, D] bf16 and lse [b, h, s_q] fp32 (both preallocated).
+
+    pdl: launch as a programmatic dependent launch (sm_90+): the kernel may start before the partial launch
+    ahead of it in the stream has finished, and waits for it before reading the partials.
+    """
     b, s_q, h, d = out.shape
     s_total = part_lse.shape[-1]
     args = dict(part_out_ptr=part_out, part_lse_ptr=part_lse,
                 sink_ptr=attn_sink if attn_sink is not None else part_lse, out_ptr=out, lse_ptr=lse,
                 H=h, S_Q=s_q, s_total=s_total, S_BUCKET=next_pow2(s_total),
                 HAS_SINK=attn_sink is not None, D=d, S_PAD=next_pow2(s_total),
-                S_CHUNK=min(S_CHUNK_MAX, next_pow2(s_total)), RNE_BY_HAND=INTERPRET)
+                S_CHUNK=min(S_CHUNK_MAX, next_pow2(s_total)), RNE_BY_HAND=INTERPRET, PDL=pdl, launch_pdl=pdl)
     grid = (b * s_q, h)
     if pinned:
         launch(combine_kernel.fn, grid, dict(**args, num_warps=COMBINE_CONFIGS[0].num_warps))

@@ -16,7 +16,7 @@ at 2 warps per scheduler, ncu) gives way to overlap: h16 from 113 us towards the
 floor plus the dequant time (~10 us for 993 tokens/SM), so 50-70 us; h64 below 100 us.
 GPU only (sm_90): Gluon does not run under the interpreter.
 
-Six constexpr switches make the later rungs (registered in ``catalog``): TOKEN_LANES, how many lanes
+Six constexpr switches make the later rungs (registered in ``catalog``), and a seventh lets the combine launch early: TOKEN_LANES, how many lanes
 share one token's loads (32 here; "wgmma_4lane": 4, so each thread does the index and address arithmetic of
 2 tokens a tile, not 8); ROPE_WORDS ("wgmma_rope": the rope is loaded as the last group's output words, so
 one store writes the whole tile and a barrier goes); K_BUFFERS (2 here; "wgmma_2cta": 1, which with a
@@ -25,7 +25,9 @@ layout where each warp holds whole heads, so its max needs no cross-warp reducti
 per thread until the end); SMEM_XCHG ("wgmma_xchg": the valid mask and the rescale factors change layout
 through shared memory at barriers the tile already has, instead of layout conversions with barriers of
 their own); F16 ("wgmma_f16": K, q and P in f16, so the hardware's e4m3 -> f16 pair conversion replaces the
-bit-built bf16 dequant; exact for scale bytes 112..134, NaN outside: see ``F16_MIN_SCALE_BYTE``).
+bit-built bf16 dequant; exact for scale bytes 112..134, NaN outside: see ``F16_MIN_SCALE_BYTE``);
+LAUNCH_DEPENDENTS (every rung: griddepcontrol.launch_dependents after the main loop, so a combine launched as a
+programmatic dependent starts while the epilogue runs; see ``decode.combine_pdl``).
 """
 from __future__ import annotations
 
@@ -46,14 +48,14 @@ LAYOUT_KEYS = ("D_NOPE", "D_ROPE", "TILE", "NUM_TILES", "DATA_BYTES", "SCALE_BYT
 
 
 def estimate_shared_bytes(c: TiledConfig, K_BUFFERS: int = 2, ROPE_WORDS: int = 0, HEAD_WARPS: int = 0,
-                          SMEM_XCHG: int = 0, TOKEN_LANES: int = 32, F16: int = 0) -> int:
+                          SMEM_XCHG: int = 0, TOKEN_LANES: int = 32, F16: int = 0, LAUNCH_DEPENDENTS: int = 0) -> int:
     """Shared bytes of one block, as the compiler allocates them (sm_90 lab, every rung's configs): K_BUFFERS
     16-bit K tiles (1 KB/token each), q (1 KB/head), P (2 B/token/head), and the layout changes' scratch, the
     largest one live at a time: S^T into the head-warp layout (4 B/token/head) with HEAD_WARPS, else the
     cross-warp max/sum (16 B/head) or, with the rope in its own layout, its int64 row offsets (8 B/token);
     SMEM_XCHG's valid bytes and rescale factors (1 B/token, 4 B/head). The rope is stored straight into the K
-    tile; the epilogue's transposed accumulator reuses freed space. TOKEN_LANES and F16 move no shared bytes
-    (f16 and bf16 are both 2 bytes); they are named so that a misspelled switch is a TypeError."""
+    tile; the epilogue's transposed accumulator reuses freed space. TOKEN_LANES, F16 and LAUNCH_DEPENDENTS move no
+    shared bytes (f16 and bf16 are both 2 bytes); they are named so that a misspelled switch is a TypeError."""
     t, h = c.BLOCK_T, c.BLOCK_H
     scratch = 4 * t * h if HEAD_WARPS else max(16 * h, 0 if ROPE_WORDS else 8 * t)
     xchg = t + 4 * h if SMEM_XCHG else 0
@@ -84,6 +86,7 @@ def wgmma_partial_kernel(
     HEAD_WARPS: gl.constexpr = 0,      # 1: softmax with whole heads per warp (no cross-warp max/sum per tile)
     SMEM_XCHG: gl.constexpr = 0,       # 1 (with HEAD_WARPS): valid and alpha cross layouts at the tile's own barriers
     F16: gl.constexpr = 0,             # 1: K, q and P in f16, K by the hardware e4m3x2 -> f16x2 convert
+    LAUNCH_DEPENDENTS: gl.constexpr = 0,  # 1: the combine may launch once the main loop is done (PDL)
 ):
     gl.static_assert(HEAD_WARPS >= SMEM_XCHG, "SMEM_XCHG moves the head-warp softmax's values: needs HEAD_WARPS")
     KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16  # the MMA operands' type: K, q, P
@@ -183,6 +186,11 @@ def wgmma_partial_kernel(
         kb = k_smem.index(buf)
         if K_BUFFERS == 1:  # the last PV still reads the one buffer
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            # ... and so does the other warpgroup's (its half of the output columns, every token), which the wait
+            # above does not retire, while this thread stores every column of its tokens. Triton's membar pass
+            # puts a barrier here by itself (same PTX without this line); written out so the hazard does not
+            # rest on that analysis (tests/test_resources_gluon.py reads the order in the PTX)
+            gl.thread_barrier()
         if ROPE_WORDS:  # group G-1's outputs are the rope's pairs, as the same thread loaded them
             if F16:
                 rlo, rhi = _bf16x4_to_f16(rope)
@@ -239,6 +247,13 @@ def wgmma_partial_kernel(
         acc = warpgroup_mma(kb.permute((1, 0)), p_smem, acc, is_async=True)  # O^T += K^T P^T
         buf = (buf + 1) % K_BUFFERS
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    if LAUNCH_DEPENDENTS:
+        # the combine, when launched as a programmatic dependent (decode.combine_pdl), may be scheduled once
+        # every block is here: its launch overlaps this epilogue, and it waits (griddepcontrol.wait) for the
+        # whole grid before reading the partials. Here, not at the kernel's start: waiting combine blocks beside
+        # running ones made the production shape 3% slower (exploratory H200 run). No effect on an ordinary launch
+        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
+                                  is_pure=False, pack=1)
     if HEAD_WARPS:
         l_i = gl.sum(l_t, 0)
 
