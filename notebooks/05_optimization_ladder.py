@@ -129,6 +129,45 @@ save_figure(fig, "ladder_b1_and_production", out_dir, title=f"Time per rung at b
             f"{label}", note=note)
 
 # %% [markdown]
+# ## The combine as a programmatic dependent launch
+# Every Gluon rung lets its combine launch as a programmatic dependent of the partial kernel (sm_90 PDL):
+# the partial signals after its main loop, the combine is scheduled while the partial's epilogue runs and
+# waits on the partial grid before it reads the partials (`decode.combine_pdl`). The `pdl` sweep times the
+# default kernel both ways in one run: "auto+pdl" forces it, "auto+serial" forbids it. Prediction, from an
+# exploratory run: 1-6% faster at 4-8 splits a row, with up to 36% lost at 32 splits, hence the rule's limit
+# (`decode.PDL_MAX_SPLITS`); `auto` launches PDL at or below it, plainly above. Measured (the table below, one
+# run): 0.6-6% faster at 1-8 splits a row (b1 h64 topk512 the most: its partial is short, so the launch is a
+# large share), and at 32 splits level with `wgmma_f16_2cta` but 27% slower with `wgmma_f16` (b4 h64 topk2048).
+
+# %%
+from workbench.decode import PDL_MAX_SPLITS, plan_splits  # noqa: E402  (the rule's limit; the splits a row)
+
+pdl_rows = ok[(ok.sweep == "pdl") & (ok["mode"] == "graph")]
+if len(pdl_rows):
+    pdl_src = pdl_rows.sort_values("date").source.iloc[-1]
+    pdl_rows = pdl_rows[pdl_rows.source == pdl_src]
+    ab = pdl_rows.pivot_table(index=["batch", "heads", "topk", "extra_topk", "kernel"], columns="provider",
+                              values="median_us").reset_index()
+    spec_of = {s.name: s for s in registry.rungs()}
+    sms = int(pdl_rows.sm_count.iloc[0])
+
+    def splits_a_row(r):
+        spec = spec_of[r.kernel]
+        topks = [r.topk] + ([r.extra_topk] if r.extra_topk else [])
+        return sum(plan_splits(queries=r.batch, heads=r.heads, topk=k, num_sms=sms, waves=spec.split_waves,
+                               granule=spec.split_granule).num_splits for k in topks)
+
+    ab["splits a row"] = [splits_a_row(r) for r in ab.itertuples()]
+    ab["auto launches"] = np.where(ab["splits a row"] <= PDL_MAX_SPLITS, "pdl", "serial")
+    ab["pdl / serial"] = ab["auto+pdl"] / ab["auto+serial"]
+    ab["source"], ab["git_commit"], ab["stale"] = pdl_src, str(pdl_rows.git_commit.iloc[0])[:7], \
+        bool(pdl_rows.stale.fillna(True).any())
+    save_table(ab, "ladder_combine_pdl", out_dir)
+    display(Markdown(markdown_table(ab, floatfmt=".3g")))
+else:
+    print("no pdl sweep in data/ (python -m workbench bench --sweep pdl on an sm_90 GPU, then publish)")
+
+# %% [markdown]
 # ## Prediction and measurement per rung
 # Each rung's prediction is the text in its registry entry, written before it was measured. Each
 # shape's cell: time, speed vs FlashMLA (above 1: faster) and time / gather floor (1 = the floor),
@@ -181,6 +220,8 @@ CHANGES = {
                "them on; wgmma's SASS unchanged); one copy of the dequant PTX, host-int launch maths",
     "127509f": "f16 switch added, off in wgmma itself (rungs 11-12 turn it on; wgmma's instruction count "
                "unchanged); a NaN split is written, not dropped as empty",
+    "f8d640a": "every Gluon rung's combine a programmatic dependent launch (at most 8 splits a row), signalled "
+               "after the partial's main loop",
 }
 hist = ok[(ok.sweep == "ladder") & (ok.config == "") & ok.kernel.isin(["wgmma", "flashmla"])]
 rows = []
@@ -366,7 +407,8 @@ for r in ncu[(ncu.kernel == f"combine_after_{default_rung}") & (ncu.heads == 16)
                      f"{p.duration_us / h['h16']['gather_us']:.2f}x the floor (ncu's time over the graph-timed "
                      "floor: two methods); the combine after it "
                      f"{r.duration_us:.1f} us (ncu flushes L2 before each kernel, so it reads the partials from DRAM: "
-                     "an upper bound), plus a launch between the two.")
+                     "an upper bound), plus the gap between the two, which PDL narrows (the combine launches during "
+                     "the partial's epilogue: the table of the combine's launch above).")
 tun_bad = tuner[~tuner.within_10pct]
 lines.append(f"- autotuner: {len(tuner) - len(tun_bad)} of {len(tuner)} (kernel, heads) picks within 10% of the best "
              f"forced config (worst ratio {tuner.ratio.max():.2f})" + (

@@ -107,7 +107,9 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     calls between 65536 and 131072 tokens were timed). At the 24 crossover shapes the rule's pick is within 2%
     of the fastest of tile512, wgmma_rope, wgmma_2cta, wgmma_xchg, wgmma_f16 and wgmma_f16_2cta in 0430 and
     0448, and at all but one shape in 0647 (b4 h16 topk2048: 13.8 vs 13.5 us for wgmma_f16_2cta, 2.6%) and in
-    0709 (b1 h16 topk512: 8.8 vs 8.5 us for wgmma_xchg, 4.1%). The f16 rungs are exact for scale bytes
+    0709 (b1 h16 topk512: 8.8 vs 8.5 us for wgmma_xchg, 4.1%); with the combine as a programmatic dependent
+    launch (decode.combine_pdl), at all 24 in 1103 (at most 1.6%: b8 h16 topk512, 8.42 vs 8.28 us for
+    wgmma_f16_2cta). The f16 rungs are exact for scale bytes
     112..134 (the quantiser writes 114 and up; 134 is amax 57344) and give NaN outside; a q or rope value of
     magnitude 65536 or more (f16 inf) gives NaN too: "wgmma_xchg" is the bf16 rung with neither limit. Any
     other GPU: the portable "tile512".
