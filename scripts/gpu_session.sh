@@ -2,6 +2,8 @@
 # Everything the H200 is needed for, in one device call: correctness table, compute-sanitizer, benchmark
 # sweeps and Nsight Compute profiles. Results go to $OUT; publish them into data/ afterwards.
 # Usage (device tool, carry .golden and .whl): WORKBENCH_COMMIT=<sha> bash scripts/gpu_session.sh [sweep ...]
+#   <sha> typed out here: $(git rev-parse HEAD) in the device command runs in the machine's copy of the tree,
+#   which reported an older commit than the one sent (data/errata.csv, the 1102-1103 tables)
 #   SKIP_CHECK=1 / SKIP_PYTEST_GPU=1 / SKIP_SANITIZE=1 / SKIP_BENCH=1 leave a part out (to fit the 10-minute limit
 #   of one call); the pytest step (TRITON_INTERPRET=0 pytest -m gpu: the GPU checks as tests, and every other
 #   gpu-marked test) writes the same correctness table as check, as $OUT/correctness_h200_pytest.csv;
@@ -17,6 +19,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
   export PYTHONPATH=$PWD
 fi
+echo "rows record git_commit=${WORKBENCH_COMMIT:-(none: git in this copy)}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 rc=0

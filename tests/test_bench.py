@@ -281,5 +281,23 @@ def test_errata_correct_named_rows_and_refuse_a_typo(tmp_path):
 def test_published_errata_apply():
     from workbench.results import load_bench
     df = load_bench()
-    fixed = df[df.erratum != ""]
+    fixed = df[df.erratum.str.startswith("kernel_of resolved auto")]
     assert len(fixed) and set(fixed.kernel) == {"wgmma_2cta"}
+    # a whole table's git_commit, recorded wrong at the 1102 ladder run: every row corrected, none left behind
+    ladder = df[df.source == "bench_h200_20261201-1102_ladder.csv"]
+    assert len(ladder) and set(ladder.git_commit) == {"f8d640a2688241437ca67544521adde34ba6a9c8"}
+    assert (ladder.erratum != "").all()
+
+
+def test_an_erratum_with_wildcards_corrects_every_row_it_names(tmp_path):
+    """"*" in provider, batch, heads or topk matches any value; the other selectors still narrow the rows."""
+    from workbench.results import apply_errata
+    df = pd.DataFrame(dict(source=["t.csv", "t.csv", "u.csv"], provider=["auto", "flashmla", "auto"],
+                           batch=[64, 1, 64], heads=[16, 64, 16], topk=[2048, 512, 2048], git_commit=["a", "a", "a"]))
+    path = tmp_path / "errata.csv"
+    pd.DataFrame([dict(source="t.csv", provider="*", batch="*", heads="*", topk="*", column="git_commit",
+                       recorded="a", corrected="b", reason="all of t"),
+                  dict(source="u.csv", provider="auto", batch=64, heads="*", topk=2048, column="git_commit",
+                       recorded="a", corrected="c", reason="u's auto")]).to_csv(path, index=False)
+    out = apply_errata(df.copy(), path)
+    assert list(out.git_commit) == ["b", "b", "c"] and list(out.erratum) == ["all of t", "all of t", "u's auto"]

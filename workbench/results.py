@@ -82,22 +82,26 @@ def load_bench(paths=None, data_dir: Path | str = DATA):
 
 
 ERRATA = "errata.csv"  # corrections to published rows; the tables themselves are never rewritten
+ERRATA_SELECTORS = ("provider", "batch", "heads", "topk")  # the columns an erratum picks rows by ("*": any)
 
 
 def apply_errata(df, path: Path):
     """Apply ``data/errata.csv``: each row names a published table (``source``), the rows (provider, batch, heads,
-    topk), the ``column``, the value ``recorded`` and the ``corrected`` one, and why. A corrected row gets the
-    reason in an ``erratum`` column. An erratum that matches no row is an error: it would hide a typo."""
+    topk; "*" for any, e.g. a whole table's git_commit), the ``column``, the value ``recorded`` and the
+    ``corrected`` one, and why. A corrected row gets the reason in an ``erratum`` column. An erratum that matches
+    no row is an error: it would hide a typo."""
     import pandas as pd
     df["erratum"] = ""
     if not path.is_file():
         return df
     loaded = set(df.source)
-    for e in pd.read_csv(path).itertuples():
+    for e in pd.read_csv(path, dtype=str).itertuples():
         if e.source not in loaded:
             continue  # a table not loaded (e.g. a run folder read on its own)
-        m = ((df.source == e.source) & (df.provider == e.provider) & (df.batch == e.batch) & (df.heads == e.heads)
-             & (df.topk == e.topk) & (df[e.column].astype(str) == str(e.recorded)))
+        m = (df.source == e.source) & (df[e.column].astype(str) == str(e.recorded))
+        for col in ERRATA_SELECTORS:
+            if getattr(e, col) != "*":
+                m &= df[col].astype(str) == getattr(e, col)
         if not m.any():
             raise ValueError(f"{path.name}: no row of {e.source} matches {e.provider} b{e.batch} h{e.heads} "
                              f"topk{e.topk} with {e.column}={e.recorded!r}")
@@ -132,4 +136,4 @@ def load_correctness(data_dir: Path | str = DATA, name: str | None = None):
         path = max(paths, key=newest)
     df = pd.read_csv(path)
     df["source"] = path.name
-    return df
+    return apply_errata(df, data_dir / ERRATA)
