@@ -301,3 +301,15 @@ def test_an_erratum_with_wildcards_corrects_every_row_it_names(tmp_path):
                        recorded="a", corrected="c", reason="u's auto")]).to_csv(path, index=False)
     out = apply_errata(df.copy(), path)
     assert list(out.git_commit) == ["b", "b", "c"] and list(out.erratum) == ["all of t", "all of t", "u's auto"]
+    # a table without the selector columns (a correctness table) takes only "*" there
+    corr = pd.DataFrame(dict(source=["c.csv"], check=["golden"], git_commit=["a"]))
+    pd.DataFrame([dict(source="c.csv", provider="auto", batch="*", heads="*", topk="*", column="git_commit",
+                       recorded="a", corrected="b", reason="x")]).to_csv(path, index=False)
+    with pytest.raises(ValueError, match="no column"):
+        apply_errata(corr.copy(), path)
+
+
+def test_the_published_correctness_tables_carry_their_errata():
+    from workbench.results import load_correctness
+    df = load_correctness(name="correctness_h200_20261201-1059.csv")
+    assert set(df.git_commit) == {"f8d640a2688241437ca67544521adde34ba6a9c8"} and (df.erratum != "").all()

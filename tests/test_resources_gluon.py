@@ -81,26 +81,29 @@ def test_a_gluon_rung_compiles_for_sm90_with_its_register_cap():
     assert pd.isna(off.registers)
 
 
-def _after_first_mma_wait(ptx: str) -> list[str]:
-    """The PTX's barrier, shared-store, wait and griddepcontrol lines from its first wgmma wait on (the first is
-    the loop's wait for the last PV), as their opcodes."""
+def _ptx_ops(ptx: str) -> list[str]:
+    """The PTX's barrier, shared-store, global-store, wgmma-wait and griddepcontrol opcodes, in order (a guard
+    predicate dropped)."""
     words = [ln.split() for ln in ptx.splitlines() if ln.strip() and not ln.lstrip().startswith("//")]
-    ops = [w[1] if w[0].startswith("@") and len(w) > 1 else w[0] for w in words]  # a guard predicate dropped
-    ops = [op for op in ops if op.startswith(("bar.sync", "st.shared", "wgmma.wait_group", "griddepcontrol"))]
-    return ops[ops.index("wgmma.wait_group.sync.aligned"):]
+    ops = [w[1] if w[0].startswith("@") and len(w) > 1 else w[0] for w in words]
+    keep = ("bar.sync", "st.shared", "st.global", "wgmma.wait_group", "griddepcontrol")
+    return [op.rstrip(";") for op in ops if op.startswith(keep)]
 
 
 @pytest.mark.parametrize("kernel", ["wgmma_f16_2cta", "wgmma_f16"])
-def test_k_is_stored_only_after_both_warpgroups_finished_the_last_pv(kernel):
-    """With one K buffer the loop waits for this warpgroup's PV before overwriting K, but the other warpgroup's
-    PV reads K too (its half of the output columns, every token) and each thread stores every column of its
-    tokens: a CTA barrier must come between that wait and the K stores (sm_90 PTX; Triton's membar pass inserts
-    one too, the kernel writes it out). The two-buffer rung stores into the other buffer, retired two tiles
-    back. Both let the combine launch (griddepcontrol.launch_dependents) once, after the loop."""
+def test_the_loop_keeps_k_safe_and_the_combine_launches_after_it(kernel):
+    """sm_90 PTX. One K buffer (wgmma_f16_2cta): the loop's first wgmma wait retires this warpgroup's last PV,
+    but the other warpgroup's PV reads K too (its half of the output columns, every token) and each thread
+    stores every column of its tokens, so a CTA barrier must come between that wait and the K stores (Triton's
+    membar pass puts one there too; the kernel writes it out). Every Gluon rung signals the combine's launch
+    (griddepcontrol.launch_dependents) once, after its last MMA wait and before it writes its partials."""
     code = ("from workbench.resources import compiled_ptx\n"
             f"print(compiled_ptx({kernel!r}, 'sm_90', {H16!r}))")
-    ops = _after_first_mma_wait(without_interpreter(code))
-    first_store = next(i for i, op in enumerate(ops) if op.startswith("st.shared"))
+    ops = _ptx_ops(without_interpreter(code))
+    waits = [i for i, op in enumerate(ops) if op.startswith("wgmma.wait_group")]
     if kernel == "wgmma_f16_2cta":
-        assert "bar.sync" in ops[1:first_store], ops[:first_store + 1]
-    assert sum(op.startswith("griddepcontrol.launch_dependents") for op in ops) == 1
+        first_store = next(i for i in range(waits[0], len(ops)) if ops[i].startswith("st.shared"))
+        assert "bar.sync" in ops[waits[0] + 1:first_store], ops[waits[0]:first_store + 1]
+    signal = [i for i, op in enumerate(ops) if op == "griddepcontrol.launch_dependents"]
+    first_global_store = next(i for i, op in enumerate(ops) if op.startswith("st.global"))
+    assert len(signal) == 1 and waits[-1] < signal[0] < first_global_store

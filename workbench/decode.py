@@ -5,7 +5,8 @@ The pieces a decode is made of (``resolve_call``, ``allocate_workspace``, ``laun
 """
 from __future__ import annotations
 
-import threading
+import contextlib
+import contextvars
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable
@@ -26,11 +27,11 @@ SPLIT_GRANULE = 16          # tokens; the smallest BLOCK_T (a kernel's spec may 
 WAVES = 2                   # programs per SM the split count aims for
 NOMINAL_BLOCK_H = 64        # head-group size assumed when planning splits (independent of config)
 INTERPRETER_SMS = 4
-# The combine is a programmatic dependent launch (combine_pdl) up to this many splits a row. Exploratory H200 run,
-# CUDA graphs, PDL vs ordinary launch: at 4-8 splits 1-6% faster (b64 h16 topk2048 52.37 vs 52.91 us, b1 h64
-# topk512 8.24 vs 8.84, b32 h16 topk2048 31.23 vs 32.10) or level; at 32 splits up to 36% slower (b4 h64
-# topk2048, wgmma_f16: 27.03 vs 19.89 us; under torch.profiler its combine ended 11.5 us after the partial
-# instead of 6.2)
+# The combine is a programmatic dependent launch (combine_pdl) up to this many splits a row: a provisional limit,
+# between the split counts measured. Exploratory H200 run, CUDA graphs, PDL vs ordinary launch: at 4-8 splits 1-6%
+# faster (b64 h16 topk2048 52.37 vs 52.91 us, b1 h64 topk512 8.24 vs 8.84, b32 h16 topk2048 31.23 vs 32.10) or
+# level; at 32 splits up to 36% slower (b4 h64 topk2048, wgmma_f16: 27.03 vs 19.89 us; under torch.profiler its
+# combine ended 11.5 us after the partial instead of 6.2). 16 splits (b8 h16/h64 topk2048) was not timed there
 PDL_MAX_SPLITS = 8
 
 
@@ -221,42 +222,42 @@ def launch_stages(spec, *, q, scopes, attn_sink, sm_scale, config, work: Workspa
     return tuple(stages)
 
 
-class _PdlOverride(threading.local):
-    value: bool | None = None
+# this thread's (or task's) forced choice for the combine's launch: None follows the rule
+_PDL_OVERRIDE: contextvars.ContextVar[bool | None] = contextvars.ContextVar("combine_pdl_override", default=None)
 
 
-_PDL_OVERRIDE = _PdlOverride()
-
-
-def combine_pdl(spec, s_total: int) -> bool:
-    """Whether the combine is launched as a programmatic dependent of the partial launch before it (sm_90 PDL):
-    its launch then overlaps the partial's epilogue (the Gluon rungs trigger it after their main loop), and it
-    waits for the partial grid before reading the partials.
-
-    For kernels that ask for it (``spec.pdl``), on the GPU, with at most PDL_MAX_SPLITS splits a row, unless
-    :class:`combine_launch` says otherwise in this thread.
-    """
-    if spec.kind != "split" or not spec.pdl or INTERPRET:
-        return False
-    if _PDL_OVERRIDE.value is not None:
-        return _PDL_OVERRIDE.value
+def pdl_by_splits(s_total: int) -> bool:
+    """The rule's split limit alone: a combine over ``s_total`` splits a row is a PDL launch (where the kernel asks
+    for one, on the GPU)."""
     return s_total <= PDL_MAX_SPLITS
 
 
-class combine_launch:
-    """Context manager: decodes launched (or planned) inside it, in this thread, launch the combine as a
-    programmatic dependent (``pdl=True``, at any split count) or as an ordinary launch (``pdl=False``), for
-    the kernels that ask for PDL. The bench's "+pdl" and "+serial" providers time the two against the rule."""
+def combine_pdl(spec, s_total: int) -> bool:
+    """Whether the combine is launched as a programmatic dependent of the partial launch before it (PDL, sm_90):
+    its launch can then overlap the partial's epilogue (the Gluon rungs signal after their main loop), and it
+    waits for the partial grid before reading the partials.
 
-    def __init__(self, pdl: bool):
-        self.pdl = bool(pdl)
+    For kernels that ask for it (``spec.pdl``: the Gluon rungs, which run only on sm_90), on the GPU, at most
+    PDL_MAX_SPLITS splits a row, unless :func:`combine_launch` says otherwise here. Only the combine is ever a
+    PDL launch: with two KV scopes the extra scope's partial is an ordinary launch, so it starts after the main
+    scope's partial has finished, and the combine's wait on it covers both. A plan decides once, when it is made.
+    """
+    if spec.kind != "split" or not spec.pdl or INTERPRET:
+        return False
+    forced = _PDL_OVERRIDE.get()
+    return pdl_by_splits(s_total) if forced is None else forced
 
-    def __enter__(self):
-        self._saved, _PDL_OVERRIDE.value = _PDL_OVERRIDE.value, self.pdl
-        return self
 
-    def __exit__(self, *exc):
-        _PDL_OVERRIDE.value = self._saved
+@contextlib.contextmanager
+def combine_launch(pdl: bool):
+    """Decodes launched (or plans made) inside this block, in this thread or task, launch the combine as a
+    programmatic dependent (``pdl=True``, at any split count) or as an ordinary launch (``pdl=False``), for the
+    kernels that ask for PDL. The bench's "+pdl" and "+serial" providers time the two against the rule."""
+    token = _PDL_OVERRIDE.set(bool(pdl))
+    try:
+        yield
+    finally:
+        _PDL_OVERRIDE.reset(token)
 
 
 def warmup(cases, impl: str = "auto") -> int:

@@ -246,7 +246,9 @@ def plan_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_length
     The arguments are those of :func:`workbench.sparse_mla_decode`; the tensors are examples: later calls must
     pass tensors of the same shapes, dtypes, strides and device, and the same optional inputs (None or not).
     Their contents (q, the cache bytes, indices, topk_length, attn_sink) may change freely between calls;
-    sm_scale, impl and config are fixed by the plan (sm_scale is read once, here).
+    sm_scale, impl and config are fixed by the plan (sm_scale is read once, here), and so is how the combine is
+    launched (:func:`workbench.decode.combine_pdl`, decided here: a ``combine_launch`` block around a later call
+    changes nothing).
     q, indices and extra_indices must have a last stride of 1 (the plain path would copy them each call).
     Without a config, each autotuned launch is resolved here to the config the autotuner picks for these
     shapes: on the GPU that runs the decode once for real (it tunes, or reads Triton's tuning cache).

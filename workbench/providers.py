@@ -87,14 +87,26 @@ COMBINE_LAUNCH = {"+pdl": True, "+serial": False}  # suffixes that force how the
 
 class CombineLaunchProvider(WorkbenchProvider):
     """A decode whose combine is forced to a programmatic dependent launch ("+pdl") or an ordinary one
-    ("+serial") whatever its split count (:func:`workbench.decode.combine_pdl`): the A/B behind the rule."""
+    ("+serial") whatever its split count (:func:`workbench.decode.combine_pdl`): the A/B behind the rule. Only
+    for kernels that ask for PDL (``auto``: where it runs one); the two share the combine's autotuned config (its
+    key does not hold the launch kind), so the A/B compares launches, not configs."""
 
     def __init__(self, impl: str, suffix: str):
+        from . import registry
+        if impl != "auto" and not registry.get(impl).pdl:
+            raise ValueError(f"provider: {impl!r} never launches its combine as a programmatic dependent, so "
+                             f"{impl + suffix!r} would time the plain decode under another name")
         super().__init__(impl)
         self.impl, self.name, self.pdl = impl, impl + suffix, COMBINE_LAUNCH[suffix]
 
     def prepare(self, kw: dict, config=None):
+        from . import registry
         from .decode import combine_launch
+        q = kw["q"]
+        topk_all = kw["indices"].shape[2] + (kw["extra_indices"].shape[2] if kw.get("extra_indices") is not None else 0)
+        kernel = registry.resolve(self.impl, q.device, heads=q.shape[2], tokens=q.shape[0] * q.shape[1] * topk_all)
+        if not registry.get(kernel).pdl:
+            raise Skip(f"{self.impl} runs {kernel} here, whose combine is never a programmatic dependent launch")
 
         def run():
             with combine_launch(self.pdl):
@@ -169,9 +181,10 @@ class ProbeProvider:
 
 def provider_names() -> tuple[str, ...]:
     """Every provider the bench knows: the registered kernels (decodes and probes), FlashMLA, and the default
-    decode through a plan ("auto+plan"; make_provider takes any decode name with "+plan")."""
+    decode through a plan ("auto+plan"; make_provider takes any decode name with "+plan") or with its combine's
+    launch forced ("auto+pdl", "auto+serial"; also any decode that asks for PDL)."""
     from . import registry
-    return registry.names() + ("flashmla", "auto" + PLAN)
+    return registry.names() + ("flashmla", "auto" + PLAN) + tuple("auto" + s for s in COMBINE_LAUNCH)
 
 
 def make_provider(name: str):
@@ -192,9 +205,10 @@ def make_provider(name: str):
 
 
 def base_impl(provider: str) -> str:
-    """The decode a provider name runs, without its "+plan", "+pdl" or "+serial" suffix."""
+    """The decode a provider name runs, without its "+plan", "+pdl" or "+serial" suffix (one: they do not stack)."""
     for suffix in (PLAN, *COMBINE_LAUNCH):
-        provider = provider.removesuffix(suffix)
+        if provider.endswith(suffix):
+            return provider[: -len(suffix)]
     return provider
 
 

@@ -383,21 +383,27 @@ def model_prune_reason(lk: LabKernel, model: int | None, arch: str) -> str | Non
     return None
 
 
-def _compile_lab_kernel(lk: LabKernel, arch: str, cfg) -> tuple[object, str]:
-    """(compiled kernel, ptxas log) of one typed config for one target, as a launch compiles it."""
+def _compile_lab_kernel(lk: LabKernel, arch: str, cfg, constexprs: dict | None = None) -> tuple[object, str]:
+    """(compiled kernel, ptxas log) of one typed config for one target, as a launch compiles it; ``constexprs``
+    replace the lab's values of those constexprs."""
     from .kernels.tuning import target_override
     fn, sig, const = _signature_and_constexprs(lk, cfg)
+    unknown = set(constexprs or {}) - set(const)
+    if unknown:
+        raise ValueError(f"{lk.name}: no constexpr {sorted(unknown)} (it has {sorted(const)})")
+    const = {**const, **(constexprs or {})}
     with target_override(arch):
         return _compile(_source(fn, sig, const), GPUTarget("cuda", get_target(arch).capability, 32),
                         {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, **lk.compile_options})
 
 
-def compiled_ptx(kernel: str, arch: str, cfg) -> str:
+def compiled_ptx(kernel: str, arch: str, cfg, **constexprs) -> str:
     """The PTX of one config (typed, dict or ``triton.Config``) for one target, for reading the code itself
-    (instruction order, barriers) where the table's counts are not enough (no GPU)."""
+    (instruction order, barriers) where the table's counts are not enough (no GPU); keyword arguments set
+    constexprs the lab otherwise fixes (e.g. the combine's PDL=True, as sm_90 launches it)."""
     _check_compilable()
     lk = lab_kernel(kernel)
-    return _compile_lab_kernel(lk, arch, typed_config(lk, cfg))[0].asm["ptx"]
+    return _compile_lab_kernel(lk, arch, typed_config(lk, cfg), constexprs)[0].asm["ptx"]
 
 
 def compile_config(kernel: str, arch: str, cfg, *, respect_pruning: bool = False) -> CompileResult:

@@ -98,10 +98,14 @@ def apply_errata(df, path: Path):
     for e in pd.read_csv(path, dtype=str).itertuples():
         if e.source not in loaded:
             continue  # a table not loaded (e.g. a run folder read on its own)
+        named = [col for col in ERRATA_SELECTORS if getattr(e, col) != "*"]
+        missing = [col for col in [e.column, *named] if col not in df.columns]
+        if missing:
+            raise ValueError(f"{path.name}: {e.source} has no column {missing} (an erratum on a table without "
+                             f"provider/batch/heads/topk names its rows with '*')")
         m = (df.source == e.source) & (df[e.column].astype(str) == str(e.recorded))
-        for col in ERRATA_SELECTORS:
-            if getattr(e, col) != "*":
-                m &= df[col].astype(str) == getattr(e, col)
+        for col in named:
+            m &= df[col].astype(str) == getattr(e, col)
         if not m.any():
             raise ValueError(f"{path.name}: no row of {e.source} matches {e.provider} b{e.batch} h{e.heads} "
                              f"topk{e.topk} with {e.column}={e.recorded!r}")
