@@ -135,12 +135,12 @@ save_figure(fig, "ladder_b1_and_production", out_dir, title=f"Time per rung at b
 # waits on the partial grid before it reads the partials (`decode.combine_pdl`); that the launch overlaps the
 # epilogue is inferred from end-to-end times, not observed (ncu runs one kernel at a time). The `pdl` sweep times
 # the default kernel both ways in one run: "auto+pdl" forces it, "auto+serial" forbids it. Prediction, from an
-# exploratory run on the same shapes: 1-6% faster at 4-8 splits a row, up to 36% lost at 32 splits; the rule's
-# limit (`decode.PDL_MAX_SPLITS`, 8) sits between the split counts timed, so it is provisional (16 splits, e.g.
-# b8 topk2048, was never timed). Measured (the table below, one run): 0.6-6% faster at 1-8 splits a row (b1 h64
-# topk512 the most: its partial is short, so the launch is a large share), and at 32 splits level with
-# `wgmma_f16_2cta` but 27% slower with `wgmma_f16` (b4 h64 topk2048). Only the two rungs `auto` runs were timed
-# both ways.
+# exploratory run on shapes of 4, 8 and 32 splits: 1-6% faster at 4-8 splits a row, up to 36% lost at 32; hence
+# the rule's limit (`decode.PDL_MAX_SPLITS`, 8). The sweep's 16-split shapes came after the limit was set.
+# Measured (the table below, one run): faster at 1-8 splits a row (b1 h64 topk512 the most: its partial is
+# short, so the launch is a large share); at 16 splits mixed (b8 h16 topk2048 faster, b8 h64 slower), at 32
+# level with `wgmma_f16_2cta` and much slower with `wgmma_f16` (b4 h64 topk2048). Only the two rungs `auto` runs
+# were timed both ways.
 
 # %%
 from workbench.decode import pdl_by_splits, plan_splits  # noqa: E402  (the rule's split limit; splits a row)
