@@ -100,13 +100,11 @@ class CombineLaunchProvider(WorkbenchProvider):
         self.impl, self.name, self.pdl = impl, impl + suffix, COMBINE_LAUNCH[suffix]
 
     def prepare(self, kw: dict, config=None):
-        from . import registry
-        from .decode import combine_launch
-        q = kw["q"]
-        topk_all = kw["indices"].shape[2] + (kw["extra_indices"].shape[2] if kw.get("extra_indices") is not None else 0)
-        kernel = registry.resolve(self.impl, q.device, heads=q.shape[2], tokens=q.shape[0] * q.shape[1] * topk_all)
-        if not registry.get(kernel).pdl:
-            raise Skip(f"{self.impl} runs {kernel} here, whose combine is never a programmatic dependent launch")
+        from .decode import INPUT_NAMES, combine_launch, resolve_call
+        spec, _ = resolve_call(**{k: kw.get(k) for k in INPUT_NAMES}, sm_scale=kw.get("sm_scale"),
+                               impl=self.impl)  # the kernel the decode will run, as decode picks it
+        if not spec.pdl:
+            raise Skip(f"{self.impl} runs {spec.name} here, whose combine is never a programmatic dependent launch")
 
         def run():
             with combine_launch(self.pdl):
