@@ -180,9 +180,11 @@ class ProbeProvider:
 def provider_names() -> tuple[str, ...]:
     """Every provider the bench knows: the registered kernels (decodes and probes), FlashMLA, and the default
     decode through a plan ("auto+plan"; make_provider takes any decode name with "+plan") or with its combine's
-    launch forced ("auto+pdl", "auto+serial"; also any decode that asks for PDL)."""
-    from . import registry
-    return registry.names() + ("flashmla", "auto" + PLAN) + tuple("auto" + s for s in COMBINE_LAUNCH)
+    launch forced ("auto+pdl", "auto+serial"; also any decode that asks for PDL), and the default decode with one
+    stage left out ("auto~no_loads", ...: workbench.isolate; also any Gluon rung)."""
+    from . import isolate, registry
+    return (registry.names() + ("flashmla", "auto" + PLAN) + tuple("auto" + s for s in COMBINE_LAUNCH)
+            + isolate.provider_names("auto"))
 
 
 def make_provider(name: str):
@@ -199,11 +201,18 @@ def make_provider(name: str):
     for suffix in COMBINE_LAUNCH:
         if name.endswith(suffix) and name[: -len(suffix)] in registry.decode_impls():
             return CombineLaunchProvider(name[: -len(suffix)], suffix)
+    from . import isolate
+    parts = isolate.split_provider(name)
+    if parts and parts[0] in registry.decode_impls():
+        return isolate.IsolationProvider(*parts)
     raise ValueError(f"provider: expected one of {provider_names()}, got {name!r}")
 
 
 def base_impl(provider: str) -> str:
-    """The decode a provider name runs, without its "+plan", "+pdl" or "+serial" suffix (one: they do not stack)."""
+    """The decode a provider name runs, without its "+plan", "+pdl" or "+serial" suffix (one: they do not stack)
+    or its isolation variant ("~no_loads", ...)."""
+    from .isolate import SEPARATOR
+    provider = provider.split(SEPARATOR, 1)[0]
     for suffix in (PLAN, *COMBINE_LAUNCH):
         if provider.endswith(suffix):
             return provider[: -len(suffix)]

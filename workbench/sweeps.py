@@ -38,7 +38,7 @@ class BenchShape:
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 132)
 ALL_ORDER = ("headline", "baselines", "batch", "warps", "production", "s_q2", "configs")  # most important first
-SWEEPS = ("smoke", "headline", "ladder", "forced", "crossover", "pdl", "batch", "s_q2", "production", "baselines",
+SWEEPS = ("smoke", "headline", "ladder", "forced", "crossover", "pdl", "isolate", "batch", "s_q2", "production", "baselines",
           "warps", "configs", "overhead", "all")
 HEADLINE = (BenchShape(64, 16, 2048), BenchShape(64, 64, 2048), BenchShape(64, 128, 2048), BenchShape(1, 64, 512),
             BenchShape(64, 16, 128, block_size=256, extra_topk=512, extra_block_size=64))
@@ -57,6 +57,8 @@ CROSSOVER_PROVIDERS = ("tile512", "wgmma_rope", "wgmma_2cta", "wgmma_xchg", "wgm
 PDL_SHAPES = HEADLINE + (BenchShape(32, 16, 2048), BenchShape(8, 16, 2048), BenchShape(8, 64, 2048),
                          BenchShape(2, 64, 2048), BenchShape(4, 64, 2048))
 PDL_PROVIDERS = ("auto+pdl", "auto+serial")
+# Where the default kernel's time goes (workbench.isolate): the whole decode, the same with one stage left out,
+# FlashMLA and the gather floor, in one run at the headline shapes
 
 
 def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str, ...], dict | None]]:
@@ -107,6 +109,10 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
                 for k in (512, 2048) for h in (16, 64) for b in (1, 2, 4, 8, 16, 32)]
     if name == "pdl":
         return [(shape, PDL_PROVIDERS, ("graph",), None) for shape in PDL_SHAPES]
+    if name == "isolate":
+        from .isolate import provider_names
+        provs = ("auto",) + provider_names("auto") + ("flashmla", "gather")
+        return [(shape, provs, ("graph",), None) for shape in HEADLINE]
     if name == "headline":
         return [(BenchShape(64, h, 2048), fast, ("eager", "graph"), None) for h in (16, 64, 128)] + \
                [(BenchShape(1, 64, 512), fast, ("eager", "graph"), None)]

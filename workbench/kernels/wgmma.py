@@ -28,6 +28,9 @@ their own); F16 ("wgmma_f16": K, q and P in f16, so the hardware's e4m3 -> f16 p
 bit-built bf16 dequant; exact for scale bytes 112..134, NaN outside: see ``F16_MIN_SCALE_BYTE``);
 LAUNCH_DEPENDENTS (every rung: griddepcontrol.launch_dependents after the main loop, so a combine launched as a
 programmatic dependent starts while the epilogue runs; see ``decode.combine_pdl``).
+
+LEAVE_OUT (0 in every rung) is for measurement only: a bit mask of the loop's stages to drop (``LEAVE_OUT_BITS``),
+so a timing isolates what each stage costs (``workbench.isolate``). Any bit set makes the output wrong.
 """
 from __future__ import annotations
 
@@ -48,14 +51,15 @@ LAYOUT_KEYS = ("D_NOPE", "D_ROPE", "TILE", "NUM_TILES", "DATA_BYTES", "SCALE_BYT
 
 
 def estimate_shared_bytes(c: TiledConfig, K_BUFFERS: int = 2, ROPE_WORDS: int = 0, HEAD_WARPS: int = 0,
-                          SMEM_XCHG: int = 0, TOKEN_LANES: int = 32, F16: int = 0, LAUNCH_DEPENDENTS: int = 0) -> int:
+                          SMEM_XCHG: int = 0, TOKEN_LANES: int = 32, F16: int = 0, LAUNCH_DEPENDENTS: int = 0,
+                          LEAVE_OUT: int = 0) -> int:
     """Shared bytes of one block, as the compiler allocates them (sm_90 lab, every rung's configs): K_BUFFERS
     16-bit K tiles (1 KB/token each), q (1 KB/head), P (2 B/token/head), and the layout changes' scratch, the
     largest one live at a time: S^T into the head-warp layout (4 B/token/head) with HEAD_WARPS, else the
     cross-warp max/sum (16 B/head) or, with the rope in its own layout, its int64 row offsets (8 B/token);
     SMEM_XCHG's valid bytes and rescale factors (1 B/token, 4 B/head). The rope is stored straight into the K
-    tile; the epilogue's transposed accumulator reuses freed space. TOKEN_LANES, F16 and LAUNCH_DEPENDENTS move no
-    shared bytes (f16 and bf16 are both 2 bytes); they are named so that a misspelled switch is a TypeError."""
+    tile; the epilogue's transposed accumulator reuses freed space. TOKEN_LANES, F16, LAUNCH_DEPENDENTS and LEAVE_OUT
+    move no shared bytes (f16 and bf16 are both 2 bytes); they are named so that a misspelled switch is a TypeError."""
     t, h = c.BLOCK_T, c.BLOCK_H
     scratch = 4 * t * h if HEAD_WARPS else max(16 * h, 0 if ROPE_WORDS else 8 * t)
     xchg = t + 4 * h if SMEM_XCHG else 0
@@ -87,6 +91,7 @@ def wgmma_partial_kernel(
     SMEM_XCHG: gl.constexpr = 0,       # 1 (with HEAD_WARPS): valid and alpha cross layouts at the tile's own barriers
     F16: gl.constexpr = 0,             # 1: K, q and P in f16, K by the hardware e4m3x2 -> f16x2 convert
     LAUNCH_DEPENDENTS: gl.constexpr = 0,  # 1: the combine may launch once the main loop is done (PDL)
+    LEAVE_OUT: gl.constexpr = 0,       # measurement only: stages dropped from the loop (LEAVE_OUT_BITS); wrong output
 ):
     gl.static_assert(HEAD_WARPS >= SMEM_XCHG, "SMEM_XCHG moves the head-warp softmax's values: needs HEAD_WARPS")
     KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16  # the MMA operands' type: K, q, P
@@ -178,7 +183,10 @@ def wgmma_partial_kernel(
     buf = 0
     for t0 in range(start, end, BLOCK_T):
         # dequantise the tile in hand into K buffer `buf` (the other buffer may still feed the last PV)
-        if F16:
+        if LEAVE_OUT & 2:  # no dequant, but still waits on the words: f16 1.0 or 0 in every half
+            lo = words & 0x3C003C00
+            hi = lo
+        elif F16:
             lo, hi = _dequant_words_f16(words, gl.expand_dims(_f16_scale_pairs(sbyte), 2))
         else:
             sc = gl.where(sbyte == 0, 0, (sbyte.to(gl.int32) + 56) << 7) * 65537  # bf16 2**(e-71), twice
@@ -208,22 +216,27 @@ def wgmma_partial_kernel(
         if SMEM_XCHG:  # read back in the softmax's layout after the barrier below
             valid_smem.store(valid.to(gl.int8))
         # the next tile's gathers are in flight during this tile's MMAs and softmax
-        words, rope, sbyte, valid = _load_tile(cache_w, cache_d, cache_u8, cache_bf16, idx, t0 + BLOCK_T, end, num_tokens,
-                                               stride_page, block_size, g, g3, w3, rc, D_NOPE, DATA_BYTES,
-                                               SCALE_BYTES, W, BLOCK_T, ROWS, ROPE, BS_SHIFT,
-                                               ROPE_WORDS)
-        idx = _load_idx(idx_row, t0 + 2 * BLOCK_T, end, BLOCK_T, ROWS)
+        if not LEAVE_OUT & 1:  # (no loads: every tile reuses the first tile's bytes)
+            words, rope, sbyte, valid = _load_tile(cache_w, cache_d, cache_u8, cache_bf16, idx, t0 + BLOCK_T, end,
+                                                   num_tokens, stride_page, block_size, g, g3, w3, rc, D_NOPE,
+                                                   DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS, ROPE, BS_SHIFT,
+                                                   ROPE_WORDS)
+            idx = _load_idx(idx_row, t0 + 2 * BLOCK_T, end, BLOCK_T, ROWS)
         fence_async_shared()
         gl.thread_barrier()
-        s = warpgroup_mma(kb, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)  # [BLOCK_T, BLOCK_H]
-        s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))  # also retires the last PV
+        if LEAVE_OUT & 8:  # no QK MMA: constant scores; the last PV is still retired here
+            s = s_zero + 1.0
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        else:
+            s = warpgroup_mma(kb, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)  # [BLOCK_T, BLOCK_H]
+            s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))  # also retires the last PV
         if HEAD_WARPS:
             s = gl.convert_layout(s, SB)
             if SMEM_XCHG:
                 v = valid_smem.load(gl.SliceLayout(1, SB)) != 0
             else:
                 v = gl.convert_layout(cur_valid, gl.SliceLayout(1, SB))
-            p, alpha, m_i = _online_softmax(s, v, m_i, sm_scale_log2, F16)
+            p, alpha, m_i = _softmax_step(s, v, m_i, sm_scale_log2, F16, LEAVE_OUT & 4)
             l_t = l_t * gl.expand_dims(alpha, 0) + p
             # the last PV of the other warpgroup reads P too: it was retired before the barrier inside the
             # convert_layout above, so this store cannot overwrite P under it
@@ -234,7 +247,7 @@ def wgmma_partial_kernel(
                 acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, OL)), 0)
         else:
             v = gl.convert_layout(cur_valid, gl.SliceLayout(1, SL))
-            p, alpha, m_i = _online_softmax(s, v, m_i, sm_scale_log2, F16)
+            p, alpha, m_i = _softmax_step(s, v, m_i, sm_scale_log2, F16, LEAVE_OUT & 4)
             l_i = l_i * alpha + gl.sum(p, 0)
             # safe against the other warpgroup's last PV for the same reason: gl.max above reduces across warps
             # through shared memory, behind a barrier
@@ -271,6 +284,14 @@ def wgmma_partial_kernel(
     # an empty split writes only its -inf LSE; the combine never reads its out
     gl.store(part_out_ptr + gl.expand_dims(oslot.to(gl.int64) * D, 0) + gl.expand_dims(od, 1), out,
              mask=gl.expand_dims((oh < H) & live_o, 0))
+
+
+@gluon.jit
+def _softmax_step(s, v, m_i, sm_scale_log2, INF_TO_NAN: gl.constexpr, SKIP: gl.constexpr):
+    """_online_softmax, or with SKIP (LEAVE_OUT's softmax bit) the scores as P and no rescaling."""
+    if SKIP:
+        return s, m_i * 0.0 + 1.0, m_i
+    return _online_softmax(s, v, m_i, sm_scale_log2, INF_TO_NAN)
 
 
 @gluon.jit
@@ -356,6 +377,8 @@ def _dequant_words(words, sc):
 # floor is 1e-4 -> 2**-13), and e <= 134 for amax <= 57344. Other scale bytes give NaN in the output (never a
 # silently wrong number); 0 (masked tokens) gives 0, as in the bf16 dequant.
 F16_MIN_SCALE_BYTE, F16_MAX_SCALE_BYTE = 112, 134
+# LEAVE_OUT's bits: the loop stages a measurement may drop (the first tile is still loaded with "loads" left out)
+LEAVE_OUT_BITS = {"loads": 1, "dequant": 2, "softmax": 4, "qk": 8}
 _F16_LO = gl.constexpr(F16_MIN_SCALE_BYTE)  # 2**-15, f16's exponent field 0: the subnormal 0x0200
 _F16_HI = gl.constexpr(F16_MAX_SCALE_BYTE)
 _DEQUANT_F16_ASM = gl.constexpr("""{

@@ -1,0 +1,114 @@
+"""Cost isolation: the default Gluon decode with one stage left out, timed beside the whole decode.
+
+Issue 9 asks that a missed goal name its limit and back it with "a variant that isolates the cost". Each variant
+here runs the decode's own launch sequence (``decode.launch_stages``) with the Gluon partial kernel's
+``LEAVE_OUT`` switch set (``workbench.kernels.wgmma.LEAVE_OUT_BITS``: no next-tile gathers, no dequant, no
+softmax, no QK MMA), or without the combine launch. With every bit clear the switch compiles to the same SASS
+as the kernel had without it (every Gluon rung and config, sm_90 lab, checked when the switch was added), so
+the whole decode timed beside the variants is the one every other table times.
+
+A variant's output is wrong by design, so the bench treats it as a probe (no check against the reference).
+Provider names are ``<decode>~<variant>``, e.g. ``auto~no_loads``.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+SEPARATOR = "~"
+# variant -> the loop stages it drops (LEAVE_OUT_BITS keys); "no_combine" drops the combine launch instead
+VARIANTS = {
+    "no_loads": ("loads",),        # every tile reuses the first tile's bytes: no gathers inside the loop
+    "no_dequant": ("dequant",),    # the words are masked into f16 1.0/0 instead of converted and scaled
+    "no_softmax": ("softmax",),    # the scores are P; no max, exp2 or rescaling
+    "no_qk": ("qk",),              # constant scores: no QK wgmma (and q is never read)
+    "loads_only": ("dequant", "softmax", "qk"),  # gathers, K stores, barriers and the PV wgmma
+    "no_combine": (),              # the partial launches alone: what the combine adds to the call
+}
+
+
+def leave_out_bits(stages) -> int:
+    """The LEAVE_OUT mask for stage names (``LEAVE_OUT_BITS`` keys); a ValueError names an unknown one."""
+    from .kernels.wgmma import LEAVE_OUT_BITS
+    unknown = [s for s in stages if s not in LEAVE_OUT_BITS]
+    if unknown:
+        raise ValueError(f"stages: expected some of {tuple(LEAVE_OUT_BITS)}, got {unknown}")
+    bits = 0
+    for s in stages:
+        bits |= LEAVE_OUT_BITS[s]
+    return bits
+
+
+def split_provider(name: str) -> tuple[str, str] | None:
+    """(decode, variant) for an isolation provider name, None for any other name; a ValueError for an unknown
+    variant after the separator."""
+    if SEPARATOR not in name:
+        return None
+    impl, variant = name.split(SEPARATOR, 1)
+    if variant not in VARIANTS:
+        raise ValueError(f"provider {name!r}: expected a variant of {tuple(VARIANTS)} after {SEPARATOR!r}")
+    return impl, variant
+
+
+def provider_names(impl: str = "auto") -> tuple[str, ...]:
+    return tuple(f"{impl}{SEPARATOR}{v}" for v in VARIANTS)
+
+
+def is_gluon(spec) -> bool:
+    """Whether a registered kernel is a rung of the Gluon partial kernel (the one with the LEAVE_OUT switch)."""
+    from .kernels.wgmma import wgmma_partial_kernel
+    return spec.kind == "split" and spec.jit is wgmma_partial_kernel
+
+
+def isolated_launches(kw: dict, *, impl: str, variant: str, config=None):
+    """A zero-argument callable that runs one decode call (``kw``: sparse_mla_decode's inputs) with ``variant``
+    left out, and returns the decode's (out, lse) buffers (wrong by design). The kernel is the one the decode
+    would run (``impl="auto"`` resolved as decode resolves it); it must be a Gluon rung."""
+    from .decode import INPUT_NAMES, allocate_workspace, decode_scopes, launch_stages, resolve_call
+    if variant not in VARIANTS:
+        raise ValueError(f"variant: expected one of {tuple(VARIANTS)}, got {variant!r}")
+    spec, sm_scale = resolve_call(**{k: kw.get(k) for k in INPUT_NAMES}, sm_scale=kw.get("sm_scale"), impl=impl)
+    if not is_gluon(spec):
+        raise ValueError(f"{impl} runs {spec.name} here, which has no LEAVE_OUT switch (only the Gluon rungs do)")
+    bits = leave_out_bits(VARIANTS[variant])
+    if bits:
+        base_launch = spec.launch
+        spec = dataclasses.replace(spec, launch=lambda **k: base_launch(**k, LEAVE_OUT=bits))
+    q = kw["q"]
+    scopes = decode_scopes(kw["cache"], kw["indices"], kw.get("topk_length"), kw.get("extra_cache"),
+                           kw.get("extra_indices"), kw.get("extra_topk_length"))
+    work = allocate_workspace(spec, q, scopes)
+    stages = launch_stages(spec, q=q, scopes=scopes, attn_sink=kw.get("attn_sink"), sm_scale=sm_scale,
+                           config=config, work=work)
+    if variant == "no_combine":
+        stages = stages[:-1]
+
+    def run():
+        for stage in stages:
+            stage.run()
+        return work.out, work.lse
+    return run
+
+
+class IsolationProvider:
+    """A bench provider for ``<decode>~<variant>``: timed like a decode, never checked (see the module doc)."""
+
+    is_probe = True
+
+    def __init__(self, impl: str, variant: str):
+        if variant not in VARIANTS:
+            raise ValueError(f"variant: expected one of {tuple(VARIANTS)}, got {variant!r}")
+        self.impl, self.variant, self.name = impl, variant, f"{impl}{SEPARATOR}{variant}"
+        if not torch.cuda.is_available():
+            from .providers import Skip
+            raise Skip("no CUDA GPU: the Gluon rungs run only on sm_90")
+
+    def prepare(self, kw: dict, config=None):
+        from .providers import Skip
+        try:
+            return isolated_launches(kw, impl=self.impl, variant=self.variant, config=config)
+        except ValueError as e:
+            if "no LEAVE_OUT switch" in str(e):
+                raise Skip(str(e)) from e
+            raise
