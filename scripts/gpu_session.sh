@@ -8,7 +8,9 @@
 #   of one call); the pytest step (TRITON_INTERPRET=0 pytest -m gpu: the GPU checks as tests, and every other
 #   gpu-marked test) writes the same correctness table as check, as $OUT/correctness_h200_pytest.csv;
 #   SANITIZE_IMPLS="a b" limits compute-sanitizer to those kernels (default: every checked kernel);
-#   NCU="impl=JSON-config ..." profiles each impl once at b64 h16 topk2048 (NCU_HEADS to change the heads).
+#   NCU="impl=JSON-config ..." profiles each impl once at b64 h16 topk2048 (NCU_HEADS to change the heads);
+#   NCU_SOURCE=1 also writes each profile's per-SASS-instruction counters (stall samples, executed instructions,
+#   sectors) as ncu_source_<impl>_h<heads>.csv.
 set -uo pipefail
 SWEEPS="${*:-smoke}"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -52,7 +54,13 @@ for item in ${NCU:-}; do
     --metrics "$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' long_scoreboard short_scoreboard \
       barrier wait math_pipe_throttle mio_throttle lg_throttle not_selected selected dispatch_stall membar \
       no_instruction drain imc_miss branch_resolving tex_throttle sleeping | sed 's/,$//')" \
+    ${NCU_SOURCE:+-o /tmp/ncu_$impl --import-source no} \
     python3 -m workbench.profile --impl "$impl" --heads "${NCU_HEADS:-16}" --config "$cfg" > "$OUT/ncu_${impl}_h${NCU_HEADS:-16}.txt" 2>&1
+  if [ -n "${NCU_SOURCE:-}" ]; then  # the report went to a file: print its details, and every SASS line's counters
+    ncu --import "/tmp/ncu_$impl.ncu-rep" --print-details all >> "$OUT/ncu_${impl}_h${NCU_HEADS:-16}.txt" 2>&1
+    ncu --import "/tmp/ncu_$impl.ncu-rep" --page source --print-source sass --csv \
+      > "$OUT/ncu_source_${impl}_h${NCU_HEADS:-16}.csv" 2>&1
+  fi
   echo "ncu $impl: exit $?; $(grep -E 'Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|DRAM Throughput' "$OUT/ncu_${impl}_h${NCU_HEADS:-16}.txt" | tr -s ' ' | tr '\n' ';')"
 done
 exit $rc
