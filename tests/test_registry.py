@@ -108,7 +108,7 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (9, 0))
     assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "wgmma_f16"
     assert registry.resolve("auto", "cuda", heads=64, tokens=4 * 2048) == "wgmma_f16"
-    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "wgmma_f16_2cta"  # the biggest h16 calls
+    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "wgmma_ws"  # the biggest h16 calls
     assert registry.resolve("auto", "cuda", heads=16, tokens=32 * 2048) == "wgmma_f16"
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 640) == "wgmma_f16"  # the production shape
     assert registry.resolve("auto", "cuda", heads=32, tokens=64 * 2048) == "wgmma_f16"

@@ -96,11 +96,11 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     in the same softmax.
     sm_scale: a positive real (Python or numpy scalar, or 0-dim tensor); default 512**-0.5.
     impl: "auto" (default: the fastest kernel that passes every GPU check for this device and call size; on
-    sm_90 an f16 Gluon rung, "wgmma_f16_2cta" at 17-64 heads up to 4096 selected tokens and at <= 16 heads
-    above 65536, else "wgmma_f16"; otherwise "tile512"; see registry.auto_kernel), any registered kernel
-    (``workbench.registry.decode_impls()``: the optimisation ladder's rungs "mma", "tile512", "tile512_bf16dq",
-    "tile512_3d", "wgmma", "wgmma_4lane", "wgmma_rope", "wgmma_2cta", "wgmma_headwarps", "wgmma_xchg",
-    "wgmma_f16", "wgmma_f16_2cta" (the f16 rungs are exact for scale bytes 112..134 and for |q|, |rope| below
+    sm_90 an f16 Gluon rung, "wgmma_f16_2cta" at 17-64 heads up to 4096 selected tokens, the warp-specialised
+    "wgmma_ws" at <= 16 heads above 65536, else "wgmma_f16"; otherwise "tile512"; see registry.auto_kernel), any
+    registered kernel (``workbench.registry.decode_impls()``: the optimisation ladder's rungs "mma", "tile512",
+    "tile512_bf16dq", "tile512_3d", "wgmma", "wgmma_4lane", "wgmma_rope", "wgmma_2cta", "wgmma_headwarps",
+    "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws" (the f16 rungs are exact for scale bytes 112..134 and for |q|, |rope| below
     65536, and give NaN outside, see registry.auto_kernel), the per-head "simt"), or "reference".
     config: one kernel config (dict) to run without autotuning, e.g. for CUDA graph capture; the keys are
     the kernel's ``registry.get(impl).allowed`` (tiled kernels: BLOCK_H, BLOCK_T, num_warps, num_stages).

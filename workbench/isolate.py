@@ -24,6 +24,8 @@ VARIANTS = {
     "no_softmax": ("softmax",),    # the scores are P; no max, exp2 or rescaling
     "no_qk": ("qk",),              # constant scores: no QK wgmma (and q is never read)
     "loads_only": ("dequant", "softmax", "qk"),  # gathers, K stores, barriers and the PV wgmma
+    "no_pv": ("pv",),              # no PV wgmma: the accumulator stays zero
+    "gather_dequant": ("softmax", "qk", "pv"),   # gathers, dequant, K stores and barriers: no MMA, no softmax
     "no_combine": (),              # the partial launches alone: what the combine adds to the call
 }
 
@@ -56,9 +58,11 @@ def provider_names(impl: str = "auto") -> tuple[str, ...]:
 
 
 def is_gluon(spec) -> bool:
-    """Whether a registered kernel is a rung of the Gluon partial kernel (the one with the LEAVE_OUT switch)."""
+    """Whether a registered kernel is a rung of a Gluon partial kernel with the LEAVE_OUT switch (wgmma's or
+    wgmma_ws's, which give its bits the same meaning)."""
     from .kernels.wgmma import wgmma_partial_kernel
-    return spec.kind == "split" and spec.jit is wgmma_partial_kernel
+    from .kernels.wgmma_ws import ws_partial_kernel
+    return spec.kind == "split" and spec.jit in (wgmma_partial_kernel, ws_partial_kernel)
 
 
 def isolated_launches(kw: dict, *, impl: str, variant: str, config=None):

@@ -38,7 +38,7 @@ DEFAULT_FALLBACK = ("wgmma",)  # what "auto" ran on the H200 before the 4-lane r
 KERNEL_COLORS = {"mma": "#56B4E9", "tile512": "#D55E00", "tile512_bf16dq": "#CC79A7", "tile512_3d": "#8C6D31",
                  "wgmma": "#0072B2", "wgmma_4lane": "#332288", "wgmma_rope": "#882255", "wgmma_2cta": "#44AA99",
                  "wgmma_headwarps": "#117733", "wgmma_xchg": "#DDAA33", "wgmma_f16": "#AA4499",
-                 "wgmma_f16_2cta": "#999933", "auto": "#0072B2", "simt": "#009E73"}
+                 "wgmma_f16_2cta": "#999933", "wgmma_ws": "#661100", "auto": "#0072B2", "simt": "#009E73"}
 
 
 def kernel_colors(names) -> dict:

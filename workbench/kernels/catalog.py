@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..registry import KernelSpec, register
-from . import gather, mma, simt, tile512, wgmma
+from . import gather, mma, simt, tile512, wgmma, wgmma_ws
 from .configs import SimtConfig, TiledConfig
 from .common import layout_constexprs
 
@@ -156,6 +156,36 @@ _wgmma("wgmma_f16_2cta", 12, "wgmma_f16 at 16 heads, two blocks per SM: one K bu
        "entry: 53.1 vs 55.6 us)",
        allowed=dict(wgmma.ALLOWED, BLOCK_H=(16,)), split_waves=2, maxnreg=128, TOKEN_LANES=4, K_BUFFERS=1,
        ROPE_WORDS=1, HEAD_WARPS=1, SMEM_XCHG=1, F16=1)
+
+
+
+def _wgmma_ws(name, rung, summary, prediction, *, consumer_warps=4, **fixed):
+    """A rung of the warp-specialised Gluon kernel (wgmma_ws): its constexpr switches (``fixed``) and the
+    consumer's warps (the kernel's num_warps). One block per SM, so split waves 1, and a register cap that
+    spreads an SM's registers over the block's warps (wgmma_ws.register_cap)."""
+    fixed = dict(fixed, LAUNCH_DEPENDENTS=1)
+    allowed = dict(wgmma_ws.ALLOWED, num_warps=(consumer_warps,))
+    checks = tuple({"BLOCK_H": bh, "BLOCK_T": 64, "num_warps": consumer_warps} for bh in allowed["BLOCK_H"])
+    options = {"maxnreg": wgmma_ws.register_cap(consumer_warps, fixed["PRODUCER_WARPS"])}
+    return register(KernelSpec(
+        name=name, kind="split", rung=rung, interpretable=False, split_waves=1, summary=summary, pdl=True,
+        split_granule=64, prediction=prediction, jit=wgmma_ws.ws_partial_kernel, config_cls=TiledConfig,
+        allowed=allowed, launch=lambda **kw: wgmma_ws.launch_ws_partial(**kw, allowed=allowed, name=name, **options,
+                                                                        **fixed),
+        config_space=tuple(c for c in wgmma_ws.CONFIG_SPACE if c.num_warps == consumer_warps), fixed_meta=fixed,
+        shared_model=lambda c: wgmma_ws.estimate_shared_bytes(c, **fixed), check_configs=checks,
+        compile_options=options, lab_signature=WGMMA_SIGNATURE,
+        lab_constexprs=lambda c: dict(HAS_TOPK_LEN=False, DOT_FP32=False, BS_SHIFT=8,
+                                      **layout_constexprs(keys=wgmma.LAYOUT_KEYS), **fixed, **c.meta())))
+
+
+_wgmma_ws("wgmma_ws", 13, "wgmma_f16 warp-specialised at 16 heads: a producer partition (8 warps) gathers and "
+          "dequantises into a ring of 3 K tiles, a consumer warpgroup runs QK, softmax and PV; they meet at mbarriers",
+          "cost isolation of wgmma_f16_2cta at b64 h16 (isolate sweep, 2310): 52.1 us whole, 37.0 without the "
+          "next-tile gathers, 40.1 with only the gathers, K stores and PV, floor 32.6: the loads and the math "
+          "barely overlap. With the gathers in warps of their own, expect b64 h16 at 36-42 us (one 12-warp block "
+          "per SM, split waves 1)",
+          NUM_BUFS=3, PRODUCER_WARPS=8, PRODUCER_REGS=152, F16=1)
 
 register(KernelSpec(
     name="gather", kind="probe", summary="speed-of-light probe: the decode's bytes and split plan, no math",

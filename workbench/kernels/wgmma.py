@@ -257,7 +257,10 @@ def wgmma_partial_kernel(
         gl.thread_barrier()
         if SMEM_XCHG:
             acc = acc * gl.expand_dims(alpha_smem.load(gl.SliceLayout(0, OL)), 0)
-        acc = warpgroup_mma(kb.permute((1, 0)), p_smem, acc, is_async=True)  # O^T += K^T P^T
+        if LEAVE_OUT & 16:  # no PV MMA: the accumulator keeps its rescaled zeros (as the loop carries it)
+            acc = warpgroup_mma_init(acc)
+        else:
+            acc = warpgroup_mma(kb.permute((1, 0)), p_smem, acc, is_async=True)  # O^T += K^T P^T
         buf = (buf + 1) % K_BUFFERS
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     if LAUNCH_DEPENDENTS:
@@ -378,7 +381,7 @@ def _dequant_words(words, sc):
 # silently wrong number); 0 (masked tokens) gives 0, as in the bf16 dequant.
 F16_MIN_SCALE_BYTE, F16_MAX_SCALE_BYTE = 112, 134
 # LEAVE_OUT's bits: the loop stages a measurement may drop (the first tile is still loaded with "loads" left out)
-LEAVE_OUT_BITS = {"loads": 1, "dequant": 2, "softmax": 4, "qk": 8}
+LEAVE_OUT_BITS = {"loads": 1, "dequant": 2, "softmax": 4, "qk": 8, "pv": 16}
 _F16_LO = gl.constexpr(F16_MIN_SCALE_BYTE)  # 2**-15, f16's exponent field 0: the subnormal 0x0200
 _F16_HI = gl.constexpr(F16_MAX_SCALE_BYTE)
 _DEQUANT_F16_ASM = gl.constexpr("""{

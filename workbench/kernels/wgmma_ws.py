@@ -1,0 +1,308 @@
+"""Ladder rung "wgmma_ws": the Gluon kernel warp-specialised, a producer partition and a consumer partition.
+
+Every rung up to wgmma_f16_2cta runs one instruction stream per warp: gather, dequantise, store K, QK, softmax,
+store P, PV, with CTA barriers between them, so a warp waiting on its tile's bytes holds up the MMAs and the MMAs
+hold up the next gathers. The cost isolation of wgmma_f16_2cta (data/bench_h200_20261201-2308_isolate.csv, b64
+h16 topk2048, CUDA graphs) shows it: the whole decode 52.1 us, without the next-tile gathers 37.0, with only the
+gathers, K stores and PV 40.1, the gather floor 32.6: loads and math take about as long as each other and are
+barely overlapped.
+
+Here (FlashMLA's SM90 schedule, written in Gluon) the block's warps split into two partitions that meet only at
+mbarriers around a ring of NUM_BUFS K tiles in shared memory:
+
+- the producer (a worker partition of PRODUCER_WARPS warps) gathers a tile's bytes with 16-byte loads, the next
+  tile's loads in flight while it waits for a free slot, dequantises them (f16 as rung 11, or bf16 as rung 10)
+  into the slot with the rope in the last group's words (as rung 7), writes the tile's valid mask beside it, and
+  signals the slot full;
+- the consumer (the default partition: the kernel's num_warps, one warpgroup at 16 heads) waits for a full slot,
+  runs QK (S^T = K q^T, tokens as M), the online softmax and the PV wgmma (O^T += K^T P^T), and hands the slot
+  back once the wgmma that read it has retired.
+
+What it should move (written before measuring): b64 h16 from 52 us towards the gather floor plus the combine,
+36-42 us. One 12-warp block per SM (3 K slots: 215,552 B, lab), so split waves 1: half the splits of
+wgmma_f16_2cta and half the fp32 partials for the combine.
+
+What moved (exploratory H200 runs while it was written, CUDA graphs, b64 h16 topk2048): 50.8-52.0 us against
+wgmma_f16_2cta's 52.1-53.0 in the same runs, so 2-3%, far from the prediction. Its own cost isolation says why:
+the producer alone (LEAVE_OUT softmax, qk and pv: the consumer only waits and hands back) takes 44.5 us, and
+without the gathers (LEAVE_OUT loads) the rest takes 33.9: the producer is the limit, and ncu's source counters
+put its stalls on the loaded words (long scoreboard, 37% of its samples) and its two barriers a tile (22%).
+Tried and not kept (same runs): two tiles' gathers in flight in the producer (192 registers) made the producer
+alone 38.6 us but the whole 53.7; a 4-warp producer (2 tokens a thread) 57.3; two consumer warpgroups 58.3.
+GPU only (sm_90): Gluon does not run under the interpreter.
+"""
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
+                                                              warpgroup_mma_init, warpgroup_mma_wait)
+
+from ..layout import layout_of
+from .common import cdiv, launch, layout_constexprs, partial_args
+from .configs import TiledConfig
+from .wgmma import (LAYOUT_KEYS, _bf16x4_to_f16, _dequant_words, _dequant_words_f16, _f16_scale_pairs, _load_idx,
+                    _load_tile, _softmax_step)
+
+# 16 heads only: at 32 the accumulator is 128 registers a consumer thread and 3 K slots need 234,240 B (lab), over
+# sm_90's 232,448 B a block
+ALLOWED = dict(BLOCK_H=(16,), BLOCK_T=(64,), num_warps=(4, 8), num_stages=(1,))
+CONFIG_SPACE = [TiledConfig(BLOCK_H=bh, BLOCK_T=64, num_warps=w) for bh in ALLOWED["BLOCK_H"]
+                for w in ALLOWED["num_warps"]]
+
+
+def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 3, PRODUCER_WARPS: int = 8, PRODUCER_REGS: int = 152,
+                          F16: int = 1, LAUNCH_DEPENDENTS: int = 0, LEAVE_OUT: int = 0) -> int:
+    """Shared bytes of one block, as the compiler allocates them (sm_90 lab, 215,552 B at 16 heads): NUM_BUFS 16-bit
+    K tiles (1 KB/token each) with their valid bytes and two mbarriers each, q (1 KB/head), P (2 B/token/head)
+    and the softmax's cross-warp max/sum (16 B/head), rounded up to 128 B; the epilogue's transposed accumulator
+    reuses freed space. The other switches move no shared bytes; they are named so that a misspelled switch is a
+    TypeError."""
+    t, h = c.BLOCK_T, c.BLOCK_H
+    total = NUM_BUFS * (1024 * t + t + 16) + 1024 * h + 2 * t * h + 16 * h
+    return -(-total // 128) * 128
+
+
+@gluon.jit
+def ws_partial_kernel(
+    q_ptr,            # [b, s_q, h, 512] bf16, last stride 1
+    stride_qb, stride_qs, stride_qh,
+    cache_f8, cache_u8, cache_bf16,  # flat views of one cache
+    stride_page, block_size, num_tokens,
+    idx_ptr,          # [b, s_q, topk] int32
+    stride_ib, stride_is,
+    topk_len_ptr,     # [b] int32 (read only when HAS_TOPK_LEN)
+    part_out_ptr,     # [b*s_q, h, s_total, 512] fp32
+    part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2
+    sm_scale_log2,
+    H, S_Q, TOPK, split_offset, tokens_per_split, s_total,
+    TOKENS_BUCKET, QUERIES_BUCKET,
+    HAS_TOPK_LEN: gl.constexpr, DOT_FP32: gl.constexpr,
+    D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, NUM_TILES: gl.constexpr,
+    DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr,
+    BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr,
+    NUM_BUFS: gl.constexpr = 3,        # K tiles in the ring: the producer runs up to NUM_BUFS tiles ahead
+    PRODUCER_WARPS: gl.constexpr = 8,  # warps of the producer partition (gathers and dequant)
+    PRODUCER_REGS: gl.constexpr = 152,  # its registers per thread (setmaxnreg); the consumer gets the rest
+    F16: gl.constexpr = 1,             # 1: K, q and P in f16 (rung 11's dequant); 0: bf16 (rung 10's)
+    LAUNCH_DEPENDENTS: gl.constexpr = 0,  # 1: the combine may launch once the main loop is done (PDL)
+    LEAVE_OUT: gl.constexpr = 0,       # measurement only: wgmma.LEAVE_OUT_BITS, same meanings; wrong output
+):
+    KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16  # the MMA operands' type: K, q, P
+    CW: gl.constexpr = gl.num_warps()  # the consumer's warps (the default partition)
+    D: gl.constexpr = D_NOPE + D_ROPE
+    QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [CW, 1], [1, 0])  # [BLOCK_H, D] bf16
+    K_SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16)
+    Q_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D], KT)
+    P_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, BLOCK_H], KT)
+    V_SMEM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])  # per slot; the ring index leads
+
+    pid_h = gl.program_id(0)
+    split = gl.program_id(1)
+    pid_q = gl.program_id(2)
+    bi = pid_q // S_Q
+    si = pid_q % S_Q
+
+    qh = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, QL))
+    qd = gl.arange(0, D, layout=gl.SliceLayout(0, QL))
+    q = gl.load(q_ptr + bi * stride_qb + si * stride_qs + qh[:, None] * stride_qh + qd[None, :],
+                mask=(qh < H)[:, None], other=0.0)  # [BLOCK_H, 512] bf16
+    if F16:  # as rung 11: exact for 2**-17 <= |q| < 65536; f16 inf from 65536 up, made NaN in the scores
+        q = q.to(gl.float16)
+    q_smem = gl.allocate_shared_memory(KT, [BLOCK_H, D], Q_SMEM, q)
+    k_smem = gl.allocate_shared_memory(KT, [NUM_BUFS, BLOCK_T, D], K_SMEM)
+    valid_smem = gl.allocate_shared_memory(gl.int8, [NUM_BUFS, BLOCK_T], V_SMEM)
+    p_smem = gl.allocate_shared_memory(KT, [BLOCK_T, BLOCK_H], P_SMEM)
+    full = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_BUFS):
+        mbarrier.init(full.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    fence_async_shared()  # q (and the barriers' init) before the consumer's first wgmma
+
+    end_all = TOPK
+    if HAS_TOPK_LEN:
+        end_all = gl.minimum(gl.load(topk_len_ptr + bi), TOPK)
+    start = split * tokens_per_split
+    end = gl.minimum(start + tokens_per_split, end_all)
+    idx_row = idx_ptr + bi * stride_ib + si * stride_is
+
+    m_i, l_i, acc = gl.warp_specialize([
+        (_consumer, (q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, sm_scale_log2, BLOCK_H, BLOCK_T,
+                     D, NUM_BUFS, F16, LAUNCH_DEPENDENTS, LEAVE_OUT)),
+        (_producer, (k_smem, valid_smem, full, empty, cache_u8, cache_bf16, stride_page, block_size, num_tokens,
+                     idx_row, start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS,
+                     F16, LEAVE_OUT)),
+    ], [PRODUCER_WARPS], [PRODUCER_REGS])
+
+    # epilogue, as rung 5's: the normalised partial output and its base-2 LSE
+    OL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[CW, 1], instr_shape=[16, BLOCK_H, 16])
+    OUT: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, CW], [0, 1])  # [D, BLOCK_H], coalesced along d
+    live = l_i != 0  # a NaN sum is live: written as NaN, never dropped by the combine as an empty split
+    inv_l = gl.where(live, 1.0 / l_i, 0.0)
+    lse2 = gl.where(live, m_i + gl.log2(l_i), float("-inf"))
+    heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=l_i.type.layout)
+    slot = (pid_q * H + heads) * s_total + split_offset + split  # [BLOCK_H]
+    gl.store(part_lse_ptr + slot, lse2, mask=heads < H)
+    out = gl.convert_layout(acc * gl.expand_dims(gl.convert_layout(inv_l, gl.SliceLayout(0, OL)), 0), OUT)
+    oh = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, OUT))
+    od = gl.arange(0, D, layout=gl.SliceLayout(1, OUT))
+    oslot = (pid_q * H + oh) * s_total + split_offset + split
+    live_o = gl.convert_layout(live, gl.SliceLayout(0, OUT))
+    # an empty split writes only its -inf LSE; the combine never reads its out
+    gl.store(part_out_ptr + gl.expand_dims(oslot.to(gl.int64) * D, 0) + gl.expand_dims(od, 1), out,
+             mask=gl.expand_dims((oh < H) & live_o, 0))
+
+
+@gluon.jit
+def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, sm_scale_log2, BLOCK_H: gl.constexpr,
+              BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr,
+              LAUNCH_DEPENDENTS: gl.constexpr, LEAVE_OUT: gl.constexpr):
+    """QK, softmax and PV over the full slots, in order; returns (m_i, l_i, O^T [D, BLOCK_H] fp32)."""
+    KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16
+    CW: gl.constexpr = gl.num_warps()
+    # S^T [BLOCK_T, BLOCK_H]: with two warpgroups, each takes half of the heads
+    SL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, CW // 4],
+                                                 instr_shape=[16, BLOCK_H // (CW // 4), 16])
+    # O^T [D, BLOCK_H]: the warpgroups take alternate 64-row blocks of the output columns
+    OL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[CW, 1], instr_shape=[16, BLOCK_H, 16])
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(0, SL))
+    l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(0, SL))
+    acc = warpgroup_mma_init(gl.zeros([D, BLOCK_H], gl.float32, layout=OL))
+    s_zero = gl.zeros([BLOCK_T, BLOCK_H], gl.float32, layout=SL)
+    i = 0
+    for t0 in range(start, end, BLOCK_T):
+        buf = i % NUM_BUFS
+        mbarrier.wait(full.index(buf), (i // NUM_BUFS) & 1)
+        kb = k_smem.index(buf)
+        if LEAVE_OUT & 8:  # no QK MMA: constant scores; the last PV is still retired here
+            s = s_zero + 1.0
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        else:
+            s = warpgroup_mma(kb, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)  # [BLOCK_T, BLOCK_H]
+            s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))  # also retires the last PV
+        v = valid_smem.index(buf).load(gl.SliceLayout(1, SL)) != 0
+        p, alpha, m_i = _softmax_step(s, v, m_i, sm_scale_log2, F16, LEAVE_OUT & 4)
+        l_i = l_i * alpha + gl.sum(p, 0)
+        # every consumer warp has retired the last PV (it read P and the previous slot) before the barrier inside
+        # gl.max above, so P may be overwritten and that slot handed back to the producer
+        p_smem.store(p.to(KT))
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, OL)), 0)
+        fence_async_shared()
+        gl.thread_barrier()  # every warp's P before the PV reads it
+        mbarrier.arrive(empty.index((i + NUM_BUFS - 1) % NUM_BUFS), pred=i > 0)
+        if LEAVE_OUT & 16:  # no PV MMA: the accumulator keeps its rescaled zeros (as the loop carries it)
+            acc = warpgroup_mma_init(acc)
+        else:
+            acc = warpgroup_mma(kb.permute((1, 0)), p_smem, acc, is_async=True)  # O^T += K^T P^T
+        i += 1
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    if LAUNCH_DEPENDENTS:  # see rung 5: the combine's launch overlaps this epilogue
+        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
+                                  is_pure=False, pack=1)
+    return m_i, l_i, acc
+
+
+@gluon.jit
+def _producer(k_smem, valid_smem, full, empty, cache_u8, cache_bf16, stride_page, block_size, num_tokens, idx_row,
+              start, end, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
+              SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr,
+              F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
+    """Gather and dequantise each tile of the split into the next free slot, then mark it full."""
+    PW: gl.constexpr = gl.num_warps()
+    D: gl.constexpr = D_NOPE + D_ROPE
+    G: gl.constexpr = SCALE_BYTES
+    W: gl.constexpr = TILE // 4
+    # [BLOCK_T, G, W] raw words, as rung 6: 4 lanes share a token, each 16 B of every group
+    L3: gl.constexpr = gl.BlockedLayout([1, 8, 4], [8, 1, 4], [PW, 1, 1], [2, 1, 0])
+    ROWS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))        # [BLOCK_T]
+    GRP2: gl.constexpr = gl.SliceLayout(2, L3)                           # [BLOCK_T, G]
+    KW: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32)
+    ROPE: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [PW, 1], [1, 0])  # unused: the rope comes in words
+    g = gl.arange(0, G, layout=gl.SliceLayout(0, GRP2))
+    g3 = gl.expand_dims(gl.expand_dims(g, 0), 2)  # [1, G, 1]
+    w3 = gl.expand_dims(gl.expand_dims(gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
+    rc = gl.arange(0, TILE, layout=gl.SliceLayout(0, ROPE))
+    cache_w = cache_u8.to(gl.pointer_type(gl.int32), bitcast=True)
+    cache_d = cache_u8.to(gl.pointer_type(gl.int64), bitcast=True)
+    is_rope = g3 == G - 1
+
+    idx = _load_idx(idx_row, start, end, BLOCK_T, ROWS)
+    words, rope, sbyte, valid = _load_tile(cache_w, cache_d, cache_u8, cache_bf16, idx, start, end, num_tokens,
+                                           stride_page, block_size, g, g3, w3, rc, D_NOPE, DATA_BYTES, SCALE_BYTES, W,
+                                           BLOCK_T, ROWS, ROPE, BS_SHIFT, 1)
+    idx = _load_idx(idx_row, start + BLOCK_T, end, BLOCK_T, ROWS)
+    i = 0
+    for t0 in range(start, end, BLOCK_T):
+        buf = i % NUM_BUFS
+        # the next tile's gathers are in flight while this one waits for its slot and is dequantised
+        if LEAVE_OUT & 1:  # no loads: every tile reuses the first tile's bytes
+            n_words, n_rope, n_sbyte, n_valid = words, rope, sbyte, valid
+        else:
+            n_words, n_rope, n_sbyte, n_valid = _load_tile(cache_w, cache_d, cache_u8, cache_bf16, idx, t0 + BLOCK_T,
+                                                           end, num_tokens, stride_page, block_size, g, g3, w3, rc,
+                                                           D_NOPE, DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS, ROPE,
+                                                           BS_SHIFT, 1)
+            idx = _load_idx(idx_row, t0 + 2 * BLOCK_T, end, BLOCK_T, ROWS)
+        if LEAVE_OUT & 2:  # no dequant: f16 1.0 or 0 in every half
+            lo = words & 0x3C003C00
+            hi = lo
+        elif F16:
+            lo, hi = _dequant_words_f16(words, gl.expand_dims(_f16_scale_pairs(sbyte), 2))
+            rlo, rhi = _bf16x4_to_f16(rope)
+        else:
+            sc = gl.where(sbyte == 0, 0, (sbyte.to(gl.int32) + 56) << 7) * 65537  # bf16 2**(e-71), twice
+            lo, hi = _dequant_words(words, gl.expand_dims(sc, 2))
+            rlo = rope.to(gl.int32)
+            rhi = (rope >> 32).to(gl.int32)
+        if not LEAVE_OUT & 2:
+            lo = gl.where(is_rope, rlo, lo)
+            hi = gl.where(is_rope, rhi, hi)
+        # a fresh barrier counts as completed in phase 1, so each slot's first wait passes
+        mbarrier.wait(empty.index(buf), ((i // NUM_BUFS) & 1) ^ 1)
+        k_smem.index(buf)._reinterpret(gl.int32, [BLOCK_T, D // 2], KW).store(
+            gl.reshape(gl.join(lo, hi), [BLOCK_T, D // 2]))
+        valid_smem.index(buf).store(valid.to(gl.int8))
+        fence_async_shared()  # the generic stores before the consumer's wgmma reads the slot
+        gl.thread_barrier()   # every producer warp's part of the tile before the one arrive
+        mbarrier.arrive(full.index(buf))
+        words, rope, sbyte, valid = n_words, n_rope, n_sbyte, n_valid
+        i += 1
+
+
+def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
+    """16 heads a program (more heads: more programs, each gathering the same tokens), the rung's consumer warps."""
+    return TiledConfig(BLOCK_H=16, BLOCK_T=64, num_warps=allowed["num_warps"][0])
+
+
+def launch_ws_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
+                      tokens_per_split, sm_scale, config=None, allowed=ALLOWED, name="wgmma_ws", maxnreg=None,
+                      **switches):
+    """Run the warp-specialised partial kernel for one KV scope into splits [split_offset, split_offset+num_splits).
+
+    allowed, name: the registered rung's config table and name; switches: its constexprs (NUM_BUFS, PRODUCER_WARPS,
+    PRODUCER_REGS, F16, LAUNCH_DEPENDENTS); maxnreg: the block's register cap per thread (None:
+    :func:`register_cap`), from which the producer gets PRODUCER_REGS and the consumer the rest.
+    """
+    if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] != 9:
+        raise RuntimeError(f"impl={name!r} is a Hopper (sm_90) Gluon kernel: it needs an sm_90 GPU "
+                           "(it does not run under TRITON_INTERPRET)")
+    b, s_q, h, _ = q.shape
+    cfg = default_config(h, allowed) if config is None else TiledConfig.from_any(config, allowed, name)
+    args = partial_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
+                        part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
+                        sm_scale=sm_scale)
+    grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
+    bs = cache.shape[1]
+    bs_shift = bs.bit_length() - 1 if bs & (bs - 1) == 0 else -1  # shifts for power-of-two pages
+    launch(ws_partial_kernel, grid, dict(**args, BS_SHIFT=bs_shift, **layout_constexprs(layout_of(cache), LAYOUT_KEYS),
+                                         BLOCK_H=cfg.BLOCK_H, BLOCK_T=cfg.BLOCK_T, num_warps=cfg.num_warps,
+                                         maxnreg=maxnreg or register_cap(cfg.num_warps,
+                                                                         switches.get("PRODUCER_WARPS", 8)),
+                                         **switches))
+
+
+def register_cap(consumer_warps: int, producer_warps: int) -> int:
+    """maxnreg for one block per SM: 65536 registers over all its threads, rounded down to a multiple of 8."""
+    return min(255, 65536 // (32 * (consumer_warps + producer_warps))) // 8 * 8
