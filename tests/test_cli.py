@@ -138,6 +138,19 @@ def test_publish_an_earlier_run_into_data_where_load_bench_finds_it(runs):
     assert set(df["source"]) == {f"{stem}.csv"} and len(df) == len(pd.read_csv(csv))
 
 
+def test_publish_names_a_second_table_of_the_same_minute_to_the_second(runs):
+    """A GPU call's check table and its pytest table can start in the same minute: both are kept, neither is
+    replaced, and the same table twice is still refused."""
+    a = _run_table(runs / "runs" / "a", name="correctness_h200.csv", meta=dict(H200, date="2026-11-29T12:34:10Z"))
+    b = _run_table(runs / "runs" / "b", name="correctness_h200_pytest.csv",
+                   meta=dict(H200, date="2026-11-29T12:34:50Z"), fit=False)
+    b.write_bytes(a.read_bytes() + b"\n")  # another table
+    assert cli.main(["publish", str(a)]) == 0 and cli.main(["publish", str(b)]) == 0
+    names = sorted(p.name for p in (runs / "data").iterdir() if p.suffix == ".csv" and "fit" not in p.name)
+    assert names == ["correctness_h200_20261129-1234.csv", "correctness_h200_20261129-123450.csv"]
+    assert cli.main(["publish", str(b)]) == 1
+
+
 @pytest.mark.parametrize("case,match", [
     ("cpu", "names no GPU"), ("no-date", "no date"), ("other-kind", "takes bench and correctness"),
     ("in-data", "in data/ already"), ("missing", "no such table")])

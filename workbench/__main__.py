@@ -142,7 +142,8 @@ def publish_table(csv, data_dir: Path | None = None) -> list[Path]:
     """Copy a run's table (with its .meta.json and .fit.csv) into data/ as <kind>_<gpu>_<date>.csv.
 
     Refuses (ValueError) a table of another kind, one in data/ already, one measured without a GPU, and any
-    name that exists in data/ already: a published table is never replaced.
+    name that exists in data/ already: a published table is never replaced. A different table dated in the same
+    minute as one in data/ is named to the second (``..._<date>-HHMMSS.csv``).
     """
     csv, data_dir = Path(csv), Path(data_dir or DATA)
     if not csv.is_file():
@@ -160,7 +161,13 @@ def publish_table(csv, data_dir: Path | None = None) -> list[Path]:
         when = dt.datetime.strptime(str(prov["date"]), "%Y-%m-%dT%H:%M:%SZ")
     except (KeyError, ValueError):
         raise ValueError(f"{csv}: its provenance has no date (date={prov.get('date')!r})") from None
-    stem = f"{kind}_{gpu_slug(gpu)}_{when:%Y%m%d-%H%M}" + _sweep_label(csv)
+    label = _sweep_label(csv)
+    stem = f"{kind}_{gpu_slug(gpu)}_{when:%Y%m%d-%H%M}" + label
+    first = data_dir / f"{stem}.csv"
+    if first.exists() and first.read_bytes() != csv.read_bytes():
+        # another table of the same minute (a check and the pytest table of one GPU call): its seconds tell them
+        # apart; the same table again is still refused below
+        stem = f"{kind}_{gpu_slug(gpu)}_{when:%Y%m%d-%H%M%S}" + label
     pairs = [(csv, data_dir / f"{stem}.csv")]
     for suffix in (".meta.json", ".fit.csv"):
         src = csv.with_name(csv.stem + suffix)
