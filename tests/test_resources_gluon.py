@@ -107,3 +107,57 @@ def test_the_loop_keeps_k_safe_and_the_combine_launches_after_it(kernel):
     signal = [i for i, op in enumerate(ops) if op == "griddepcontrol.launch_dependents"]
     first_global_store = next(i for i, op in enumerate(ops) if op.startswith("st.global"))
     assert len(signal) == 1 and waits[-1] < signal[0] < first_global_store
+
+
+WS = {"BLOCK_H": 16, "BLOCK_T": 64, "num_warps": 4}
+
+
+def _ptx_sync_ops(ptx: str) -> list[str]:
+    """The PTX's shared stores, async-proxy fences, barriers, mbarrier waits and arrives and wgmma waits, in order."""
+    keep = ("st.shared", "fence.proxy.async", "bar.sync", "mbarrier.try_wait", "mbarrier.arrive", "wgmma.wait_group")
+    words = [ln.split() for ln in ptx.splitlines() if ln.strip() and not ln.lstrip().startswith("//")]
+    ops = [w[1] if w[0].startswith("@") and len(w) > 1 else w[0] for w in words]
+    return [op.rstrip(";") for op in ops if op.startswith(keep)]
+
+
+def test_wgmma_ws_hands_each_slot_over_behind_its_partitions_barrier():
+    """sm_90 PTX of rung 13. Gluon's mbarrier.arrive is one thread's, so each partition must sync its own warps
+    before it: the producer's K and valid stores, then the async-proxy fence (the consumer's wgmma reads K), then
+    its partition barrier, then "full"; the consumer's "empty" comes after its wgmma wait (the PV that read the slot
+    retired) and a partition barrier. Two arrive sites in all, and the producer gets its 152 registers."""
+    code = ("from workbench.resources import compiled_ptx\n"
+            f"print(compiled_ptx('wgmma_ws', 'sm_90', {WS!r}))")
+    ptx = without_interpreter(code)
+    ops = _ptx_sync_ops(ptx)
+    arrives = [i for i, op in enumerate(ops) if op.startswith("mbarrier.arrive")]
+    assert len(arrives) == 2, ops
+    kinds = set()
+    for a in arrives:
+        since = ops[max((i for i in range(a) if ops[i].startswith("mbarrier.try_wait")), default=-1) + 1:a]
+        wait = next((i for i, op in enumerate(since) if op.startswith("wgmma.wait_group")), None)
+        if wait is None:  # the producer's: no MMA of its own
+            last_store = max(i for i, op in enumerate(since) if op.startswith("st.shared"))
+            tail = since[last_store + 1:]
+            fence = next(i for i, op in enumerate(tail) if op.startswith("fence.proxy.async"))
+            assert any(op.startswith("bar.sync") for op in tail[fence + 1:]), since
+            kinds.add("full")
+        else:  # the consumer's
+            assert any(op.startswith("bar.sync") for op in since[wait + 1:]), since
+            kinds.add("empty")
+    assert kinds == {"full", "empty"}
+    assert "setmaxnreg.inc.sync.aligned.u32 \t152" in ptx or "setmaxnreg.inc.sync.aligned.u32 152" in ptx
+
+
+def test_wgmma_ws_is_registered_as_rung_13_with_its_block_per_sm():
+    from workbench.kernels import wgmma_ws
+    from workbench.kernels.configs import TiledConfig
+    spec = registry.get("wgmma_ws")
+    assert spec.rung == 13 and spec.split_waves == 1 and spec.pdl and not spec.interpretable
+    assert spec.compile_options == {"maxnreg": 168} == {"maxnreg": wgmma_ws.register_cap(4, 8)}
+    assert wgmma_ws.register_cap(8, 8) == 128  # 16 warps: 65536 registers over 512 threads
+    c = TiledConfig(**WS)
+    assert spec.shared_model(c) == 215552  # the lab's compiled bytes (data/resources_sm_90.csv)
+    # two slots: 2 * (64 KB tile + 64 valid bytes + 16 B of barriers) + 16 KB q + 2 KB P + 256 B, to 128 B
+    assert wgmma_ws.estimate_shared_bytes(c, NUM_BUFS=2) == 150016
+    with pytest.raises(TypeError):
+        wgmma_ws.estimate_shared_bytes(c, NUM_BUFFS=2)
