@@ -109,7 +109,8 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "wgmma_f16"
     assert registry.resolve("auto", "cuda", heads=64, tokens=4 * 2048) == "wgmma_f16"
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "wgmma_ws"  # the biggest h16 calls
-    assert registry.resolve("auto", "cuda", heads=16, tokens=32 * 2048) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=32 * 2048) == "wgmma_ws"  # from 65536 tokens up
+    assert registry.resolve("auto", "cuda", heads=16, tokens=32 * 2048 - 1) == "wgmma_f16"
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 640) == "wgmma_f16"  # the production shape
     assert registry.resolve("auto", "cuda", heads=32, tokens=64 * 2048) == "wgmma_f16"
     assert registry.resolve("auto", "cuda", heads=16, tokens=4 * 512) == "wgmma_f16"

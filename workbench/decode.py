@@ -97,7 +97,7 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     sm_scale: a positive real (Python or numpy scalar, or 0-dim tensor); default 512**-0.5.
     impl: "auto" (default: the fastest kernel that passes every GPU check for this device and call size; on
     sm_90 an f16 Gluon rung, "wgmma_f16_2cta" at 17-64 heads up to 4096 selected tokens, the warp-specialised
-    "wgmma_ws" at <= 16 heads above 65536, else "wgmma_f16"; otherwise "tile512"; see registry.auto_kernel), any
+    "wgmma_ws" at <= 16 heads from 65536 up, else "wgmma_f16"; otherwise "tile512"; see registry.auto_kernel), any
     registered kernel (``workbench.registry.decode_impls()``: the optimisation ladder's rungs "mma", "tile512",
     "tile512_bf16dq", "tile512_3d", "wgmma", "wgmma_4lane", "wgmma_rope", "wgmma_2cta", "wgmma_headwarps",
     "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws" (the f16 rungs are exact for scale bytes 112..134 and for |q|, |rope| below

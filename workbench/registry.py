@@ -92,8 +92,10 @@ def decode_impls() -> tuple[str, ...]:
 # The two-blocks-per-SM build (16-head groups, wgmma_f16_2cta) wins at 17-64 heads on calls too small to fill the
 # GPU with 64-head groups, and at <= 16 heads on the biggest calls (crossover sweep, data/*_crossover.csv)
 TWO_BLOCK_MAX_TOKENS_H64 = 4096    # h64: b1-b8 topk512 and b1-b2 topk2048 win, 8192 tokens lose (crossover 0430)
-TWO_BLOCK_MIN_TOKENS_H16 = 65537   # h16: b64 topk2048 wins (ladder), b32 topk2048 (65536 tokens) does not (0430);
-# from rung 13 on, wgmma_ws takes these calls (b64 h16 topk2048: 52.0 vs 53.0 us for wgmma_f16_2cta, exploratory)
+# h16: the warp-specialised wgmma_ws from b32 topk2048 (65536 tokens) up (crossover 2341: 30.72 vs 31.60 us for
+# wgmma_f16; b64, ladder 2340: 51.6 vs 52.9 for wgmma_f16_2cta and 55.1 for wgmma_f16); below, wgmma_f16 (b16 topk2048,
+# 32768 tokens: 19.77 vs 19.51, 1.3% off; the production shape, 40960 tokens on two scopes: 28.4 vs 29.6)
+WS_MIN_TOKENS_H16 = 65536
 
 
 def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
@@ -102,12 +104,13 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     On sm_90, an f16 Gluon rung: "wgmma_f16" (rung 11), except where the two-blocks-per-SM build
     "wgmma_f16_2cta" (rung 12) wins: at 17-64 heads on calls of at most 4096 selected tokens, where 64-head
     groups leave most SMs idle (crossover sweep, data/bench_h200_20261201-0430_crossover.csv: b1 h64 topk512
-    9.2 vs 13.0 us; b4 h64 topk2048, 8192 tokens, 25.7 vs 21.4); and at <= 16 heads above 65536 tokens, where
-    rung 12 beat rung 11 (ladder, data/bench_h200_20261201-0708_ladder.csv: b64 h16 topk2048, 131072 tokens,
-    53.06 vs 55.03 us; at b32, 65536 tokens, the two were 33.2 vs 32.7 in 0430, 32.0 vs 32.2 in 0448 and 32.1
-    vs 31.9 in 0647: no calls between 65536 and 131072 tokens were timed), the warp-specialised "wgmma_ws"
-    (rung 13), which beat rung 12 there (b64 h16 topk2048: 51.96 vs 53.03 us in one exploratory run, and see
-    the ladder of the commit that made it auto's pick). At the 24 crossover shapes the rule's pick is within 2%
+    9.2 vs 13.0 us; b4 h64 topk2048, 8192 tokens, 25.7 vs 21.4); and at <= 16 heads from 65536 tokens up the
+    warp-specialised "wgmma_ws" (rung 13; before it, rung 12 above 65536 tokens: ladder 0708, b64 h16 topk2048
+    53.06 vs 55.03 us for rung 11): ladder 2340, b64 h16 topk2048, 51.6 us vs 52.9 for rung 12 and 55.1 for
+    rung 11; crossover 2341, b32 h16 topk2048, 30.72 vs 31.60 for rung 11 (no calls between 65536 and 131072
+    tokens were timed). In the 2341 crossover (24 shapes, rungs 2, 7, 8, 10, 11, 12 and 13) the rule's pick is
+    within 2% of the fastest at every shape but b32 h16 topk2048, where the rule of that run (wgmma_ws above
+    65536 tokens only) was 2.9% off; this rule picks wgmma_ws there. At the 24 crossover shapes the rule's pick is within 2%
     of the fastest of tile512, wgmma_rope, wgmma_2cta, wgmma_xchg, wgmma_f16 and wgmma_f16_2cta in 0430 and
     0448, and at all but one shape in 0647 (b4 h16 topk2048: 13.8 vs 13.5 us for wgmma_f16_2cta, 2.6%) and in
     0709 (b1 h16 topk512: 8.8 vs 8.5 us for wgmma_xchg, 4.1%); with the combine as a programmatic dependent
@@ -122,7 +125,7 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
         return "tile512"
     if 16 < heads <= 64 and tokens <= TWO_BLOCK_MAX_TOKENS_H64:
         return "wgmma_f16_2cta"
-    if heads <= 16 and tokens >= TWO_BLOCK_MIN_TOKENS_H16:
+    if heads <= 16 and tokens >= WS_MIN_TOKENS_H16:
         return "wgmma_ws"
     return "wgmma_f16"
 
