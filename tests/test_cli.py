@@ -148,7 +148,7 @@ def test_publish_names_a_second_table_of_the_same_minute_to_the_second(runs):
     assert cli.main(["publish", str(a)]) == 0 and cli.main(["publish", str(b)]) == 0
     names = sorted(p.name for p in (runs / "data").iterdir() if p.suffix == ".csv" and "fit" not in p.name)
     assert names == ["correctness_h200_20261129-1234.csv", "correctness_h200_20261129-123450.csv"]
-    assert cli.main(["publish", str(b)]) == 1
+    assert cli.main(["publish", str(b)]) == 1 and cli.main(["publish", str(a)]) == 1  # never a second copy
 
 
 @pytest.mark.parametrize("case,match", [

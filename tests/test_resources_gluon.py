@@ -123,8 +123,10 @@ def _ptx_sync_ops(ptx: str) -> list[str]:
 def test_wgmma_ws_hands_each_slot_over_behind_its_partitions_barrier():
     """sm_90 PTX of rung 13. Gluon's mbarrier.arrive is one thread's, so each partition must sync its own warps
     before it: the producer's K and valid stores, then the async-proxy fence (the consumer's wgmma reads K), then
-    its partition barrier, then "full"; the consumer's "empty" comes after its wgmma wait (the PV that read the slot
-    retired) and a partition barrier. Two arrive sites in all, and the producer gets its 152 registers."""
+    its partition barrier, then "full" (fails with the fence removed); the consumer's "empty" comes after its wgmma
+    wait (the PV that read the slot retired) and a partition barrier, which the softmax's cross-warp reductions
+    already provide (so this does not fail with the consumer's explicit barrier removed, nor check which slot is
+    handed back). Two arrive sites in all, and the producer gets its 152 registers."""
     code = ("from workbench.resources import compiled_ptx\n"
             f"print(compiled_ptx('wgmma_ws', 'sm_90', {WS!r}))")
     ptx = without_interpreter(code)

@@ -1,11 +1,17 @@
 """Cost isolation: the default Gluon decode with one stage left out, timed beside the whole decode.
 
 Issue 9 asks that a missed goal name its limit and back it with "a variant that isolates the cost". Each variant
-here runs the decode's own launch sequence (``decode.launch_stages``) with the Gluon partial kernel's
-``LEAVE_OUT`` switch set (``workbench.kernels.wgmma.LEAVE_OUT_BITS``: no next-tile gathers, no dequant, no
-softmax, no QK MMA), or without the combine launch. With every bit clear the switch compiles to the same SASS
-as the kernel had without it (every Gluon rung and config, sm_90 lab, checked when the switch was added), so
-the whole decode timed beside the variants is the one every other table times.
+here runs the decode's own launch sequence (``decode.launch_stages``) with a Gluon partial kernel's ``LEAVE_OUT``
+switch set (``workbench.kernels.wgmma.LEAVE_OUT_BITS``: no next-tile gathers, no dequant, no softmax, no QK MMA,
+no PV MMA; wgmma_ws takes the same bits), or without the combine launch. With every bit clear the switch compiles
+to the same SASS as the kernel had without it (every Gluon rung and config, sm_90 lab, checked when the switch was
+added; wgmma_f16_2cta again when the pv bit was), so the whole decode timed beside the variants is the one every
+other table times.
+
+What a variant leaves out beyond its name (a review of fce87fb; the compiler drops loads whose values go unused):
+with the dequant bit, the scale bytes are never read (both kernels), and in wgmma_ws the rope's bytes are not read
+either (its rope merge is skipped with the dequant), so "no_dequant" and "loads_only" of wgmma_ws also leave out
+64 of a token's 584 bytes. "no_loads", "gather_dequant", "no_pv", "no_qk" and "no_softmax" keep every byte.
 
 A variant's output is wrong by design, so the bench treats it as a probe (no check against the reference).
 Provider names are ``<decode>~<variant>``, e.g. ``auto~no_loads``.

@@ -110,12 +110,11 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     rung 11; crossover 2341, b32 h16 topk2048, 30.72 vs 31.60 for rung 11 (no calls between 65536 and 131072
     tokens were timed). In the 2341 crossover (24 shapes, rungs 2, 7, 8, 10, 11, 12 and 13) the rule's pick is
     within 2% of the fastest at every shape but b32 h16 topk2048, where the rule of that run (wgmma_ws above
-    65536 tokens only) was 2.9% off; this rule picks wgmma_ws there. At the 24 crossover shapes the rule's pick is within 2%
-    of the fastest of tile512, wgmma_rope, wgmma_2cta, wgmma_xchg, wgmma_f16 and wgmma_f16_2cta in 0430 and
-    0448, and at all but one shape in 0647 (b4 h16 topk2048: 13.8 vs 13.5 us for wgmma_f16_2cta, 2.6%) and in
-    0709 (b1 h16 topk512: 8.8 vs 8.5 us for wgmma_xchg, 4.1%); with the combine as a programmatic dependent
-    launch (decode.combine_pdl), at all 24 in 1103 (at most 1.6%: b8 h16 topk512, 8.42 vs 8.28 us for
-    wgmma_f16_2cta). The f16 rungs are exact for scale bytes
+    65536 tokens only) was 2.9% off; this rule picks wgmma_ws there. Earlier crossovers, before rung 13, over
+    tile512, wgmma_rope, wgmma_2cta, wgmma_xchg, wgmma_f16 and wgmma_f16_2cta: the pick within 2% at all 24 shapes
+    in 0430 and 0448, at all but one in 0647 (b4 h16 topk2048: 13.8 vs 13.5 us for wgmma_f16_2cta, 2.6%) and in
+    0709 (b1 h16 topk512: 8.8 vs 8.5 us for wgmma_xchg, 4.1%), and with the combine as a programmatic dependent
+    launch (decode.combine_pdl) at all 24 in 1103 (at most 1.6%). The f16 rungs are exact for scale bytes
     112..134 (the quantiser writes 114 and up; 134 is amax 57344) and give NaN outside; a q or rope value of
     magnitude 65536 or more (f16 inf) gives NaN too: "wgmma_xchg" is the bf16 rung with neither limit. Any
     other GPU: the portable "tile512".
