@@ -6,11 +6,10 @@ For a quick A/B of a new rung before it goes into a published sweep (the publish
 Configs: ``provider@{"BLOCK_H": 16, ...}`` (JSON) times one forced config.
 """
 import argparse
-import csv
 import json
 import sys
 
-from workbench.bench import HEADLINE, BenchShape, InputPool, bench_one, measure_ceilings
+from workbench.bench import HEADLINE, BenchShape, InputPool, bench_one, measure_ceilings, rows_frame
 from workbench.provenance import provenance
 
 
@@ -41,10 +40,7 @@ def main(argv=None) -> int:
                       f"check={r.get('check_passed')} rel={r.get('check_rel_err')} {r.get('reason') or ''}"[:240],
                       flush=True)
     if a.csv:
-        with open(a.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
-            w.writeheader()
-            w.writerows(rows)
+        rows_frame(rows).to_csv(a.csv, index=False)  # the bench's long-format columns
     return 0 if all(r.get("status") in ("ok", "skipped") for r in rows) else 1
 
 

@@ -161,13 +161,12 @@ def publish_table(csv, data_dir: Path | None = None) -> list[Path]:
         when = dt.datetime.strptime(str(prov["date"]), "%Y-%m-%dT%H:%M:%SZ")
     except (KeyError, ValueError):
         raise ValueError(f"{csv}: its provenance has no date (date={prov.get('date')!r})") from None
-    label = _sweep_label(csv)
-    stem = f"{kind}_{gpu_slug(gpu)}_{when:%Y%m%d-%H%M}" + label
+    stem = f"{kind}_{gpu_slug(gpu)}_{when:%Y%m%d-%H%M}" + _sweep_label(csv)
     first = data_dir / f"{stem}.csv"
     if first.exists() and first.read_bytes() != csv.read_bytes():
         # another table of the same minute (a check and the pytest table of one GPU call): its seconds tell them
         # apart; the same table again is still refused below
-        stem = f"{kind}_{gpu_slug(gpu)}_{when:%Y%m%d-%H%M%S}" + label
+        stem = stem.replace(f"{when:%Y%m%d-%H%M}", f"{when:%Y%m%d-%H%M%S}", 1)
     pairs = [(csv, data_dir / f"{stem}.csv")]
     for suffix in (".meta.json", ".fit.csv"):
         src = csv.with_name(csv.stem + suffix)

@@ -558,7 +558,8 @@ def same_run_times(ok, *, batch, heads, topk, extra_topk=0, mode="graph", ours=(
     ok: rows of :func:`workbench.results.load_bench` (status ok). The first of ``ours`` with an
     autotuned (empty config) row at the shape wins: "auto" means the rows of provider "auto", any other
     name the rows of that kernel timed as itself. Among tables, the newest whose rows are not stale, else
-    the newest; tables that also timed every peer at the shape come first, and of those the headline sweep's. Returns kernel (the name from ``ours``), resolved (the kernel the rows record: for "auto",
+    the newest; tables that also timed every peer at the shape come first, and of those the headline sweep's.
+    Returns kernel (the name from ``ours``), resolved (the kernel the rows record: for "auto",
     the rung it resolved to where the table says, else "auto"), ours_us, ``<peer>_us`` for each peer (NaN
     when the table has none), source, git_commit, stale; ours_us is NaN and kernel None when nothing matches.
     """

@@ -90,11 +90,11 @@ def decode_impls() -> tuple[str, ...]:
 
 
 # The two-blocks-per-SM build (16-head groups, wgmma_f16_2cta) wins at 17-64 heads on calls too small to fill the
-# GPU with 64-head groups, and at <= 16 heads on the biggest calls (crossover sweep, data/*_crossover.csv)
+# GPU with 64-head groups; the warp-specialised wgmma_ws at <= 16 heads on the biggest calls (auto_kernel's
+# docstring has the measurements, data/*_crossover.csv and *_ladder.csv)
 TWO_BLOCK_MAX_TOKENS_H64 = 4096    # h64: b1-b8 topk512 and b1-b2 topk2048 win, 8192 tokens lose (crossover 0430)
-# h16: the warp-specialised wgmma_ws from b32 topk2048 (65536 tokens) up (crossover 2341: 30.72 vs 31.60 us for
-# wgmma_f16; b64, ladder 2340: 51.6 vs 52.9 for wgmma_f16_2cta and 55.1 for wgmma_f16); below, wgmma_f16 (b16 topk2048,
-# 32768 tokens: 19.77 vs 19.51, 1.3% off; the production shape, 40960 tokens on two scopes: 28.4 vs 29.6)
+# h16: b32 topk2048 (65536 tokens) and up; below, wgmma_f16 (b16 topk2048, 32768 tokens: 1.3% off in 2341; the
+# production shape, 40960 tokens on two scopes: 28.4 vs 29.6 us in the 2340 ladder)
 WS_MIN_TOKENS_H16 = 65536
 
 

@@ -432,10 +432,10 @@ def compile_config(kernel: str, arch: str, cfg, *, respect_pruning: bool = False
     usage, sass = _read_cubin(k.asm["cubin"])
     shared = int(k.metadata.shared)
     over = shared > target.smem_per_block or usage["registers"] > target.max_regs_per_thread
-    # a warp-specialised kernel's block is its num_warps (the default partition) plus its worker partitions'
-    # warps (wgmma_ws: PRODUCER_WARPS), each at the kernel's register count
-    block_warps = cfg.num_warps + int(lk.fixed_meta.get("PRODUCER_WARPS", 0))
-    occ = target.occupancy(num_warps=block_warps, regs_per_thread=usage["registers"], shared_bytes=shared)
+    # the block's warps as compiled: a warp-specialised kernel's worker partitions come on top of its num_warps
+    # (wgmma_ws: 4 + 8), each at the kernel's register count
+    occ = target.occupancy(num_warps=int(k.metadata.num_warps), regs_per_thread=usage["registers"],
+                           shared_bytes=shared)
     spill_st, spill_ld = _spills_from_log(log) or _ptxas_spills(k)
     status = "over_limit" if over else ("pruned" if reason else "fits")
     why = (f"compiled shared {shared} B > {target.smem_per_block} B per block" if over
