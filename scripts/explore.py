@@ -3,7 +3,9 @@ each checked against the fp32 reference first, as the bench does; one line a row
 
 For a quick A/B of a new rung before it goes into a published sweep (the published tables come from
 ``python -m workbench bench --sweep ...``): ``python scripts/explore.py wgmma_f16_2cta wgmma_ws gather``.
-Configs: ``provider@{"BLOCK_H": 16, ...}`` (JSON) times one forced config.
+Configs: ``provider@{"BLOCK_H": 16, ...}`` (JSON) times one forced config. ``--ws-variant NAME:K=V[,K=V]``
+registers, for this run only, a rung of the warp-specialised kernel with wgmma_ws's switches so changed (e.g.
+``ws_nb2:NUM_BUFS=2``), to be named among the providers.
 """
 import argparse
 import json
@@ -20,7 +22,11 @@ def main(argv=None) -> int:
                    help="batch,heads,topk[,s_q,block_size,extra_topk,extra_block_size] (repeatable; default: the "
                         "headline shapes)")
     p.add_argument("--csv", default=None)
+    p.add_argument("--ws-variant", action="append", default=[], metavar="NAME:K=V[,K=V]",
+                   help="register a wgmma_ws rung with these switches changed (repeatable)")
     a = p.parse_args(argv)
+    for v in a.ws_variant:
+        register_ws_variant(p, v)
     shapes = [BenchShape(*map(int, s.split(","))) for s in a.shape] or list(HEADLINE)
     ceilings, pool, prov, cache = measure_ceilings("cuda"), InputPool("cuda"), provenance(), {}
     rows = []
@@ -42,6 +48,23 @@ def main(argv=None) -> int:
     if a.csv:
         rows_frame(rows).to_csv(a.csv, index=False)  # the bench's long-format columns
     return 0 if all(r.get("status") in ("ok", "skipped") for r in rows) else 1
+
+
+def register_ws_variant(p: argparse.ArgumentParser, text: str) -> None:
+    """NAME:K=V[,K=V] -> a registered rung: wgmma_ws's fixed switches with these changed (integers)."""
+    from workbench import registry
+    from workbench.kernels import catalog
+    name, _, switches = text.partition(":")
+    base = dict(registry.get("wgmma_ws").fixed_meta)
+    base.pop("LAUNCH_DEPENDENTS", None)  # the factory sets it
+    try:
+        changed = {k: int(v) for k, v in (kv.split("=") for kv in switches.split(","))}
+    except ValueError:
+        p.error(f"--ws-variant {text!r}: expected NAME:K=V[,K=V] with integer values")
+    unknown = set(changed) - set(base)
+    if not name or unknown:
+        p.error(f"--ws-variant {text!r}: switches are {sorted(base)}" + (f", not {sorted(unknown)}" if unknown else ""))
+    catalog._wgmma_ws(name, None, f"exploratory: wgmma_ws with {switches}", "exploratory", **{**base, **changed})
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@
 #   of one call); the pytest step (TRITON_INTERPRET=0 pytest -m gpu: the GPU checks as tests, and every other
 #   gpu-marked test) writes the same correctness table as check, as $OUT/correctness_h200_pytest.csv;
 #   SANITIZE_IMPLS="a b" limits compute-sanitizer to those kernels (default: every checked kernel);
+#   RACECHECK_IMPLS="a b" / SYNCCHECK_IMPLS="a b" also run compute-sanitizer racecheck / synccheck on those kernels'
+#   sanitizer case (SANITIZE_ARGS adds arguments to each `check --sanitize`, e.g. "--case ID --combine serial");
+#   WS_PROBES=1 runs scripts/ws_protocol_probe.py's variants under racecheck (racecheck_probe_<variant>.log);
 #   NCU="impl=JSON-config ..." profiles each impl once at b64 h16 topk2048 (NCU_HEADS to change the heads);
 #   NCU_SOURCE=1 also writes each profile's per-SASS-instruction counters (stall samples, executed instructions,
 #   sectors) as ncu_source_<impl>_h<heads>.csv.
@@ -36,8 +39,27 @@ fi
 if [ "${SKIP_SANITIZE:-${SKIP_CHECK:-0}}" != 1 ]; then
   for impl in ${SANITIZE_IMPLS:-$(python3 -c "from workbench.gpu_check import checked_impls; print(*checked_impls())")}; do
     timeout 240 compute-sanitizer --tool memcheck --print-limit 20 python3 -m workbench check --sanitize $impl \
-      > "$OUT/sanitizer_$impl.log" 2>&1
+      ${SANITIZE_ARGS:-} > "$OUT/sanitizer_$impl.log" 2>&1
     echo "compute-sanitizer $impl: exit $?; $(grep -E 'ERROR SUMMARY|passed=' "$OUT/sanitizer_$impl.log" | tr '\n' ' ')"
+  done
+fi
+for tool in racecheck synccheck; do
+  impls="RACECHECK_IMPLS"; [ $tool = synccheck ] && impls="SYNCCHECK_IMPLS"
+  for impl in ${!impls:-}; do
+    log="$OUT/${tool}_$impl${SANITIZE_ARGS:+_$(echo "$SANITIZE_ARGS" | tr -c 'a-zA-Z0-9\n' '_')}.log"
+    { echo "# compute-sanitizer --tool $tool --print-limit 20 python3 -m workbench check --sanitize $impl ${SANITIZE_ARGS:-}"
+      timeout 300 compute-sanitizer --tool $tool --print-limit 20 python3 -m workbench check --sanitize $impl \
+        ${SANITIZE_ARGS:-} 2>&1; } > "$log"
+    echo "$tool $impl ${SANITIZE_ARGS:-}: $(grep -E 'SUMMARY|passed=' "$log" | tr '\n' ' ')"
+  done
+done
+if [ "${WS_PROBES:-0}" = 1 ]; then  # the race-free probes: what racecheck reports on Triton's protocol alone
+  for v in "" "--blocks 528" "--pre --cbar --epi" "--pre --cbar --epi --blocks 528" "--no-handoff --pre --cbar --epi --blocks 528" \
+           "--no-handoff --blocks 528" "--no-handoff --cbar --blocks 528" "--no-handoff --pre --blocks 528" "--no-handoff --epi --blocks 528"; do
+    log="$OUT/racecheck_probe$(echo " ${v:-plain}" | tr -c 'a-zA-Z0-9\n' '_').log"
+    { echo "# compute-sanitizer --tool racecheck --print-limit 20 python3 scripts/ws_protocol_probe.py $v"
+      timeout 120 compute-sanitizer --tool racecheck --print-limit 20 python3 scripts/ws_protocol_probe.py $v 2>&1; } > "$log"
+    echo "probe ${v:-plain}: $(grep -E 'SUMMARY|probe' "$log" | grep -v '^#' | tr '\n' ' ')"
   done
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then

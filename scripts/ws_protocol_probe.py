@@ -1,12 +1,24 @@
-"""A minimal warp-specialised Gluon kernel with one hand-off through shared memory ordered by an mbarrier, exactly
-the pattern wgmma_ws uses for its valid mask (worker: store, fence, partition barrier, one arrive; default
-partition: wait, load). It has no data race by construction, so whatever compute-sanitizer racecheck reports on
-it is about the tool and Triton's warp-specialize protocol, not about a kernel of the workbench:
+"""Minimal warp-specialised Gluon kernels with no data race by construction, built piece by piece like wgmma_ws, so
+that what compute-sanitizer racecheck reports on them is about the tool and Triton's warp-specialize protocol, not
+about a kernel of the workbench:
 
-    compute-sanitizer --tool racecheck python3 scripts/ws_protocol_probe.py
+    compute-sanitizer --tool racecheck python3 scripts/ws_protocol_probe.py [--blocks N] [--pre] [--cbar] [--epi]
 
-It checks its own output (exit 1 if the hand-off lost a value). GPU only (sm_90).
+Each block (--blocks of them, 1 by default) hands N bytes from a worker partition to the default partition through
+shared memory, ordered by an mbarrier, exactly as wgmma_ws hands over its valid mask (worker: store, fence,
+partition barrier, one arrive; default partition: wait, load); --no-handoff leaves the hand-off out (the worker only
+arrives), so what is left is Triton's own dispatch. The switches add what wgmma_ws has around that:
+
+- --pre: before the warp-specialised region the default warps store a tile into shared memory, fence, and run a
+  thread barrier (wgmma_ws: q into shared memory, the mbarriers' init);
+- --cbar: the default partition runs a thread barrier of its own warps inside the region (wgmma_ws: the softmax's
+  reductions and the barrier before the PV);
+- --epi: after the region the default warps change a tile's layout through shared memory, as wgmma_ws's epilogue
+  does (Triton may place that scratch over the partitions' dispatch bytes, which are dead by then).
+
+It checks its own outputs (exit 1 if a value was lost). GPU only (sm_90).
 """
+import argparse
 import sys
 
 import torch
@@ -14,42 +26,86 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
-N = 128
+N = 128  # bytes handed over per block
+E = 32   # the epilogue tile: [E, E] int32
 
 
 @gluon.jit
-def _consumer(buf, bar, out_ptr, N: gl.constexpr):
+def _consumer(buf, bar, HANDOFF: gl.constexpr, CBAR: gl.constexpr, N: gl.constexpr):
     L: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     mbarrier.wait(bar, 0)
-    v = buf.load(L)
-    gl.store(out_ptr + gl.arange(0, N, layout=L), v.to(gl.int32))
+    if CBAR:
+        gl.thread_barrier()
+    if HANDOFF:
+        v = buf.load(L).to(gl.int32)
+    else:
+        v = gl.arange(0, N, layout=L) % 100 + 1
+    return (v,)  # the default partition's results come out of warp_specialize as a tuple
 
 
 @gluon.jit
-def _producer(buf, bar, N: gl.constexpr):
+def _producer(buf, bar, HANDOFF: gl.constexpr, N: gl.constexpr):
     L: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
-    buf.store((gl.arange(0, N, layout=L) % 100 + 1).to(gl.int8))
-    fence_async_shared()
+    if HANDOFF:
+        buf.store((gl.arange(0, N, layout=L) % 100 + 1).to(gl.int8))
+        fence_async_shared()
     gl.thread_barrier()
     mbarrier.arrive(bar)
 
 
 @gluon.jit
-def probe_kernel(out_ptr, N: gl.constexpr):
+def probe_kernel(out_ptr,   # [blocks, N] int32
+                 seed_ptr,  # [E, E] int32
+                 epi_ptr,   # [blocks, E, E] int32
+                 HANDOFF: gl.constexpr, PRE: gl.constexpr, CBAR: gl.constexpr, EPI: gl.constexpr,
+                 N: gl.constexpr, E: gl.constexpr):
+    pid = gl.program_id(0)
+    CW: gl.constexpr = gl.num_warps()
+    L: gl.constexpr = gl.BlockedLayout([1], [32], [CW], [0])
+    ROWS: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [CW, 1], [1, 0])  # a thread per row
+    COLS: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [1, CW], [0, 1])  # a thread per column: needs smem
     buf = gl.allocate_shared_memory(gl.int8, [N], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(bar, count=1)
-    gl.warp_specialize([(_consumer, (buf, bar, out_ptr, N)), (_producer, (buf, bar, N))], [4], [48])
+    r = gl.arange(0, E, layout=gl.SliceLayout(1, ROWS))
+    c = gl.arange(0, E, layout=gl.SliceLayout(0, ROWS))
+    seed = gl.load(seed_ptr + r[:, None] * E + c[None, :])  # [E, E] int32
+    if PRE:
+        stage = gl.allocate_shared_memory(gl.int32, [E, E], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]), seed)
+        fence_async_shared()
+        gl.thread_barrier()
+        seed = stage.load(ROWS)
+    v = gl.warp_specialize([(_consumer, (buf, bar, HANDOFF, CBAR, N)), (_producer, (buf, bar, HANDOFF, N))],
+                           [4], [48])[0]
+    gl.store(out_ptr + pid * N + gl.arange(0, N, layout=L), v)
+    if EPI:
+        moved = gl.convert_layout(seed, COLS)
+        rc = gl.arange(0, E, layout=gl.SliceLayout(1, COLS))
+        cc = gl.arange(0, E, layout=gl.SliceLayout(0, COLS))
+        gl.store(epi_ptr + pid * E * E + rc[:, None] * E + cc[None, :], moved)
 
 
-def main() -> int:
-    out = torch.zeros(N, dtype=torch.int32, device="cuda")
-    # maxnreg as wgmma_ws launches (so the partitions trade registers by setmaxnreg, as there)
-    probe_kernel[(1,)](out, N=N, num_warps=4, maxnreg=int(sys.argv[1]) if len(sys.argv) > 1 else 168)
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--blocks", type=int, default=1, help="blocks in the grid (default 1)")
+    p.add_argument("--pre", action="store_true", help="shared stores and a barrier before the region")
+    p.add_argument("--cbar", action="store_true", help="a thread barrier in the default partition")
+    p.add_argument("--epi", action="store_true", help="a layout change through shared memory after the region")
+    p.add_argument("--no-handoff", dest="handoff", action="store_false", help="no bytes through shared memory")
+    p.add_argument("--maxnreg", type=int, default=168, help="the block's register cap (wgmma_ws: 168)")
+    a = p.parse_args(argv)
+    if a.blocks < 1:
+        p.error("--blocks must be >= 1")
+    out = torch.zeros(a.blocks, N, dtype=torch.int32, device="cuda")
+    seed = torch.arange(E * E, dtype=torch.int32, device="cuda").reshape(E, E) * 7 + 3
+    epi = torch.zeros(a.blocks, E, E, dtype=torch.int32, device="cuda")
+    probe_kernel[(a.blocks,)](out, seed, epi, HANDOFF=a.handoff, PRE=a.pre, CBAR=a.cbar, EPI=a.epi, N=N, E=E,
+                              num_warps=4, maxnreg=a.maxnreg)
     torch.cuda.synchronize()
-    want = torch.arange(N, device="cuda") % 100 + 1
-    ok = bool(torch.equal(out.long(), want))
-    print(f"ws protocol probe: hand-off {'intact' if ok else 'LOST VALUES'}")
+    want = (torch.arange(N, device="cuda") % 100 + 1).expand(a.blocks, N)
+    ok = bool(torch.equal(out.long(), want)) and (not a.epi or bool(torch.equal(epi, seed.expand(a.blocks, E, E))))
+    flags = " ".join(f"--{k}" for k in ("pre", "cbar", "epi") if getattr(a, k)) + ("" if a.handoff else " --no-handoff")
+    print(f"ws protocol probe (blocks {a.blocks} {flags.strip() or 'plain'}): {'intact' if ok else 'LOST VALUES'}")
     return 0 if ok else 1
 
 

@@ -42,7 +42,9 @@ def runs(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------- CPU-only machines
 
-@pytest.mark.parametrize("argv", [["check"], ["check", "--sanitize", "mma"], ["bench"]], ids=" ".join)
+@pytest.mark.parametrize("argv", [["check"], ["check", "--sanitize", "mma"], ["bench"],
+                                  ["check", "--sanitize", "mma", "--case", "h1-k1-bs2-one-token", "--combine",
+                                   "serial"]], ids=" ".join)
 def test_gpu_commands_end_in_one_line_without_cuda(argv, runs, monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     rc = cli.main(argv)
@@ -197,6 +199,27 @@ def test_choices_come_from_the_modules_that_own_them(capsys):
     help_text = _sub("bench").format_help()
     assert all(s in help_text for s in SWEEPS), "--help lists the sweeps"
     assert "about 5 minutes" in _sub("resources").format_help()
+
+
+def test_sanitize_case_choices_are_the_catalogue(capsys):
+    from workbench import cases
+    assert tuple(_choices("check", "--case")) == tuple(e.id for e in cases.catalogue())
+    assert cli.parser().parse_args(["check", "--sanitize", "mma"]).case == cases.SANITIZER
+    with pytest.raises(SystemExit):
+        cli.parser().parse_args(["check", "--sanitize", "mma", "--case", "h1-k1"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("pdl", [None, False], ids=["rule", "serial"])
+def test_sanitizer_case_runs_the_named_entry_and_checks_it(pdl, capsys):
+    """The case compute-sanitizer wraps decodes the chosen catalogue entry and compares it with the reference
+    (interpreter, CPU tensors: the path the GPU takes, minus the sanitizer)."""
+    from workbench.gpu_check import sanitizer_case
+    sanitizer_case("mma", device="cpu", case_id="h1-k1-bs2-one-token", pdl=pdl)
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "(h1-k1-bs2-one-token, combine pdl=" + ("rule" if pdl is None else "False") + ")" in line
+    assert "passed=True" in line
 
 
 def test_resources_printout_has_prefetch(monkeypatch, capsys):

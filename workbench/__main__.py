@@ -49,7 +49,7 @@ def _cmd_check(a):
 
     from .gpu_check import run_checks, sanitizer_case, write_table
     if a.sanitize:
-        sanitizer_case(a.sanitize)
+        sanitizer_case(a.sanitize, case_id=a.case, pdl={"rule": None, "pdl": True, "serial": False}[a.combine])
         return 0
     csv = write_table(run_checks(), _out_dir(a, "check"), a.name)
     df = pd.read_csv(csv)
@@ -217,6 +217,12 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--publish", action="store_true", help=publish_help)
     from .gpu_check import checked_impls
     c.add_argument("--sanitize", choices=checked_impls(), help="run one small case (for compute-sanitizer)")
+    from .cases import SANITIZER, catalogue
+    c.add_argument("--case", default=SANITIZER, choices=[e.id for e in catalogue()], metavar="CASE_ID",
+                   help=f"with --sanitize: the catalogue entry to run (default {SANITIZER})")
+    c.add_argument("--combine", default="rule", choices=("rule", "pdl", "serial"),
+                   help="with --sanitize: launch the combine by decode's rule, always as a programmatic "
+                        "dependent, or as an ordinary launch")
     c.set_defaults(fn=_cmd_check)
     b = sub.add_parser("bench", help="run a benchmark sweep (needs CUDA)")
     b.add_argument("--sweep", default="smoke", choices=sweeps, metavar="SWEEP",

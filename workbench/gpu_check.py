@@ -9,6 +9,7 @@ entry's id (``<id>@<overrides>`` for a scaled one).
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import torch
@@ -164,12 +165,18 @@ def run_checks(device="cuda", progress=True) -> list[dict]:
     return rows
 
 
-def sanitizer_case(impl: str, device="cuda") -> None:
-    """A small hostile case (the catalogue's SANITIZER entry) with a fixed config, for compute-sanitizer."""
-    case, ref = build_with_reference(catalogue.get(catalogue.SANITIZER), device)
-    out, lse = sparse_mla_decode(**case.kwargs(), impl=impl, config=fixed_config(impl))
-    torch.cuda.synchronize()
+def sanitizer_case(impl: str, device="cuda", case_id: str = catalogue.SANITIZER, pdl: bool | None = None) -> None:
+    """A small hostile case (the catalogue's SANITIZER entry, or ``case_id``) with a fixed config, for
+    compute-sanitizer; ``pdl`` False/True launches the combine as an ordinary/programmatic dependent launch
+    (None: decode's rule), to tell a report that comes from the launches' overlap from one inside a kernel."""
+    from .decode import combine_launch
+    case, ref = build_with_reference(catalogue.get(case_id), device)
+    with contextlib.nullcontext() if pdl is None else combine_launch(pdl):
+        out, lse = sparse_mla_decode(**case.kwargs(), impl=impl, config=fixed_config(impl))
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
     m = compare(out.float(), lse, *ref)
-    print(f"sanitizer case {impl}: passed={m['passed']} rel={m['out_rel_norm']:.2e}")
+    print(f"sanitizer case {impl} ({case_id}, combine pdl={'rule' if pdl is None else pdl}): "
+          f"passed={m['passed']} rel={m['out_rel_norm']:.2e}")
     if not m["passed"]:
         raise SystemExit(1)
