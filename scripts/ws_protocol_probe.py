@@ -9,14 +9,16 @@ shared memory, ordered by an mbarrier, exactly as wgmma_ws hands over its valid 
 partition barrier, one arrive; default partition: wait, load); --no-handoff leaves the hand-off out (the worker only
 arrives), so what is left is Triton's own dispatch. The switches add what wgmma_ws has around that:
 
-- --pre: before the warp-specialised region the default warps store a tile into shared memory, fence, and run a
-  thread barrier (wgmma_ws: q into shared memory, the mbarriers' init);
+- --pre: before the warp-specialised region the default warps store a tile into shared memory (the compiler drops
+  the store unless --epi reads the tile), fence, and run a thread barrier (wgmma_ws: q into shared memory, the
+  mbarriers' init);
 - --cbar: the default partition runs a thread barrier of its own warps inside the region (wgmma_ws: the softmax's
   reductions and the barrier before the PV);
 - --epi: after the region the default warps change a tile's layout through shared memory, as wgmma_ws's epilogue
   does (Triton may place that scratch over the partitions' dispatch bytes, which are dead by then).
 
-It checks its own outputs (exit 1 if a value was lost). GPU only (sm_90).
+It checks its own outputs (exit 1 if a value was lost). GPU only (sm_90). What racecheck reported on each variant
+(H200, triton 3.6), and how that accounts for every report on wgmma_ws: data/sanitizer_h200_20261202-0113/README.md.
 """
 import argparse
 import sys
