@@ -19,8 +19,9 @@
 # On the CPU this runs the Triton interpreter on small shapes (and a spread of heads on the big
 # golden cases for the per-head kernel, whose heads are independent). With `device="cuda"` it runs
 # the full grid. The hostile cases are the catalogue's (`workbench.cases`), the same ones, by id, that the
-# tests and the GPU checks run. The last section plots the newest committed GPU check table from `data/`
-# (every kernel in the registry on the H200, read with `workbench.results.load_correctness`).
+# tests and the GPU checks run. The last sections plot the newest committed GPU check table from `data/`
+# (every kernel in the registry on the H200, read with `workbench.results.load_correctness`) and tabulate the
+# newest compute-sanitizer logs (`workbench.results.load_sanitizer`).
 
 # %% tags=["parameters"]
 device = "cpu"
@@ -59,7 +60,7 @@ from workbench.metrics import OUT_ELEM_REL, OUT_ELEM_RMS
 from workbench.plotting import (commit_provenance, fig_error_ecdf, fig_gpu_checks, fig_worst_by_shape, gpu_label,
                                 save_figure, save_table, set_theme)
 from workbench.provenance import kernels_changed_since
-from workbench.results import load_correctness
+from workbench.results import load_correctness, load_sanitizer, sanitizer_summary
 
 set_theme()
 where = "Triton interpreter (CPU)" if device == "cpu" else torch.cuda.get_device_name()
@@ -240,6 +241,23 @@ save_figure(fig, "correctness_gpu", out_dir,
 worst
 
 # %% [markdown]
+# ## compute-sanitizer (the newest committed logs in `data/sanitizer_*/`)
+# Per kernel, what each tool reported on the sanitizer case (`python -m workbench check --sanitize <kernel>`, a
+# small hostile case whose output is also checked against the fp32 reference): memcheck's and synccheck's errors,
+# racecheck's reported hazards. Where racecheck reports anything, the folder's README.md says what each report is
+# (for the warp-specialised kernel: the two kinds racecheck also reports on a race-free probe,
+# `scripts/ws_protocol_probe.py`). Read with `workbench.results.load_sanitizer`.
+
+# %%
+san = sanitizer_summary(load_sanitizer(data_dir))
+san_table = san.pivot(index="kernel", columns="tool", values="errors").astype("Int64")
+san_table["case passed"] = san.groupby("kernel").case_passed.all()
+san_table["folder"] = san.groupby("kernel").folder.max()
+san_table["stale"] = san.groupby("kernel").stale.apply(lambda v: bool(v.fillna(True).any()))
+save_table(san_table.reset_index(), "correctness_sanitizer", out_dir)
+san_table
+
+# %% [markdown]
 # ## Verdict
 
 # %%
@@ -265,6 +283,16 @@ lines = [f"**Kernels run here ({where}):** {int(golden.passed.sum())}/{len(golde
          + ", ".join(f"{k} {int(g.passed.sum())}/{len(g)}" for k, g in gpu.groupby("impl")) + f"). {gpu_note}"]
 gpu_catalogue = sorted(set(gpu.case) & {e.id for e in cases.gpu_cases()})
 lines.append(f"- The GPU table holds {len(gpu_catalogue)} of the catalogue's {len(cases.gpu_cases())} GPU cases by id.")
+san_lines = []
+for tool in ("memcheck", "racecheck", "synccheck"):
+    col = san_table[tool].dropna() if tool in san_table else pd.Series(dtype="Int64")
+    dirty = col[col != 0]
+    san_lines.append(f"{tool} clean on {len(col) - len(dirty)} of {len(col)} kernels" + (
+        " (reports on " + ", ".join(f"`{k}`: {v}" for k, v in dirty.items())
+        + "; the folder's README.md accounts for each)" if len(dirty) else ""))
+lines.append(f"\n**compute-sanitizer ({', '.join(sorted(san.folder.unique()))}):** " + "; ".join(san_lines)
+             + f"; every case's output passed: {bool(san.case_passed.all())}"
+             + ("; STALE: logs of other kernel sources than the checkout's" if san_table.stale.any() else "") + ".")
 lines.append("\n**Next experiment:** " + (
     "re-run the GPU checks (`scripts/gpu_session.sh`, or `TRITON_INTERPRET=0 pytest -m gpu`) on the checked-out "
     "kernels: " + ("the committed table predates them." if gpu_stale else "the committed table predates the catalogue.")

@@ -62,6 +62,10 @@ if [ "${WS_PROBES:-0}" = 1 ]; then  # the race-free probes: what racecheck repor
     echo "probe ${v:-plain}: $(grep -E 'SUMMARY|probe' "$log" | grep -v '^#' | tr '\n' ' ')"
   done
 fi
+if ls "$OUT"/sanitizer_*.log "$OUT"/racecheck_*.log "$OUT"/synccheck_*.log >/dev/null 2>&1; then
+  # the logs' provenance, beside them (workbench.results.load_sanitizer reads it once they are in data/sanitizer_*/)
+  python3 -c "import sys; from workbench.provenance import write_meta; write_meta(sys.argv[1] + '/sanitizer.csv')" "$OUT"
+fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   for sweep in $SWEEPS; do
     python3 -m workbench bench --sweep "$sweep" --out "$OUT" --name "bench_$sweep.csv" --no-progress 2>&1 \

@@ -141,3 +141,71 @@ def load_correctness(data_dir: Path | str = DATA, name: str | None = None):
     df = pd.read_csv(path)
     df["source"] = path.name
     return apply_errata(df, data_dir / ERRATA)
+
+
+# ----------------------------------------------------------------------------- compute-sanitizer logs
+
+SANITIZER_TOOLS = {"sanitizer": "memcheck", "racecheck": "racecheck", "synccheck": "synccheck"}  # file prefix: tool
+SANITIZER_META = "sanitizer.meta.json"  # a folder's provenance (scripts/gpu_session.sh writes it)
+
+
+def _sanitizer_log_row(path: Path, kernels) -> dict | None:
+    """One log's row, or None when its name is not ``<prefix>_<kernel>[_<args>].log`` of a registered kernel."""
+    import re
+    prefix, _, rest = path.stem.partition("_")
+    if prefix not in SANITIZER_TOOLS:
+        return None
+    kernel = max((k for k in kernels if rest == k or rest.startswith(k + "_")), key=len, default=None)
+    if kernel is None:
+        return None
+    text = path.read_text(errors="replace")
+    if SANITIZER_TOOLS[prefix] == "racecheck":
+        m = re.search(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, (\d+) warnings?\)", text)
+    else:
+        m = re.search(r"ERROR SUMMARY: (\d+) errors?", text)
+    case = re.search(r"sanitizer case \S+ \(([^,]+), combine pdl=(\w+)\)", text)
+    passed = re.search(r"passed=(True|False)", text)
+    return dict(kernel=kernel, tool=SANITIZER_TOOLS[prefix], args=rest[len(kernel) + 1:],
+                errors=int(m.group(1)) if m else None,
+                warnings=int(m.group(2)) if m and m.re.groups > 1 else (0 if m else None),
+                case=case.group(1) if case else "", combine_pdl=case.group(2) if case else "",
+                case_passed=(passed.group(1) == "True") if passed else None,
+                folder=path.parent.name, log=path.name)
+
+
+def load_sanitizer(data_dir: Path | str = DATA):
+    """Every compute-sanitizer log of ``data/sanitizer_*/`` (``sanitizer_<kernel>.log`` is memcheck's,
+    ``racecheck_<kernel>.log`` and ``synccheck_<kernel>.log`` the other tools'; a suffix after the kernel is the
+    case's extra arguments, ``args``) as one row each: the tool's error count (racecheck: its reported hazards, as
+    errors and warnings; None where the log has no summary, e.g. a timed-out run), the case and whether its output
+    passed the check against the reference, the folder and its provenance (``sanitizer.meta.json`` where present)
+    and ``stale``. Logs of anything but a registered kernel (the protocol probes) are left out."""
+    import json
+
+    import pandas as pd
+
+    from . import registry
+    kernels = registry.names()
+    rows = []
+    for folder in sorted(Path(data_dir).glob("sanitizer_*")):
+        if not folder.is_dir():
+            continue
+        meta = json.loads((folder / SANITIZER_META).read_text()) if (folder / SANITIZER_META).exists() else {}
+        for log in sorted(folder.glob("*.log")):
+            row = _sanitizer_log_row(log, kernels)
+            if row is not None:
+                rows.append({**row, **{k: meta.get(k) for k in ("git_commit", "kernel_hash", "gpu", "driver",
+                                                                 "torch", "triton", "date")}})
+    df = pd.DataFrame(rows, columns=["kernel", "tool", "args", "errors", "warnings", "case", "combine_pdl",
+                                     "case_passed", "folder", "log", "git_commit", "kernel_hash", "gpu", "driver",
+                                     "torch", "triton", "date"])
+    df["stale"] = stale_flags(df) if len(df) else []
+    return df
+
+
+def sanitizer_summary(df):
+    """Per kernel and tool, the newest folder's log of the default case (no extra arguments): its folder, error
+    count, whether the case passed and whether it is stale."""
+    plain = df[df["args"] == ""].sort_values("folder")
+    return plain.groupby(["kernel", "tool"], as_index=False).last()[
+        ["kernel", "tool", "folder", "errors", "warnings", "case_passed", "stale"]]

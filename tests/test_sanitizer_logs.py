@@ -1,0 +1,82 @@
+"""Reading compute-sanitizer logs back (workbench.results.load_sanitizer): hand-written logs in the tools' formats,
+then the committed folders."""
+import json
+
+import pytest
+
+from workbench import registry
+from workbench.gpu_check import checked_impls
+from workbench.results import load_sanitizer, sanitizer_summary
+
+RACE = """# compute-sanitizer --tool racecheck ...
+========= COMPUTE-SANITIZER
+========= Error: Race reported between Write access at k+0x10 in k.py:3
+=========     and Read access at k+0x20 in k.py:4 [31 hazards]
+=========
+sanitizer case wgmma_f16_2cta (h20-sq2-k70-bs61-sinkmixed-tklen-extra-bs2-nan, combine pdl=rule): passed=True rel=1e-3
+========= RACECHECK SUMMARY: 3 hazards displayed (2 errors, 1 warning)
+"""
+MEM_OLD = """========= COMPUTE-SANITIZER
+sanitizer case mma: passed=False rel=2.00e-01
+========= ERROR SUMMARY: 1 error
+"""
+TIMED_OUT = """========= COMPUTE-SANITIZER
+sanitizer case wgmma_f16 (h1-k1-bs2-one-token, combine pdl=False): passed=True rel=0.00e+00
+"""
+SYNC = """========= COMPUTE-SANITIZER
+sanitizer case wgmma_f16 (h20-sq2-k70-bs61-sinkmixed-tklen-extra-bs2-nan, combine pdl=rule): passed=True rel=1e-3
+========= ERROR SUMMARY: 0 errors
+"""
+
+
+@pytest.fixture
+def folders(tmp_path):
+    old, new = tmp_path / "sanitizer_h200_20990101-0000", tmp_path / "sanitizer_h200_20990102-0000"
+    old.mkdir()
+    new.mkdir()
+    (old / "sanitizer_mma.log").write_text(MEM_OLD)
+    (old / "synccheck_wgmma_f16.log").write_text(SYNC.replace("0 errors", "4 errors"))
+    (new / "racecheck_wgmma_f16_2cta.log").write_text(RACE)           # wgmma_f16_2cta, not wgmma_f16 + "_2cta"
+    (new / "synccheck_wgmma_f16.log").write_text(SYNC)
+    (new / "racecheck_wgmma_f16_case-h1-k1-bs2-one-token.log").write_text(TIMED_OUT)
+    (new / "racecheck_probe_plain.log").write_text(RACE)              # not a kernel: left out
+    (new / "check.log").write_text("golden: 100%")                    # not a tool's log: left out
+    (tmp_path / "sanitizer_mma.log").write_text(MEM_OLD)              # loose in data/, not a folder: left out
+    (new / "sanitizer.meta.json").write_text(json.dumps(dict(git_commit="abc", kernel_hash="000000000000",
+                                                             gpu="NVIDIA H200")))
+    return tmp_path
+
+
+def test_each_log_is_one_row_with_its_tool_kernel_and_counts(folders):
+    df = load_sanitizer(folders).set_index("log")
+    assert sorted(df.index) == sorted(["sanitizer_mma.log", "synccheck_wgmma_f16.log", "racecheck_wgmma_f16_2cta.log",
+                                       "synccheck_wgmma_f16.log", "racecheck_wgmma_f16_case-h1-k1-bs2-one-token.log"])
+    race = df.loc["racecheck_wgmma_f16_2cta.log"]
+    assert (race.kernel, race.tool, race.args, race.errors, race.warnings) == ("wgmma_f16_2cta", "racecheck", "", 2, 1)
+    assert race.case == "h20-sq2-k70-bs61-sinkmixed-tklen-extra-bs2-nan" and race.case_passed
+    assert race.gpu == "NVIDIA H200" and race.stale  # a kernel hash that is not the checkout's
+    old = df.loc["sanitizer_mma.log"]
+    assert (old.tool, old.errors, old.case, old.case_passed) == ("memcheck", 1, "", False)
+    assert old.stale is None or old.stale != old.stale  # no provenance: unknown, not fresh
+    cut = df.loc["racecheck_wgmma_f16_case-h1-k1-bs2-one-token.log"]
+    assert cut.args == "case-h1-k1-bs2-one-token" and cut.errors != cut.errors  # no summary: NaN, never 0
+    assert cut.combine_pdl == "False"
+
+
+def test_summary_takes_the_newest_folder_of_the_default_case(folders):
+    s = sanitizer_summary(load_sanitizer(folders)).set_index(["kernel", "tool"])
+    assert s.loc[("wgmma_f16", "synccheck"), "errors"] == 0          # the newer folder's, not 4
+    assert s.loc[("wgmma_f16", "synccheck"), "folder"] == "sanitizer_h200_20990102-0000"
+    assert ("wgmma_f16", "racecheck") not in s.index                 # only a case with extra arguments exists
+    assert s.loc[("mma", "memcheck"), "errors"] == 1
+
+
+def test_committed_logs_cover_every_kernel_with_every_tool():
+    """What the issue-9 note claims of data/: the newest logs run every checked kernel's case under memcheck,
+    racecheck and synccheck, each case passed, and memcheck and synccheck found nothing."""
+    s = sanitizer_summary(load_sanitizer())
+    for tool in ("memcheck", "racecheck", "synccheck"):
+        assert set(s[s.tool == tool].kernel) == set(checked_impls()), tool
+    assert s.case_passed.all()
+    assert (s[s.tool != "racecheck"].errors == 0).all()
+    assert set(s.kernel) <= set(registry.names())
