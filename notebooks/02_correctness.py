@@ -244,14 +244,15 @@ worst
 # ## compute-sanitizer (the newest committed logs in `data/sanitizer_*/`)
 # Per kernel, what each tool reported on the sanitizer case (`python -m workbench check --sanitize <kernel>`, a
 # small hostile case whose output is also checked against the fp32 reference): memcheck's and synccheck's errors,
-# racecheck's reported hazards. Where racecheck reports anything, the folder's README.md says what each report is
-# (for the warp-specialised kernel: the two kinds racecheck also reports on a race-free probe,
-# `scripts/ws_protocol_probe.py`). Read with `workbench.results.load_sanitizer`.
+# racecheck's reports (each one pair of accesses, covering the many hazards it counts; at most 20 are printed); an
+# empty cell is a log without the tool's summary (e.g. timed out). Newest is by the folders' dated names. Where a
+# tool reports anything, see the folder's README.md (for the warp-specialised kernel it maps each report to SASS
+# and to a race-free probe, `scripts/ws_protocol_probe.py`). Read with `workbench.results.load_sanitizer`.
 
 # %%
 san = sanitizer_summary(load_sanitizer(data_dir))
 san_table = san.pivot(index="kernel", columns="tool", values="errors").astype("Int64")
-san_table["case passed"] = san.groupby("kernel").case_passed.all()
+san_table["case passed"] = san.groupby("kernel").case_passed.apply(lambda v: bool(v.eq(True).all()))
 san_table["folder"] = san.groupby("kernel").folder.max()
 san_table["stale"] = san.groupby("kernel").stale.apply(lambda v: bool(v.fillna(True).any()))
 save_table(san_table.reset_index(), "correctness_sanitizer", out_dir)
@@ -285,13 +286,13 @@ gpu_catalogue = sorted(set(gpu.case) & {e.id for e in cases.gpu_cases()})
 lines.append(f"- The GPU table holds {len(gpu_catalogue)} of the catalogue's {len(cases.gpu_cases())} GPU cases by id.")
 san_lines = []
 for tool in ("memcheck", "racecheck", "synccheck"):
-    col = san_table[tool].dropna() if tool in san_table else pd.Series(dtype="Int64")
-    dirty = col[col != 0]
-    san_lines.append(f"{tool} clean on {len(col) - len(dirty)} of {len(col)} kernels" + (
-        " (reports on " + ", ".join(f"`{k}`: {v}" for k, v in dirty.items())
-        + "; the folder's README.md accounts for each)" if len(dirty) else ""))
+    col = san_table[tool] if tool in san_table else pd.Series(dtype="Int64")
+    dirty, unknown = col[col.notna() & (col != 0)], col[col.isna()]
+    san_lines.append(f"{tool} clean on {int((col == 0).sum())} of {len(col)} kernels" + (
+        " (reports on " + ", ".join(f"`{k}`: {v}" for k, v in dirty.items()) + "; see the folder's README.md)"
+        if len(dirty) else "") + (f", no summary for {', '.join(unknown.index)}" if len(unknown) else ""))
 lines.append(f"\n**compute-sanitizer ({', '.join(sorted(san.folder.unique()))}):** " + "; ".join(san_lines)
-             + f"; every case's output passed: {bool(san.case_passed.all())}"
+             + f"; every case's output passed: {bool(san.case_passed.eq(True).all())}"
              + ("; STALE: logs of other kernel sources than the checkout's" if san_table.stale.any() else "") + ".")
 lines.append("\n**Next experiment:** " + (
     "re-run the GPU checks (`scripts/gpu_session.sh`, or `TRITON_INTERPRET=0 pytest -m gpu`) on the checked-out "

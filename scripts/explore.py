@@ -62,6 +62,8 @@ def register_ws_variant(p: argparse.ArgumentParser, text: str) -> None:
     except ValueError:
         p.error(f"--ws-variant {text!r}: expected NAME:K=V[,K=V] with integer values")
     unknown = set(changed) - set(base)
+    if name in registry.names():
+        p.error(f"--ws-variant {text!r}: {name!r} is a registered kernel already")
     if not name or unknown:
         p.error(f"--ws-variant {text!r}: switches are {sorted(base)}" + (f", not {sorted(unknown)}" if unknown else ""))
     catalog._wgmma_ws(name, None, f"exploratory: wgmma_ws with {switches}", "exploratory", **{**base, **changed})

@@ -9,8 +9,10 @@
 #   gpu-marked test) writes the same correctness table as check, as $OUT/correctness_h200_pytest.csv;
 #   SANITIZE_IMPLS="a b" limits compute-sanitizer to those kernels (default: every checked kernel);
 #   RACECHECK_IMPLS="a b" / SYNCCHECK_IMPLS="a b" also run compute-sanitizer racecheck / synccheck on those kernels'
-#   sanitizer case (SANITIZE_ARGS adds arguments to each `check --sanitize`, e.g. "--case ID --combine serial");
+#   sanitizer case; SANITIZE_ARGS adds arguments to each `check --sanitize` (e.g. "--case ID --combine serial") and
+#   SANITIZER_FLAGS to each compute-sanitizer, both named in the log's file name (<tool>_<impl>_case-ID_...log);
 #   WS_PROBES=1 runs scripts/ws_protocol_probe.py's variants under racecheck (racecheck_probe_<variant>.log);
+#   every log starts with its command and ends with "# exit <status>" (124: timed out);
 #   NCU="impl=JSON-config ..." profiles each impl once at b64 h16 topk2048 (NCU_HEADS to change the heads);
 #   NCU_SOURCE=1 also writes each profile's per-SASS-instruction counters (stall samples, executed instructions,
 #   sectors) as ncu_source_<impl>_h<heads>.csv.
@@ -36,33 +38,37 @@ if [ "${SKIP_PYTEST_GPU:-0}" != 1 ]; then
     python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider --continue-on-collection-errors tests 2>&1 | tee "$OUT/pytest_gpu.log" | tail -40
   rc=$((rc | PIPESTATUS[0]))
 fi
+tag() {  # "--case ID --combine serial" -> "_case-ID_combine-serial": a log name's suffix for extra arguments
+  local t; t=$(echo "$*" | sed -E 's/--([a-z-]+) +([^ -][^ ]*)/\1-\2/g; s/(^| )--/\1/g; s/ +/_/g; s/^_+|_+$//g')
+  [ -n "$t" ] && echo "_$t"
+}
+sanitize() {  # sanitize TOOL LOG-PREFIX IMPL: one kernel's sanitizer case under one tool, its command as the log's first line
+  local log="$OUT/${2}_$3$(tag ${SANITIZER_FLAGS:-} ${SANITIZE_ARGS:-}).log" cmd
+  cmd="compute-sanitizer --tool $1 --print-limit 20 ${SANITIZER_FLAGS:-} python3 -m workbench check --sanitize $3 ${SANITIZE_ARGS:-}"
+  { echo "# $cmd"; timeout 300 $cmd 2>&1; echo "# exit $?"; } > "$log"
+  echo "$1 $3 ${SANITIZER_FLAGS:-} ${SANITIZE_ARGS:-}: $(grep -E '^# exit|SUMMARY|passed=' "$log" | tr '\n' ' ')"
+}
 if [ "${SKIP_SANITIZE:-${SKIP_CHECK:-0}}" != 1 ]; then
   for impl in ${SANITIZE_IMPLS:-$(python3 -c "from workbench.gpu_check import checked_impls; print(*checked_impls())")}; do
-    timeout 240 compute-sanitizer --tool memcheck --print-limit 20 python3 -m workbench check --sanitize $impl \
-      ${SANITIZE_ARGS:-} > "$OUT/sanitizer_$impl.log" 2>&1
-    echo "compute-sanitizer $impl: exit $?; $(grep -E 'ERROR SUMMARY|passed=' "$OUT/sanitizer_$impl.log" | tr '\n' ' ')"
+    sanitize memcheck sanitizer "$impl"
   done
 fi
-for tool in racecheck synccheck; do
-  impls="RACECHECK_IMPLS"; [ $tool = synccheck ] && impls="SYNCCHECK_IMPLS"
-  for impl in ${!impls:-}; do
-    log="$OUT/${tool}_$impl${SANITIZE_ARGS:+_$(echo "$SANITIZE_ARGS" | tr -c 'a-zA-Z0-9\n' '_')}.log"
-    { echo "# compute-sanitizer --tool $tool --print-limit 20 python3 -m workbench check --sanitize $impl ${SANITIZE_ARGS:-}"
-      timeout 300 compute-sanitizer --tool $tool --print-limit 20 python3 -m workbench check --sanitize $impl \
-        ${SANITIZE_ARGS:-} 2>&1; } > "$log"
-    echo "$tool $impl ${SANITIZE_ARGS:-}: $(grep -E 'SUMMARY|passed=' "$log" | tr '\n' ' ')"
-  done
-done
+for impl in ${RACECHECK_IMPLS:-}; do sanitize racecheck racecheck "$impl"; done
+for impl in ${SYNCCHECK_IMPLS:-}; do sanitize synccheck synccheck "$impl"; done
 if [ "${WS_PROBES:-0}" = 1 ]; then  # the race-free probes: what racecheck reports on Triton's protocol alone
-  for v in "" "--blocks 528" "--pre --cbar --epi" "--pre --cbar --epi --blocks 528" "--no-handoff --pre --cbar --epi --blocks 528" \
-           "--no-handoff --blocks 528" "--no-handoff --cbar --blocks 528" "--no-handoff --pre --blocks 528" "--no-handoff --epi --blocks 528"; do
-    log="$OUT/racecheck_probe$(echo " ${v:-plain}" | tr -c 'a-zA-Z0-9\n' '_').log"
+  for v in "" "--blocks 528" "--pre --cbar --epi" "--pre --cbar --epi --blocks 528" \
+           "--no-handoff --pre --cbar --epi --blocks 528" "--no-handoff --blocks 528" "--no-handoff --cbar --blocks 528" \
+           "--no-handoff --pre --blocks 528" "--no-handoff --epi --blocks 528" "--no-handoff --capture --blocks 528" \
+           "--no-handoff --capture --pre --blocks 528" "--capture --pre --cbar --epi --blocks 528"; do
+    log="$OUT/racecheck_probe$(tag $v || echo _plain).log"
     { echo "# compute-sanitizer --tool racecheck --print-limit 20 python3 scripts/ws_protocol_probe.py $v"
-      timeout 120 compute-sanitizer --tool racecheck --print-limit 20 python3 scripts/ws_protocol_probe.py $v 2>&1; } > "$log"
-    echo "probe ${v:-plain}: $(grep -E 'SUMMARY|probe' "$log" | grep -v '^#' | tr '\n' ' ')"
+      timeout 120 compute-sanitizer --tool racecheck --print-limit 20 python3 scripts/ws_protocol_probe.py $v 2>&1
+      echo "# exit $?"; } > "$log"
+    echo "probe ${v:-plain}: $(grep -E '^# exit|SUMMARY|probe \(' "$log" | tr '\n' ' ')"
   done
 fi
-if ls "$OUT"/sanitizer_*.log "$OUT"/racecheck_*.log "$OUT"/synccheck_*.log >/dev/null 2>&1; then
+if compgen -G "$OUT/sanitizer_*.log" >/dev/null || compgen -G "$OUT/racecheck_*.log" >/dev/null \
+   || compgen -G "$OUT/synccheck_*.log" >/dev/null; then
   # the logs' provenance, beside them (workbench.results.load_sanitizer reads it once they are in data/sanitizer_*/)
   python3 -c "import sys; from workbench.provenance import write_meta; write_meta(sys.argv[1] + '/sanitizer.csv')" "$OUT"
 fi

@@ -15,7 +15,10 @@ arrives), so what is left is Triton's own dispatch. The switches add what wgmma_
 - --cbar: the default partition runs a thread barrier of its own warps inside the region (wgmma_ws: the softmax's
   reductions and the barrier before the PV);
 - --epi: after the region the default warps change a tile's layout through shared memory, as wgmma_ws's epilogue
-  does (Triton may place that scratch over the partitions' dispatch bytes, which are dead by then).
+  does (Triton may place that scratch over the partitions' dispatch bytes, which are dead by then);
+- --capture: the worker uses a value the default warps loaded before the region (its arrive is predicated on it,
+  and with the hand-off its bytes depend on it), which Triton hands over through shared memory beside the dispatch
+  bytes (wgmma_ws: the split's token range).
 
 It checks its own outputs (exit 1 if a value was lost). GPU only (sm_90). What racecheck reported on each variant
 (H200, triton 3.6), and how that accounts for every report on wgmma_ws: data/sanitizer_h200_20261202-0113/README.md.
@@ -46,21 +49,27 @@ def _consumer(buf, bar, HANDOFF: gl.constexpr, CBAR: gl.constexpr, N: gl.constex
 
 
 @gluon.jit
-def _producer(buf, bar, HANDOFF: gl.constexpr, N: gl.constexpr):
+def _producer(buf, bar, k, HANDOFF: gl.constexpr, CAPTURE: gl.constexpr, N: gl.constexpr):
     L: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     if HANDOFF:
-        buf.store((gl.arange(0, N, layout=L) % 100 + 1).to(gl.int8))
+        if CAPTURE:
+            buf.store(((gl.arange(0, N, layout=L) + k) % 100 + 1).to(gl.int8))
+        else:
+            buf.store((gl.arange(0, N, layout=L) % 100 + 1).to(gl.int8))
         fence_async_shared()
     gl.thread_barrier()
-    mbarrier.arrive(bar)
+    if CAPTURE:
+        mbarrier.arrive(bar, pred=k >= 0)  # k is 0: always arrives, but only a run-time value says so
+    else:
+        mbarrier.arrive(bar)
 
 
 @gluon.jit
 def probe_kernel(out_ptr,   # [blocks, N] int32
-                 seed_ptr,  # [E, E] int32
+                 seed_ptr,  # [E * E + 1] int32: the epilogue's tile, then the captured value (0)
                  epi_ptr,   # [blocks, E, E] int32
                  HANDOFF: gl.constexpr, PRE: gl.constexpr, CBAR: gl.constexpr, EPI: gl.constexpr,
-                 N: gl.constexpr, E: gl.constexpr):
+                 CAPTURE: gl.constexpr, N: gl.constexpr, E: gl.constexpr):
     pid = gl.program_id(0)
     CW: gl.constexpr = gl.num_warps()
     L: gl.constexpr = gl.BlockedLayout([1], [32], [CW], [0])
@@ -77,8 +86,9 @@ def probe_kernel(out_ptr,   # [blocks, N] int32
         fence_async_shared()
         gl.thread_barrier()
         seed = stage.load(ROWS)
-    v = gl.warp_specialize([(_consumer, (buf, bar, HANDOFF, CBAR, N)), (_producer, (buf, bar, HANDOFF, N))],
-                           [4], [48])[0]
+    k = gl.load(seed_ptr + E * E) if CAPTURE else 0  # a run-time value the worker needs
+    v = gl.warp_specialize([(_consumer, (buf, bar, HANDOFF, CBAR, N)),
+                            (_producer, (buf, bar, k, HANDOFF, CAPTURE, N))], [4], [48])[0]
     gl.store(out_ptr + pid * N + gl.arange(0, N, layout=L), v)
     if EPI:
         moved = gl.convert_layout(seed, COLS)
@@ -93,20 +103,24 @@ def main(argv=None) -> int:
     p.add_argument("--pre", action="store_true", help="shared stores and a barrier before the region")
     p.add_argument("--cbar", action="store_true", help="a thread barrier in the default partition")
     p.add_argument("--epi", action="store_true", help="a layout change through shared memory after the region")
+    p.add_argument("--capture", action="store_true", help="the worker uses a value loaded before the region")
     p.add_argument("--no-handoff", dest="handoff", action="store_false", help="no bytes through shared memory")
     p.add_argument("--maxnreg", type=int, default=168, help="the block's register cap (wgmma_ws: 168)")
     a = p.parse_args(argv)
     if a.blocks < 1:
         p.error("--blocks must be >= 1")
     out = torch.zeros(a.blocks, N, dtype=torch.int32, device="cuda")
-    seed = torch.arange(E * E, dtype=torch.int32, device="cuda").reshape(E, E) * 7 + 3
+    seed = torch.arange(E * E + 1, dtype=torch.int32, device="cuda") * 7 + 3
+    seed[-1] = 0  # the captured value
     epi = torch.zeros(a.blocks, E, E, dtype=torch.int32, device="cuda")
-    probe_kernel[(a.blocks,)](out, seed, epi, HANDOFF=a.handoff, PRE=a.pre, CBAR=a.cbar, EPI=a.epi, N=N, E=E,
-                              num_warps=4, maxnreg=a.maxnreg)
+    probe_kernel[(a.blocks,)](out, seed, epi, HANDOFF=a.handoff, PRE=a.pre, CBAR=a.cbar, EPI=a.epi,
+                              CAPTURE=a.capture, N=N, E=E, num_warps=4, maxnreg=a.maxnreg)
     torch.cuda.synchronize()
     want = (torch.arange(N, device="cuda") % 100 + 1).expand(a.blocks, N)
-    ok = bool(torch.equal(out.long(), want)) and (not a.epi or bool(torch.equal(epi, seed.expand(a.blocks, E, E))))
-    flags = " ".join(f"--{k}" for k in ("pre", "cbar", "epi") if getattr(a, k)) + ("" if a.handoff else " --no-handoff")
+    tile = seed[:E * E].reshape(E, E)
+    ok = bool(torch.equal(out.long(), want)) and (not a.epi or bool(torch.equal(epi, tile.expand(a.blocks, E, E))))
+    flags = " ".join(f"--{k}" for k in ("pre", "cbar", "epi", "capture") if getattr(a, k)) + (
+        "" if a.handoff else " --no-handoff")
     print(f"ws protocol probe (blocks {a.blocks} {flags.strip() or 'plain'}): {'intact' if ok else 'LOST VALUES'}")
     return 0 if ok else 1
 

@@ -210,15 +210,42 @@ def test_sanitize_case_choices_are_the_catalogue(capsys):
     assert "invalid choice" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("combine, pdl", [("rule", None), ("pdl", True), ("serial", False)])
+def test_check_sanitize_passes_case_and_combine_through(combine, pdl, monkeypatch):
+    from workbench import gpu_check
+    seen = []
+    monkeypatch.setattr(cli, "_needs_cuda", lambda what: 0)
+    monkeypatch.setattr(gpu_check, "sanitizer_case", lambda impl, **kw: seen.append((impl, kw)))
+    assert cli.main(["check", "--sanitize", "wgmma_ws", "--case", "h1-k1-bs2-one-token", "--combine", combine]) == 0
+    assert seen == [("wgmma_ws", dict(case_id="h1-k1-bs2-one-token", pdl=pdl))]
+
+
+def test_case_and_combine_without_sanitize_are_refused(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "_needs_cuda", lambda what: pytest.fail("refused before anything runs"))
+    assert cli.main(["check", "--combine", "serial"]) == 2
+    assert "--sanitize" in capsys.readouterr().err
+
+
 @pytest.mark.interpreter
-@pytest.mark.parametrize("pdl", [None, False], ids=["rule", "serial"])
-def test_sanitizer_case_runs_the_named_entry_and_checks_it(pdl, capsys):
-    """The case compute-sanitizer wraps decodes the chosen catalogue entry and compares it with the reference
-    (interpreter, CPU tensors: the path the GPU takes, minus the sanitizer)."""
-    from workbench.gpu_check import sanitizer_case
-    sanitizer_case("mma", device="cpu", case_id="h1-k1-bs2-one-token", pdl=pdl)
+@pytest.mark.parametrize("pdl", [None, False, True], ids=["rule", "serial", "pdl"])
+def test_sanitizer_case_runs_the_named_entry_under_the_combine_launch_asked_for(pdl, monkeypatch, capsys):
+    """The case compute-sanitizer wraps decodes the chosen catalogue entry, inside combine_launch(pdl) when pdl is
+    given, and compares it with the reference (interpreter, CPU tensors: the path the GPU takes, minus the
+    sanitizer)."""
+    from workbench import cases, decode, gpu_check
+    seen = []
+    real = gpu_check.sparse_mla_decode
+
+    def spy(**kw):
+        seen.append((tuple(kw["q"].shape), kw["indices"].shape[-1], decode._PDL_OVERRIDE.get()))
+        return real(**kw)
+    monkeypatch.setattr(gpu_check, "sparse_mla_decode", spy)
+    gpu_check.sanitizer_case("mma", device="cpu", case_id="h1-k1-bs2-one-token", pdl=pdl)
+    spec = cases.get("h1-k1-bs2-one-token").spec
+    assert seen == [((spec["batch"], 1, spec["heads"], 512), spec["topk"], pdl)]
+    assert decode._PDL_OVERRIDE.get() is None, "the override ends with the case"
     line = capsys.readouterr().out.strip().splitlines()[-1]
-    assert "(h1-k1-bs2-one-token, combine pdl=" + ("rule" if pdl is None else "False") + ")" in line
+    assert f"(h1-k1-bs2-one-token, combine pdl={'rule' if pdl is None else pdl})" in line
     assert "passed=True" in line
 
 

@@ -39,6 +39,9 @@ def folders(tmp_path):
     (new / "racecheck_wgmma_f16_2cta.log").write_text(RACE)           # wgmma_f16_2cta, not wgmma_f16 + "_2cta"
     (new / "synccheck_wgmma_f16.log").write_text(SYNC)
     (new / "racecheck_wgmma_f16_case-h1-k1-bs2-one-token.log").write_text(TIMED_OUT)
+    (old / "memcheck_is_not_a_prefix.log").write_text(SYNC)             # no tool's prefix: left out
+    (old / "sanitizer_wgmma_xchg.log").write_text(SYNC)                # clean in the older folder ...
+    (new / "sanitizer_wgmma_xchg.log").write_text(TIMED_OUT)           # ... timed out in the newer one
     (new / "racecheck_probe_plain.log").write_text(RACE)              # not a kernel: left out
     (new / "check.log").write_text("golden: 100%")                    # not a tool's log: left out
     (tmp_path / "sanitizer_mma.log").write_text(MEM_OLD)              # loose in data/, not a folder: left out
@@ -50,7 +53,8 @@ def folders(tmp_path):
 def test_each_log_is_one_row_with_its_tool_kernel_and_counts(folders):
     df = load_sanitizer(folders).set_index("log")
     assert sorted(df.index) == sorted(["sanitizer_mma.log", "synccheck_wgmma_f16.log", "racecheck_wgmma_f16_2cta.log",
-                                       "synccheck_wgmma_f16.log", "racecheck_wgmma_f16_case-h1-k1-bs2-one-token.log"])
+                                       "synccheck_wgmma_f16.log", "racecheck_wgmma_f16_case-h1-k1-bs2-one-token.log",
+                                       "sanitizer_wgmma_xchg.log", "sanitizer_wgmma_xchg.log"])
     race = df.loc["racecheck_wgmma_f16_2cta.log"]
     assert (race.kernel, race.tool, race.args, race.errors, race.warnings) == ("wgmma_f16_2cta", "racecheck", "", 2, 1)
     assert race.case == "h20-sq2-k70-bs61-sinkmixed-tklen-extra-bs2-nan" and race.case_passed
@@ -69,6 +73,8 @@ def test_summary_takes_the_newest_folder_of_the_default_case(folders):
     assert s.loc[("wgmma_f16", "synccheck"), "folder"] == "sanitizer_h200_20990102-0000"
     assert ("wgmma_f16", "racecheck") not in s.index                 # only a case with extra arguments exists
     assert s.loc[("mma", "memcheck"), "errors"] == 1
+    cut = s.loc[("wgmma_xchg", "memcheck")]  # the newest log has no summary: unknown, not the older folder's 0
+    assert cut.folder == "sanitizer_h200_20990102-0000" and cut.errors != cut.errors
 
 
 def test_committed_logs_cover_every_kernel_with_every_tool():
@@ -77,6 +83,6 @@ def test_committed_logs_cover_every_kernel_with_every_tool():
     s = sanitizer_summary(load_sanitizer())
     for tool in ("memcheck", "racecheck", "synccheck"):
         assert set(s[s.tool == tool].kernel) == set(checked_impls()), tool
-    assert s.case_passed.all()
+    assert s.case_passed.eq(True).all()  # None (no passed= line) is not a pass
     assert (s[s.tool != "racecheck"].errors == 0).all()
     assert set(s.kernel) <= set(registry.names())

@@ -42,6 +42,10 @@ def _out_dir(a, label: str) -> Path:
 
 
 def _cmd_check(a):
+    from .cases import SANITIZER
+    if not a.sanitize and (a.case != SANITIZER or a.combine != "rule"):
+        print("check: --case and --combine choose the case of --sanitize; give --sanitize KERNEL", file=sys.stderr)
+        return 2
     what = f"check --sanitize {a.sanitize}" if a.sanitize else "check"
     if rc := _needs_cuda(what):
         return rc

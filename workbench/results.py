@@ -204,8 +204,10 @@ def load_sanitizer(data_dir: Path | str = DATA):
 
 
 def sanitizer_summary(df):
-    """Per kernel and tool, the newest folder's log of the default case (no extra arguments): its folder, error
-    count, whether the case passed and whether it is stale."""
-    plain = df[df["args"] == ""].sort_values("folder")
-    return plain.groupby(["kernel", "tool"], as_index=False).last()[
-        ["kernel", "tool", "folder", "errors", "warnings", "case_passed", "stale"]]
+    """Per kernel and tool, the newest folder's log of the default case (no extra arguments, no extra sanitizer
+    flags): its folder, error count (racecheck: its reports, each a pair of accesses covering many hazards; NaN:
+    the log has no summary), whether the case passed (None: the log does not say) and whether it is stale."""
+    plain = df[df["args"] == ""].sort_values("folder", kind="stable")  # folder names are dated
+    # whole rows: a newest log without a summary stays NaN (groupby.last would fill it from an older folder)
+    return plain.drop_duplicates(["kernel", "tool"], keep="last").sort_values(["kernel", "tool"]).reset_index(
+        drop=True)[["kernel", "tool", "folder", "errors", "warnings", "case_passed", "stale"]]
