@@ -1,8 +1,9 @@
-"""Minimal warp-specialised Gluon kernels with no data race by construction, built piece by piece like wgmma_ws, so
+"""Minimal warp-specialised Gluon kernels whose own code has no data race, built piece by piece like wgmma_ws, so
 that what compute-sanitizer racecheck reports on them is about the tool and Triton's warp-specialize protocol, not
 about a kernel of the workbench:
 
     compute-sanitizer --tool racecheck python3 scripts/ws_protocol_probe.py [--blocks N] [--pre] [--cbar] [--epi]
+        [--capture] [--no-handoff]
 
 Each block (--blocks of them, 1 by default) hands N bytes from a worker partition to the default partition through
 shared memory, ordered by an mbarrier, exactly as wgmma_ws hands over its valid mask (worker: store, fence,
@@ -15,13 +16,18 @@ arrives), so what is left is Triton's own dispatch. The switches add what wgmma_
 - --cbar: the default partition runs a thread barrier of its own warps inside the region (wgmma_ws: the softmax's
   reductions and the barrier before the PV);
 - --epi: after the region the default warps change a tile's layout through shared memory, as wgmma_ws's epilogue
-  does (Triton may place that scratch over the partitions' dispatch bytes, which are dead by then);
+  does;
 - --capture: the worker uses a value the default warps loaded before the region (its arrive is predicated on it,
   and with the hand-off its bytes depend on it), which Triton hands over through shared memory beside the dispatch
-  bytes (wgmma_ws: the split's token range).
+  bytes (wgmma_ws: one of the split's bounds).
+
+With --capture, --pre and --epi together Triton's generated code itself races: it places the captured word over the
+--pre tile, which is dead once read back, with no barrier between the other warps' last reads of it and the store
+(racecheck reports it; the self-check below rarely sees it, the window being a few instructions).
 
 It checks its own outputs (exit 1 if a value was lost). GPU only (sm_90). What racecheck reported on each variant
-(H200, triton 3.6), and how that accounts for every report on wgmma_ws: data/sanitizer_h200_20261202-0113/README.md.
+(H200, triton 3.6), and how that accounts for every report on wgmma_ws: data/sanitizer_h200_20261202-0113/README.md
+and data/sanitizer_h200_20261202-0140/README.md.
 """
 import argparse
 import sys
