@@ -42,11 +42,15 @@ tag() {  # "--case ID --combine serial" -> "_case-ID_combine-serial": a log name
   local t; t=$(echo "$*" | sed -E 's/--([a-z-]+) +([^ -][^ ]*)/\1-\2/g; s/(^| )--/\1/g; s/ +/_/g; s/^_+|_+$//g')
   [ -n "$t" ] && echo "_$t"
 }
-sanitize() {  # sanitize TOOL LOG-PREFIX IMPL: one kernel's sanitizer case under one tool, its command as the log's first line
-  local log="$OUT/${2}_$3$(tag ${SANITIZER_FLAGS:-} ${SANITIZE_ARGS:-}).log" cmd
-  cmd="compute-sanitizer --tool $1 --print-limit 20 ${SANITIZER_FLAGS:-} python3 -m workbench check --sanitize $3 ${SANITIZE_ARGS:-}"
-  { echo "# $cmd"; timeout 300 $cmd 2>&1; echo "# exit $?"; } > "$log"
-  echo "$1 $3 ${SANITIZER_FLAGS:-} ${SANITIZE_ARGS:-}: $(grep -E '^# exit|SUMMARY|passed=' "$log" | tr '\n' ' ')"
+logged() {  # logged LOG CMD...: CMD's output in LOG, headed by CMD and ended by its exit status; a summary line
+  local log="$1"; shift
+  { echo "# $*"; timeout "${LOG_TIMEOUT:-300}" "$@" 2>&1; echo "# exit $?"; } > "$log"
+  echo "$(basename "$log" .log): $(grep -E '^# exit|SUMMARY|passed=|probe \(' "$log" | tr '\n' ' ')"
+  SANITIZED=1
+}
+sanitize() {  # sanitize TOOL LOG-PREFIX IMPL: one kernel's sanitizer case under one tool
+  logged "$OUT/${2}_$3$(tag ${SANITIZER_FLAGS:-} ${SANITIZE_ARGS:-}).log" compute-sanitizer --tool "$1" --print-limit 20 \
+    ${SANITIZER_FLAGS:-} python3 -m workbench check --sanitize "$3" ${SANITIZE_ARGS:-}
 }
 if [ "${SKIP_SANITIZE:-${SKIP_CHECK:-0}}" != 1 ]; then
   for impl in ${SANITIZE_IMPLS:-$(python3 -c "from workbench.gpu_check import checked_impls; print(*checked_impls())")}; do
@@ -60,15 +64,11 @@ if [ "${WS_PROBES:-0}" = 1 ]; then  # the race-free probes: what racecheck repor
            "--no-handoff --pre --cbar --epi --blocks 528" "--no-handoff --blocks 528" "--no-handoff --cbar --blocks 528" \
            "--no-handoff --pre --blocks 528" "--no-handoff --epi --blocks 528" "--no-handoff --capture --blocks 528" \
            "--no-handoff --capture --pre --blocks 528" "--capture --pre --cbar --epi --blocks 528"; do
-    log="$OUT/racecheck_probe$(tag $v || echo _plain).log"
-    { echo "# compute-sanitizer --tool racecheck --print-limit 20 python3 scripts/ws_protocol_probe.py $v"
-      timeout 120 compute-sanitizer --tool racecheck --print-limit 20 python3 scripts/ws_protocol_probe.py $v 2>&1
-      echo "# exit $?"; } > "$log"
-    echo "probe ${v:-plain}: $(grep -E '^# exit|SUMMARY|probe \(' "$log" | tr '\n' ' ')"
+    LOG_TIMEOUT=120 logged "$OUT/racecheck_probe$(tag $v || echo _plain).log" compute-sanitizer --tool racecheck --print-limit 20 \
+      python3 scripts/ws_protocol_probe.py $v
   done
 fi
-if compgen -G "$OUT/sanitizer_*.log" >/dev/null || compgen -G "$OUT/racecheck_*.log" >/dev/null \
-   || compgen -G "$OUT/synccheck_*.log" >/dev/null; then
+if [ -n "${SANITIZED:-}" ]; then
   # the logs' provenance, beside them (workbench.results.load_sanitizer reads it once they are in data/sanitizer_*/)
   python3 -c "import sys; from workbench.provenance import write_meta; write_meta(sys.argv[1] + '/sanitizer.csv')" "$OUT"
 fi

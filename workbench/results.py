@@ -163,11 +163,13 @@ def _sanitizer_log_row(path: Path, kernels) -> dict | None:
         m = re.search(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, (\d+) warnings?\)", text)
     else:
         m = re.search(r"ERROR SUMMARY: (\d+) errors?", text)
+    errors = warnings = None  # no summary (e.g. timed out): unknown, never 0
+    if m:
+        errors, warnings = int(m.group(1)), int(m.group(2)) if m.re.groups > 1 else 0
     case = re.search(r"sanitizer case \S+ \(([^,]+), combine pdl=(\w+)\)", text)
     passed = re.search(r"passed=(True|False)", text)
-    return dict(kernel=kernel, tool=SANITIZER_TOOLS[prefix], args=rest[len(kernel) + 1:],
-                errors=int(m.group(1)) if m else None,
-                warnings=int(m.group(2)) if m and m.re.groups > 1 else (0 if m else None),
+    return dict(kernel=kernel, tool=SANITIZER_TOOLS[prefix], args=rest[len(kernel) + 1:], errors=errors,
+                warnings=warnings,
                 case=case.group(1) if case else "", combine_pdl=case.group(2) if case else "",
                 case_passed=(passed.group(1) == "True") if passed else None,
                 folder=path.parent.name, log=path.name)
