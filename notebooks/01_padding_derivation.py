@@ -45,9 +45,10 @@ from IPython.display import Markdown, display
 import workbench as wb
 from workbench import padding
 from workbench.layout import MODEL1
-from workbench.plotting import fig_padding_costs, fig_page_byte_map, save_figure, save_table, set_theme
+from workbench.plotting import fig_padding_costs, fig_page_byte_map, out_folder, save_figure, save_table, set_theme
 
 set_theme()
+out_folder(out_dir)  # refused here, before anything runs, inside data/ or figures/: only publishing adds there
 torch.manual_seed(seed)
 L = MODEL1
 

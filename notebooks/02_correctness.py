@@ -58,11 +58,12 @@ from workbench import cases
 from workbench.golden import golden_expected, golden_kwargs, golden_names, load_golden
 from workbench.metrics import OUT_ELEM_REL, OUT_ELEM_RMS
 from workbench.plotting import (commit_provenance, fig_error_ecdf, fig_gpu_checks, fig_worst_by_shape, gpu_label,
-                                save_figure, save_table, set_theme)
+                                out_folder, save_figure, save_table, set_theme)
 from workbench.provenance import kernels_changed_since
 from workbench.results import load_correctness, load_sanitizer, sanitizer_summary
 
 set_theme()
+out_folder(out_dir)  # refused here, before anything runs, inside data/ or figures/: only publishing adds there
 where = "Triton interpreter (CPU)" if device == "cpu" else torch.cuda.get_device_name()
 
 # %% [markdown]

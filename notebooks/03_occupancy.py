@@ -42,12 +42,13 @@ import workbench as wb  # noqa: F401
 from workbench.kernels.configs import TiledConfig
 from workbench.kernels.mma import MMA_CONFIG_SPACE, mma_prune_reason
 from workbench.plotting import (bench_provenance, commit_provenance, fig_pruning, fig_registers, fig_shared_memory,
-                                fig_warps, gpu_label, save_figure, save_table, set_theme)
+                                fig_warps, gpu_label, out_folder, save_figure, save_table, set_theme)
 from workbench.resources import apply_model, lab_frame
 from workbench.results import load_bench, parse_config
 from workbench.targets import get_target
 
 set_theme()
+out_folder(out_dir)  # refused here, before anything runs, inside data/ or figures/: only publishing adds there
 lab = pd.concat([pd.read_csv(os.path.join(data_dir, f"resources_{a}.csv")) for a in archs], ignore_index=True)
 lab = apply_model(lab)  # the pruning model's verdicts from the current code; compiled numbers from data/
 lab_note = commit_provenance(lab, "resources_*.csv")

@@ -52,11 +52,12 @@ from workbench import registry
 from workbench.bench import fit_batch_model, overhead_table, rows_frame, run_sweep
 from workbench.plotting import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, default_kernel_rows,
                                 fig_batch_model, fig_overhead, fig_production, fig_roofline, fig_speedups,
-                                fig_time_vs_batch, gpu_label, markdown_table, same_run_times, save_figure,
-                                save_table, set_theme)
+                                fig_time_vs_batch, gpu_label, markdown_table, out_folder, same_run_times,
+                                save_figure, save_table, set_theme)
 from workbench.results import load_bench
 
 set_theme()
+out_folder(out_dir)  # refused here, before anything runs, inside data/ or figures/: only publishing adds there
 if fresh:
     if device != "cuda" or not torch.cuda.is_available():
         raise RuntimeError(

@@ -45,11 +45,12 @@ from IPython.display import Markdown, display
 
 from workbench import registry
 from workbench.plotting import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, fig_ladder, gpu_label,
-                                markdown_table, same_run_times, save_figure, save_table, set_theme)
+                                markdown_table, out_folder, same_run_times, save_figure, save_table, set_theme)
 from workbench.provenance import kernels_changed_since
 from workbench.results import load_bench
 
 set_theme()
+out_folder(out_dir)  # refused here, before anything runs, inside data/ or figures/: only publishing adds there
 df = load_bench(data_dir=data_dir)
 ok = df[df.status == "ok"].copy()
 ok["config"] = ok.config.fillna("")

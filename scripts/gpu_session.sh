@@ -30,8 +30,9 @@ echo "rows record git_commit=${WORKBENCH_COMMIT:-(none: git in this copy)}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 rc=0
+# --force on check and bench: $OUT collects every step's files, and tee has made each step's log there first
 if [ "${SKIP_CHECK:-0}" != 1 ]; then
-  python3 -m workbench check --out "$OUT" 2>&1 | tee "$OUT/check.log" | grep -v "it/s\]" ; rc=$((rc | PIPESTATUS[0]))
+  python3 -m workbench check --out "$OUT" --force 2>&1 | tee "$OUT/check.log" | grep -v "it/s\]" ; rc=$((rc | PIPESTATUS[0]))
 fi
 if [ "${SKIP_PYTEST_GPU:-0}" != 1 ]; then
   WORKBENCH_CHECK_OUT="$OUT" WORKBENCH_CHECK_NAME=correctness_h200_pytest.csv TRITON_INTERPRET=0 \
@@ -74,7 +75,7 @@ if [ -n "${SANITIZED:-}" ]; then
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   for sweep in $SWEEPS; do
-    python3 -m workbench bench --sweep "$sweep" --out "$OUT" --name "bench_$sweep.csv" --no-progress 2>&1 \
+    python3 -m workbench bench --sweep "$sweep" --out "$OUT" --force --name "bench_$sweep.csv" --no-progress 2>&1 \
       | tee "$OUT/bench_$sweep.log" | tail -40
   done
 fi

@@ -21,9 +21,9 @@ UNKNOWN_NB = "99"  # no notebook has this number (the issue's example, 05, exist
 
 
 def _tree(*dirs):
-    """{path: sha256} of every file under dirs, to show that a command wrote nothing there."""
-    return {str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for d in dirs for p in sorted((ROOT / d).rglob("*")) if p.is_file()}
+    """{path: sha256, or "dir"} of everything under dirs, to show that a command wrote (or made) nothing there."""
+    return {str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for d in dirs for p in sorted((ROOT / d).rglob("*"))}
 
 
 def _git_status(*paths):
@@ -173,6 +173,196 @@ def test_publish_refusals(runs, case, match):
 def test_gpu_slug():
     assert cli.gpu_slug("NVIDIA H200") == "h200"
     assert cli.gpu_slug("NVIDIA RTX PRO 6000 Blackwell Server Edition") == "rtx_pro_6000_blackwell_server_edition"
+
+
+# ----------------------------------------------------------------------------- refused --out, out_dir, --runs-dir
+
+# --out values (the current folder is the repository) that land in data/ or figures/: only publishing adds there
+INSIDE_PUBLISHED = {"data": "data", "figures": "figures", "data-new-deeper": "data/new/deeper",
+                    "figures-slash": "figures/", "dotdot-into-data": "notebooks/../data",
+                    "absolute-figures-sub": str(ROOT / "figures" / "sub"), "symlink-to-data": None}
+
+
+def _inside(where, tmp_path):
+    if INSIDE_PUBLISHED[where] is not None:
+        return INSIDE_PUBLISHED[where]
+    link = tmp_path / "link"
+    link.symlink_to(ROOT / "data", target_is_directory=True)
+    return str(link / "new")
+
+
+@pytest.fixture
+def no_cuda_check(monkeypatch):
+    """A refusal must come before the CUDA check, so that it holds (and is tested) on a CPU machine too."""
+    monkeypatch.setattr(cli, "_needs_cuda", lambda what: pytest.fail(f"{what}: ran past a refused --out"))
+
+
+@pytest.mark.parametrize("where", list(INSIDE_PUBLISHED))
+@pytest.mark.parametrize("argv", [["check"], ["bench"], ["check", "--sanitize", "mma"]], ids=" ".join)
+def test_out_inside_data_or_figures_is_refused_even_with_force(argv, where, tmp_path, monkeypatch, no_cuda_check,
+                                                               capsys):
+    from workbench.pipeline import PUBLISH_STEP
+    monkeypatch.chdir(ROOT)
+    out, before = _inside(where, tmp_path), _tree("data", "figures")
+    assert cli.main([*argv, "--out", out]) == 2
+    assert cli.main([*argv, "--out", out, "--force"]) == 2, "--force never opens data/ or figures/"
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and "Traceback" not in err, err
+    folder = "figures" if "figures" in where else "data"
+    for line in lines:
+        assert line.startswith(f"{argv[0]}: --out {out}: is inside {folder}/"), line
+        assert f"only publishing adds to {folder}/ ({PUBLISH_STEP[folder]})" in line
+    assert _tree("data", "figures") == before, "nothing written or made in data/ or figures/"
+
+
+@pytest.mark.parametrize("argv", [["bench", "--out", "data"], ["check", "--out", "figures/new"],
+                                  ["bench", "--out", "README.md"]], ids=" ".join)
+def test_out_refusal_process_exits_2_with_one_line_before_the_cuda_check(argv):
+    """As a process (a GPU machine gives the same answer: the refusal precedes the CUDA check)."""
+    before = _tree("data", "figures")
+    r = subprocess.run([sys.executable, "-m", "workbench", *argv], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr and "needs a CUDA GPU" not in r.stderr, r.stderr
+    assert r.stderr.startswith(f"{argv[0]}: --out {argv[2]}: ")
+    assert ("is a file" if argv[2] == "README.md" else "only publishing adds to") in r.stderr
+    assert _tree("data", "figures") == before
+
+
+@pytest.mark.parametrize("cmd", ["check", "bench"])
+@pytest.mark.parametrize("under", [False, True], ids=["the-file", "a-path-under-it"])
+@pytest.mark.parametrize("force", [[], ["--force"]], ids=["", "--force"])
+def test_out_naming_a_file_is_one_line_exit_2(cmd, under, force, tmp_path, no_cuda_check, capsys):
+    f = tmp_path / "table.csv"
+    f.write_text("x\n1\n")
+    out = f / "sub" if under else f
+    assert cli.main([cmd, "--out", str(out), *force]) == 2
+    err = capsys.readouterr().err
+    said = f"{out}: {f} is a file, not a folder" if under else f"{f}: is a file, not a folder"
+    assert err == f"{cmd}: --out {said}\n", err
+    assert f.read_text() == "x\n1\n" and sorted(tmp_path.iterdir()) == [f]
+
+
+@pytest.mark.parametrize("cmd", ["check", "bench"])
+def test_out_folder_with_files_is_refused_without_force(cmd, tmp_path, no_cuda_check, capsys):
+    out = tmp_path / "used"
+    out.mkdir()
+    (out / "bench_h200.csv").write_text("earlier\n")
+    assert cli.main([cmd, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "files in it already" in err and "--force" in err
+    assert [p.name for p in out.iterdir()] == ["bench_h200.csv"] and (out / "bench_h200.csv").read_text() == "earlier\n"
+
+
+def test_bench_force_writes_into_a_folder_with_files_keeping_the_others(runs, fake_bench, tmp_path):
+    out = tmp_path / "used"
+    out.mkdir()
+    (out / "b.csv").write_text("earlier\n")
+    (out / "notes.txt").write_text("keep\n")
+    assert cli.main(["bench", "--out", str(out), "--name", "b.csv"]) == 2
+    assert (out / "b.csv").read_text() == "earlier\n"
+    assert cli.main(["bench", "--out", str(out), "--name", "b.csv", "--force"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["b.csv", "b.meta.json", "notes.txt"]
+    assert (out / "b.csv").read_text() == "x\n1\n2\n" and (out / "notes.txt").read_text() == "keep\n"
+
+
+def test_bench_out_may_be_an_empty_folder(runs, fake_bench, tmp_path):
+    out = tmp_path / "empty"
+    out.mkdir()
+    assert cli.main(["bench", "--out", str(out), "--name", "b.csv"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["b.csv", "b.meta.json"]
+
+
+@pytest.mark.parametrize("argv", [["check", "--name", "../correctness_h200.csv"], ["bench", "--name", "sub/b.csv"],
+                                  ["bench", "--name", ".."]], ids=" ".join)
+def test_name_that_is_a_path_is_refused(argv, runs, tmp_path, no_cuda_check, capsys):
+    assert cli.main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert "a file name, not a path" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and not (runs / "runs").exists()
+
+
+PIPELINE_INSIDE = {"figures": ["-p", "out_dir", "figures"], "data-new": ["-p", "out_dir", "data/new"],
+                   "dotdot-figures-force": ["-p", "out_dir", "notebooks/../figures", "--force"],
+                   "section-absolute-data": ["-p", "02_correctness", f"{{out_dir: {ROOT / 'data'}}}"]}
+
+
+@pytest.mark.parametrize("argv", list(PIPELINE_INSIDE.values()), ids=list(PIPELINE_INSIDE))
+def test_notebooks_out_dir_inside_data_or_figures_is_refused(argv, tmp_path, monkeypatch):
+    """-p out_dir is relative to the current folder (here the repository), not to notebooks/ where they run."""
+    monkeypatch.chdir(ROOT)
+    before = _tree("data", "figures")
+    msg = _pipeline_exit(argv, tmp_path)
+    folder = "figures" if "figures" in " ".join(argv) else "data"
+    assert msg.startswith("out_dir ") and f"is inside {folder}/" in msg and f"only publishing adds to {folder}/" in msg
+    assert _tree("data", "figures") == before
+
+
+def test_notebooks_out_dir_inside_figures_process_exits_with_one_line():
+    before = _tree("data", "figures")
+    r = subprocess.run([sys.executable, "-m", "workbench", "notebooks", "-p", "out_dir", "figures", "--no-progress"],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode != 0 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("out_dir figures: is inside figures/") and "notebooks --publish" in r.stderr
+    assert _tree("data", "figures") == before
+
+
+@pytest.mark.parametrize("folder", ["data", "figures"])
+def test_notebooks_runs_dir_inside_data_or_figures_is_refused(folder, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    before = _tree("data", "figures")
+    with pytest.raises(SystemExit) as e:
+        pipeline.main(["--runs-dir", folder, "--no-progress"])
+    assert str(e.value.code).startswith(f"--runs-dir {folder}: is inside {folder}/") and "\n" not in e.value.code
+    assert _tree("data", "figures") == before
+
+
+class _Ran(Exception):
+    pass
+
+
+@pytest.fixture
+def papermill_calls(monkeypatch):
+    """papermill replaced by a recorder that stops the run at the first notebook."""
+    import papermill as pm
+    calls = []
+
+    def execute_notebook(src, dst, parameters, **kw):
+        calls.append(parameters)
+        raise _Ran
+    monkeypatch.setattr(pm, "execute_notebook", execute_notebook)
+    return calls
+
+
+def test_notebooks_out_dir_with_files_is_refused_unless_force(tmp_path, monkeypatch, papermill_calls):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "figs").mkdir()
+    (tmp_path / "figs" / "old.png").write_bytes(b"png")
+    msg = _pipeline_exit(["-p", "out_dir", "figs"], tmp_path)
+    assert msg.startswith("out_dir figs: is a folder with files in it already") and "--force" in msg
+    assert papermill_calls == []
+    with pytest.raises(_Ran):
+        pipeline.main(["-p", "out_dir", "figs", "--force", "--only", "01", "--runs-dir", str(tmp_path / "runs"),
+                       "--no-progress"])
+    assert papermill_calls[0]["out_dir"] == str(tmp_path / "figs"), "relative to where the command was typed"
+    assert [p.name for p in (tmp_path / "figs").iterdir()] == ["old.png"]
+
+
+def test_notebooks_new_out_dir_runs_and_is_passed_absolute(tmp_path, monkeypatch, papermill_calls):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(_Ran):
+        pipeline.main(["-p", "out_dir", "new/figs", "-p", "data_dir", "d", "--only", "01", "--runs-dir",
+                       str(tmp_path / "runs"), "--no-progress"])
+    assert papermill_calls[0]["out_dir"] == str(tmp_path / "new" / "figs")
+    assert papermill_calls[0]["data_dir"] == str(tmp_path / "d")
+
+
+def test_notebooks_publish_with_out_dir_is_refused(tmp_path):
+    """--publish copies the run folder's own figures/; an out_dir elsewhere would leave it nothing (or another
+    run's files) to copy, and keeps --force's two meanings (reduced set, folder with files) apart."""
+    before = _tree("figures")
+    msg = _pipeline_exit(["-p", "out_dir", str(tmp_path / "figs"), "--publish"], tmp_path)
+    assert msg.startswith("--publish refused") and "out_dir" in msg
+    assert _tree("figures") == before and not (tmp_path / "figs").exists()
 
 
 # ----------------------------------------------------------------------------- choices and help

@@ -140,6 +140,58 @@ def test_default_output_is_a_scratch_folder(nb):
     assert "figures" not in default and default.startswith("../runs/"), default
 
 
+def _tree(*dirs):
+    """{path: size, or "dir"} of everything under dirs: what a refused run must leave as it was."""
+    return {str(p.relative_to(ROOT)): p.stat().st_size if p.is_file() else "dir"
+            for d in dirs for p in sorted((ROOT / d).rglob("*"))}
+
+
+@pytest.mark.parametrize("where", ["figures", "data/new", "notebooks/../data", "figures/"])
+def test_save_helpers_refuse_data_and_figures_in_one_line(where, monkeypatch):
+    """The package functions every notebook writes through (and calls first, out_folder) refuse data/ and figures/
+    however the notebook is run; in a notebook the error shows as one line, not a traceback."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from workbench.pipeline import RefusedOutput
+    from workbench.plotting import out_folder, save_figure, save_table
+    monkeypatch.chdir(ROOT)
+    before = _tree("data", "figures")
+    fig = plt.figure()
+    for call in (lambda: out_folder(where), lambda: save_table(pd.DataFrame({"a": [1]}), "refused", where),
+                 lambda: save_figure(fig, "refused", where)):
+        with pytest.raises(RefusedOutput, match=r"only publishing adds to (data|figures)/") as e:
+            call()
+        assert str(e.value).startswith(f"out_dir {where}: is inside ") and "\n" not in str(e.value)
+        assert e.value._render_traceback_() == [f"RefusedOutput: {e.value}"]
+    plt.close(fig)
+    assert _tree("data", "figures") == before
+
+
+@pytest.mark.parametrize("nb", sorted((ROOT / "notebooks").glob("0*.ipynb")), ids=lambda p: p.stem)
+def test_plain_papermill_refuses_out_dir_in_data_or_figures_before_computing(nb, tmp_path):
+    """papermill without the pipeline: the notebook's own first cell (out_folder) refuses, in one line."""
+    where = "../figures" if int(nb.stem[:2]) % 2 else "../data/new"  # both folders across the five
+    before = _tree("data", "figures")
+    executed = tmp_path / nb.name
+    r = subprocess.run([sys.executable, "-m", "papermill", str(nb), str(executed), "-p", "out_dir", where, "--cwd",
+                        str(ROOT / "notebooks"), "-k", pipeline.KERNEL, "--no-progress-bar"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    folder = where.split("/")[1]
+    assert r.returncode != 0
+    assert f"RefusedOutput: out_dir {where}: is inside {folder}/" in r.stderr, r.stderr[-3000:]
+    cells = [c for c in json.loads(executed.read_text())["cells"] if c["cell_type"] == "code"]
+    errors = [(i, o) for i, c in enumerate(cells) for o in c.get("outputs", []) if o["output_type"] == "error"]
+    assert len(errors) == 1, errors
+    i, error = errors[0]
+    assert error["ename"] == "RefusedOutput" and len(error["traceback"]) == 1, error["traceback"]
+    assert "out_folder(out_dir)" in "".join(cells[i]["source"]), "refused by the set-up cell"
+    assert all(c.get("execution_count") is None for c in cells[i + 1:]), "nothing after it ran"
+    assert _tree("data", "figures") == before
+
+
 def test_executed_notebooks_end_in_a_verdict_without_noise(tiny_run):
     for name in PROMISED:
         nb = json.loads((tiny_run / f"{name}.ipynb").read_text())

@@ -2,6 +2,7 @@
 
 Measuring commands write into a new folder under runs/ unless --out names one; only ``--publish`` (or
 ``publish`` on an earlier run's table) adds to data/, as a new dated table that never replaces a file.
+--out is refused inside data/ or figures/, on a file, and on a folder with files in it unless --force.
 """
 from __future__ import annotations
 
@@ -31,8 +32,26 @@ def _needs_cuda(what: str) -> int:
     return 1
 
 
+def _refused_out(a) -> int:
+    """0 when --out is absent or usable; else one line and 2. Runs first, before the CUDA check: nothing runs or
+    is written for a refused --out (inside data/ or figures/, a file, or a folder with files unless --force), or
+    for a --name that is a path (it would lead out of the folder)."""
+    if Path(a.name).name != a.name or a.name in ("", ".", ".."):
+        print(f"{a.cmd}: --name {a.name}: a file name, not a path (--out names the folder)", file=sys.stderr)
+        return 2
+    if not a.out:
+        return 0
+    from .pipeline import RefusedOutput, check_out_folder
+    try:
+        check_out_folder(a.out, force=a.force)
+    except RefusedOutput as e:
+        print(f"{a.cmd}: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _out_dir(a, label: str) -> Path:
-    """--out exactly as given, or a new runs/<UTC date-time>-<label>/ (never data/)."""
+    """--out exactly as given (checked by ``_refused_out``), or a new runs/<UTC date-time>-<label>/ (never data/)."""
     if a.out:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -46,6 +65,8 @@ def _cmd_check(a):
     if not a.sanitize and (a.case != SANITIZER or a.combine != "rule"):
         print("check: --case and --combine choose the case of --sanitize; give --sanitize KERNEL", file=sys.stderr)
         return 2
+    if rc := _refused_out(a):
+        return rc
     what = f"check --sanitize {a.sanitize}" if a.sanitize else "check"
     if rc := _needs_cuda(what):
         return rc
@@ -67,7 +88,7 @@ def _cmd_check(a):
 
 
 def _cmd_bench(a):
-    if rc := _needs_cuda("bench"):
+    if rc := _refused_out(a) or _needs_cuda("bench"):
         return rc
     from .bench import fit_batch_model, rows_frame, run_sweep, summary_markdown
     from .provenance import write_meta
@@ -213,10 +234,13 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m workbench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True, metavar="{check,bench,resources,publish,notebooks}")
-    out_help = "write here instead of a new runs/<date-time>-{}/ folder"
+    out_help = ("write here instead of a new runs/<date-time>-{}/ folder: a new or empty folder outside data/ and "
+                "figures/ (only publishing adds to those)")
+    force_help = "with --out: write into a folder that has files already (files of the same names are replaced)"
     publish_help = "also add the table to data/ as a new dated file (never replaces one)"
     c = sub.add_parser("check", help="GPU correctness table (needs CUDA)")
     c.add_argument("--out", help=out_help.format("check"))
+    c.add_argument("--force", action="store_true", help=force_help)
     c.add_argument("--name", default="correctness_h200.csv")
     c.add_argument("--publish", action="store_true", help=publish_help)
     from .gpu_check import checked_impls
@@ -232,6 +256,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--sweep", default="smoke", choices=sweeps, metavar="SWEEP",
                    help=f"one of: {', '.join(sweeps)} (default: smoke)")
     b.add_argument("--out", help=out_help.format("bench"))
+    b.add_argument("--force", action="store_true", help=force_help)
     b.add_argument("--name", default="bench_h200.csv")
     b.add_argument("--publish", action="store_true", help=publish_help)
     b.add_argument("--no-progress", action="store_true")

@@ -1,6 +1,6 @@
 """Run every notebook through papermill into a new dated run folder.
 
-    python -m workbench notebooks [-p NAME VALUE]... [-f params.yaml] [--only 02] [--publish [--force]]
+    python -m workbench notebooks [-p NAME VALUE]... [-f params.yaml] [--only 02] [--publish] [--force]
 
 Parameters from -f (a YAML mapping; a key named after a notebook's stem holds that notebook's own
 parameters) and -p (YAML-parsed values) are passed to every notebook that declares them; a parameter
@@ -9,6 +9,13 @@ in runs/<UTC date-time>/; an earlier run is never overwritten. --publish also co
 tables into figures/; it refuses a reduced parameter set (notebooks/tiny.yaml, or any grid smaller
 than a notebook's defaults) unless --force. A failing notebook stops the run with a non-zero exit and
 names the executed copy, which shows the failing cell.
+
+-p out_dir DIR sends the figures and tables to DIR instead of the run folder's figures/ (and
+-p data_dir DIR reads the tables from DIR); both are relative to the current folder, not to notebooks/
+where the notebooks run. An out_dir or --runs-dir inside the repository's data/ or figures/ is refused:
+only publishing adds to those. An out_dir that has files in it already is refused unless --force (then
+files of the same names are replaced); --publish copies the run folder's own figures/ and so is refused
+with -p out_dir, which keeps --force's two meanings apart.
 """
 from __future__ import annotations
 
@@ -60,6 +67,59 @@ def new_run_dir(base: Path, label: str = "") -> Path:
         run = base / f"{stamp}-{n}"
     run.mkdir(parents=True)
     return run
+
+
+# The repository's folders that only a publish step adds to, and that step: `python -m workbench publish` (or
+# check/bench --publish) adds a dated table to data/; `python -m workbench notebooks --publish` refreshes figures/.
+PUBLISH_STEP = {"data": "python -m workbench publish <run's table>, or --publish on check/bench",
+                "figures": "python -m workbench notebooks --publish"}
+
+
+class RefusedOutput(ValueError):
+    """An output path refused before anything is written. One line wherever it surfaces: the CLI prints it, and
+    in a notebook IPython shows ``_render_traceback_`` in place of a traceback."""
+
+    def _render_traceback_(self):
+        return [f"{type(self).__name__}: {self}"]
+
+
+def published_folder(path) -> str | None:
+    """"data" or "figures" when ``path`` is the repository's folder of that name or anything under it, at any depth,
+    after resolving symlinks, '..' and a relative path (against the current folder); else None."""
+    p = Path(path).resolve()
+    return next((name for name in PUBLISH_STEP if p.is_relative_to((ROOT / name).resolve())), None)
+
+
+def refuse_published(path, what: str) -> Path:
+    """``path`` as a Path, or RefusedOutput when it is in the repository's data/ or figures/ (only publishing adds
+    to those). ``what`` names where the path came from ("--out", "out_dir") in the one-line message."""
+    name = published_folder(path)
+    if name is not None:
+        raise RefusedOutput(f"{what} {path}: is inside {name}/ ({(ROOT / name).resolve()}), and only publishing adds "
+                            f"to {name}/ ({PUBLISH_STEP[name]}); write somewhere outside data/ and figures/")
+    return Path(path)
+
+
+def check_out_folder(path, *, force: bool = False, what: str = "--out") -> Path:
+    """An output folder a user named, checked before anything runs or is written; creates nothing.
+
+    Refused (RefusedOutput, one line): a path inside data/ or figures/ (``refuse_published``), an existing file
+    (or a path under one), and a folder that has anything in it already unless ``force`` (its files of the same
+    names would be replaced). A new path and an empty folder pass. Returns ``path`` as a Path.
+    """
+    out = refuse_published(path, what)
+    p = out.resolve()
+    if p.is_dir():
+        if not force and any(p.iterdir()):
+            raise RefusedOutput(f"{what} {path}: is a folder with files in it already (those of the same names "
+                                "would be replaced); name a new or empty folder, or add --force")
+    elif p.exists():
+        raise RefusedOutput(f"{what} {path}: is a file, not a folder")
+    else:
+        above = next(a for a in p.parents if a.exists())
+        if not above.is_dir():
+            raise RefusedOutput(f"{what} {path}: {above} is a file, not a folder")
+    return out
 
 
 def declared_parameters(path: Path) -> dict:
@@ -147,6 +207,20 @@ def run(params: dict, *, only=None, runs_dir: Path = ROOT / "runs", publish: boo
     if publish and reduced and not force:
         raise SystemExit(f"--publish refused: a reduced parameter set ({'; '.join(reduced)}) would replace "
                             "figures/ with a smaller run; drop those parameters, or add --force to publish it")
+    out_dirs = sorted({str(p["out_dir"]) for p in per_notebook.values() if "out_dir" in p})
+    if publish and out_dirs:
+        raise SystemExit(f"--publish refused: it copies the run folder's own figures/, and -p out_dir "
+                         f"{', '.join(out_dirs)} sends them elsewhere; leave out_dir out to publish")
+    try:
+        refuse_published(runs_dir, "--runs-dir")
+        for d in out_dirs:  # once, before any notebook: the notebooks share the folder
+            check_out_folder(d, force=force, what="out_dir")
+    except RefusedOutput as e:
+        raise SystemExit(str(e)) from None
+    for p in per_notebook.values():  # relative to where the command was typed; the kernels run in notebooks/
+        for name in PIPELINE_DEFAULTS:
+            if name in p:
+                p[name] = str(Path(str(p[name])).absolute())
     import papermill as pm
     run_dir = new_run_dir(Path(runs_dir))
     fig_dir = run_dir / "figures"
@@ -214,7 +288,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="+", help="notebook name prefixes, e.g. 01 03")
     ap.add_argument("--runs-dir", type=Path, default=ROOT / "runs")
     ap.add_argument("--publish", action="store_true", help="also copy figures and tables into figures/")
-    ap.add_argument("--force", action="store_true", help="with --publish: publish a reduced parameter set too")
+    ap.add_argument("--force", action="store_true",
+                    help="with --publish: publish a reduced parameter set too; with -p out_dir: write into a "
+                         "folder that has files already (--publish and -p out_dir are refused together)")
     ap.add_argument("--kernel", default=KERNEL, help=f"Jupyter kernel name (default: the project's {KERNEL})")
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)

@@ -81,6 +81,14 @@ def _extents(fig, renderer):
     return min(y.min() for y in ys), max(y.max() for y in ys)
 
 
+def out_folder(out_dir) -> Path:
+    """A notebook's ``out_dir`` as a Path; refused (``pipeline.RefusedOutput``, one line in the notebook) when it is
+    in the repository's data/ or figures/, whichever way the notebook is run: only publishing adds to those.
+    The notebooks call it first, before they compute anything; ``save_figure`` and ``save_table`` call it too."""
+    from .pipeline import refuse_published
+    return refuse_published(out_dir, "out_dir")
+
+
 def save_figure(fig, name: str, out_dir, *, title: str | None = None, note: str | None = None) -> list[Path]:
     """Save ``fig`` as out_dir/name.png (200 dpi) and .svg; returns the paths.
 
@@ -88,7 +96,7 @@ def save_figure(fig, name: str, out_dir, *, title: str | None = None, note: str 
     :func:`bench_provenance`) below everything, in red when it says STALE. The files carry no date
     or software stamp and SVG ids are salted with a constant, so the same figure gives the same bytes.
     """
-    out = Path(out_dir)
+    out = out_folder(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
@@ -108,7 +116,7 @@ def save_figure(fig, name: str, out_dir, *, title: str | None = None, note: str 
 
 
 def save_table(df, name: str, out_dir) -> Path:
-    out = Path(out_dir)
+    out = out_folder(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.csv"
     df.to_csv(path, index=False)
