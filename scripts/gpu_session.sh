@@ -14,6 +14,8 @@
 #   WS_PROBES=1 runs scripts/ws_protocol_probe.py's variants under racecheck (racecheck_probe_<variant>.log);
 #   every log starts with its command and ends with "# exit <status>" (124: timed out);
 #   NCU="impl=JSON-config ..." profiles each impl once at b64 h16 topk2048 (NCU_HEADS to change the heads);
+#   BASELINE=<dir> (BASELINE_COMMIT=<sha>) runs the same sweeps again from an earlier commit's tree, into
+#   $OUT/baseline/, for a same-run comparison (the folder: `git archive <sha> | tar -x -C <dir>`, carried);
 #   NCU_SOURCE=1 also writes each profile's per-SASS-instruction counters (stall samples, executed instructions,
 #   sectors) as ncu_source_<impl>_h<heads>.csv.
 set -uo pipefail
@@ -77,6 +79,16 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   for sweep in $SWEEPS; do
     python3 -m workbench bench --sweep "$sweep" --out "$OUT" --force --name "bench_$sweep.csv" --no-progress 2>&1 \
       | tee "$OUT/bench_$sweep.log" | tail -40
+  done
+fi
+if [ -n "${BASELINE:-}" ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
+  # the same sweeps from an earlier commit's tree (BASELINE: a folder holding `git archive <sha>`, carried as an
+  # ignored path), in the same device call, so a kernel change is judged against the code it replaces measured in
+  # one run; its rows carry BASELINE_COMMIT as their commit
+  for sweep in $SWEEPS; do
+    (cd "$BASELINE" && PYTHONPATH=/tmp/site WORKBENCH_COMMIT="${BASELINE_COMMIT:-baseline}" \
+      python3 -m workbench bench --sweep "$sweep" --out "$OUT/baseline" --name "bench_$sweep.csv" --no-progress 2>&1 \
+      | tee "$OUT/baseline_bench_$sweep.log" | tail -20)
   done
 fi
 for item in ${NCU:-}; do

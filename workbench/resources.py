@@ -95,8 +95,8 @@ def _from_spec(spec, siblings=()) -> LabKernel:
 
 def _combine() -> LabKernel:
     from .kernels import combine
-    sig = dict(part_out_ptr="*fp32", part_lse_ptr="*fp32", sink_ptr="*fp32", out_ptr="*bf16", lse_ptr="*fp32",
-               H="i32", S_Q="i32", s_total="i32", S_BUCKET="i32")
+    sig = dict(part_out_ptr="*fp32", part_lse_ptr="*fp32", sink_ptr="*fp32", stride_sink="i32", out_ptr="*bf16",
+               lse_ptr="*fp32", H="i32", S_Q="i32", s_total="i32", S_BUCKET="i32")
     return LabKernel(
         name="combine", jit=combine.combine_kernel, signature=sig, config_cls=CombineConfig,
         configs=tuple(CombineConfig.from_triton(c) for c in combine.COMBINE_CONFIGS),

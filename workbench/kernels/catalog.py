@@ -9,7 +9,7 @@ from .common import layout_constexprs
 # runtime arguments describing one KV scope (common.scope_args); pointers are 16-byte aligned like torch allocations
 SCOPE_SIGNATURE = dict(
     cache_f8="*fp8e4nv", cache_u8="*u8", cache_bf16="*bf16", stride_page="i64", block_size="i32", num_tokens="i32",
-    idx_ptr="*i32", stride_ib="i32", stride_is="i32", topk_len_ptr="*i32")
+    idx_ptr="*i32", stride_ib="i32", stride_is="i32", topk_len_ptr="*i32", stride_tl="i32")
 Q_SIGNATURE = dict(q_ptr="*bf16", stride_qb="i32", stride_qs="i32", stride_qh="i32")
 # runtime arguments of every split (partial) kernel
 SPLIT_SIGNATURE = dict(
@@ -19,7 +19,7 @@ SPLIT_SIGNATURE = dict(
 # runtime arguments of the fused SIMT baseline: both scopes (the extra one's prefixed x_), the sink, out and lse
 SIMT_SIGNATURE = dict(
     **Q_SIGNATURE, **{f"{p}{k}": t for p in ("", "x_") for k, t in SCOPE_SIGNATURE.items()}, TOPK="i32",
-    X_TOPK="i32", sink_ptr="*fp32", out_ptr="*bf16", lse_ptr="*fp32", sm_scale_log2="fp32", H="i32", S_Q="i32",
+    X_TOPK="i32", sink_ptr="*fp32", stride_sink="i32", out_ptr="*bf16", lse_ptr="*fp32", sm_scale_log2="fp32", H="i32", S_Q="i32",
     TOPK_BUCKET="i32")
 
 register(KernelSpec(
@@ -140,8 +140,8 @@ _wgmma("wgmma_xchg", 10, "wgmma_headwarps with the valid mask and the rescale fa
        "lead (h16, one block of 8 warps per SM), nothing at h64",
        TOKEN_LANES=4, ROPE_WORDS=1, HEAD_WARPS=1, SMEM_XCHG=1)
 _wgmma("wgmma_f16", 11, "wgmma_xchg with K, q and P in f16: the hardware e4m3 -> f16 pair convert and one f16 "
-       "multiply by the scale replace the bit-built bf16 dequant. Exact for scale bytes 112..134 (scales "
-       "2**-15..2**7; the quantiser writes 114 and up), NaN outside",
+       "multiply by the scale replace the bit-built bf16 dequant; q scaled per head by a power of two; a split "
+       "with a scale byte outside 105..127 or a rope value of 512 or more runs again in bf16 (exact everywhere)",
        "ncu (wgmma_xchg, h16): CPI 7.0 at 8 warps per SM, and ~420 of the loop's 720 instructions are the "
        "dequant (PRMT, SHF, LOP3 and two HMUL2 a pair). Lab (sm_90) loop body: h16 720 -> 568 instructions, "
        "registers 132 -> 128 (lab table); h64 944 -> 793. The loop is latency-bound, not issue-bound, so expect "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import INTERPRET, launch, next_pow2, to_bf16
+from .common import INTERPRET, launch, next_pow2, sink_args, to_bf16
 from .tuning import call_args
 
 COMBINE_CONFIGS = [triton.Config({}, num_warps=w) for w in (1, 2, 4)]
@@ -26,11 +26,11 @@ def prune_combine_configs(configs, named_args, **kwargs):
 @triton.autotune(configs=COMBINE_CONFIGS, key=["H", "S_BUCKET"],
                  prune_configs_by={"early_config_prune": prune_combine_configs},
                  do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup=3, rep=15, quantiles=quantiles))
-@triton.jit(do_not_specialize=["H", "S_Q", "s_total", "S_BUCKET"])
+@triton.jit(do_not_specialize=["stride_sink", "H", "S_Q", "s_total", "S_BUCKET"])
 def combine_kernel(
     part_out_ptr,   # [b*s_q, h, s_total, D] fp32
     part_lse_ptr,   # [b*s_q, h, s_total] fp32, base 2
-    sink_ptr,       # [h] fp32 (read only when HAS_SINK)
+    sink_ptr, stride_sink,  # [h] fp32, any stride (read only when HAS_SINK)
     out_ptr,        # [b, s_q, h, D] bf16, contiguous
     lse_ptr,        # [b, h, s_q] fp32, contiguous
     H, S_Q, s_total, S_BUCKET,
@@ -64,7 +64,7 @@ def combine_kernel(
     lse = tl.where(empty, float("inf"), (m_use + tl.log2(tl.where(empty, 1.0, w_sum))) * 0.6931471805599453)
     out = tl.where(empty, 0.0, acc / tl.where(empty, 1.0, w_sum))
     if HAS_SINK:
-        sink = tl.load(sink_ptr + head)
+        sink = tl.load(sink_ptr + head * stride_sink)
         # 1/(1+exp(sink-lse)); guarded because sink=+inf with lse=+inf is NaN
         out = tl.where(empty, 0.0, out * (1.0 / (1.0 + tl.exp(sink - lse))))
     bi = pid_q // S_Q
@@ -81,8 +81,7 @@ def launch_combine(*, part_out, part_lse, attn_sink, out, lse, pinned: bool = Fa
     """
     b, s_q, h, d = out.shape
     s_total = part_lse.shape[-1]
-    args = dict(part_out_ptr=part_out, part_lse_ptr=part_lse,
-                sink_ptr=attn_sink if attn_sink is not None else part_lse, out_ptr=out, lse_ptr=lse,
+    args = dict(part_out_ptr=part_out, part_lse_ptr=part_lse, **sink_args(attn_sink, part_lse), out_ptr=out, lse_ptr=lse,
                 H=h, S_Q=s_q, s_total=s_total, S_BUCKET=next_pow2(s_total),
                 HAS_SINK=attn_sink is not None, D=d, S_PAD=next_pow2(s_total),
                 S_CHUNK=min(S_CHUNK_MAX, next_pow2(s_total)), RNE_BY_HAND=INTERPRET, PDL=pdl, launch_pdl=pdl)

@@ -50,11 +50,19 @@ def load_kv_raw(cache_f8, cache_u8, cache_bf16, idx, valid, stride_page, block_s
 
 
 @triton.jit
+def ue8m0_fp32(sbyte):
+    """UE8M0 scale bytes -> fp32 2**(e-127), exactly, for every byte 0..254: e >= 1 goes straight into the fp32
+    exponent field; e == 0 is the subnormal 2**-127 (bits 0x00400000), not zero. Masked loads that give 0 stay
+    harmless: their fp8 bytes load as 0 too."""
+    e = sbyte.to(tl.int32)
+    return tl.where(e == 0, 0x00400000, e << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def dequant_kv(k8, sbyte, TILE: tl.constexpr, SCALE_BYTES: tl.constexpr, NOPE_PAD: tl.constexpr,
                BLOCK_T: tl.constexpr):
     """[BLOCK_T, NOPE_PAD] fp32 nope values: fp8 times its tile's UE8M0 scale."""
-    # UE8M0 byte e is 2**(e-127): put it straight into the fp32 exponent field
-    scale = (sbyte.to(tl.int32) << 23).to(tl.float32, bitcast=True)  # [BLOCK_T, SCALE_BYTES]
+    scale = ue8m0_fp32(sbyte)  # [BLOCK_T, SCALE_BYTES]
     # broadcast the 8 scales over their 64 columns; only the small scale tensor is reshaped
     scale = tl.reshape(tl.broadcast_to(scale[:, :, None], (BLOCK_T, SCALE_BYTES, TILE)), (BLOCK_T, NOPE_PAD))
     return k8.to(tl.float32) * scale
@@ -100,15 +108,16 @@ def e4m3_bf16x2_asm(scale_lo: str, scale_hi: str) -> str:
     (operand $2) -> two registers of bf16 pairs ($0: bytes 0-1, $1: bytes 2-3), exactly, with no fp32 step.
 
     ``((b & 0x80) << 8) | ((b & 0x7F) << 4)`` is the bf16 of the e4m3 value times 2**-120 (subnormals
-    included); two exact bf16x2 multiplies, by 2**64 and by the scale pair 2**(e-71), restore it (e <= 198:
-    scales up to 2**71; the quantiser writes 105 and up). A zero scale (masked) gives 0. ``scale_lo`` and
-    ``scale_hi`` are the operands holding the scale pairs of bytes 0-1 and 2-3: "$3", "$4" where Triton
-    packs four bf16 scales into two registers (tile512, pack=4), "$3", "$3" where one register holds one
-    scale twice (wgmma, pack=1). Jit code reads it through a module-level ``constexpr``.
+    included); two exact bf16x2 multiplies restore it and apply the UE8M0 scale: by 2**120 (bf16 0x7B80), then by
+    the scale pair 2**(e-127), which :func:`bf16_scale_bits` gives for every byte 0..254 (byte 0 as the bf16
+    subnormal 2**-127), so the result is bf16(fp8) * bf16(scale), FlashMLA's value. ``scale_lo`` and ``scale_hi``
+    are the operands holding the scale pairs of bytes 0-1 and 2-3: "$3", "$4" where Triton packs four bf16 scales
+    into two registers (tile512, pack=4), "$3", "$3" where one register holds one scale twice (wgmma, pack=1).
+    Jit code reads it through a module-level ``constexpr``.
     """
     return f"""{{
-        .reg .b32 t0, t1, u0, u1, c64;
-        mov.b32 c64, 0x5F805F80;
+        .reg .b32 t0, t1, u0, u1, c120;
+        mov.b32 c120, 0x7B807B80;
         prmt.b32 t0, $2, 0, 0x1404;
         prmt.b32 t1, $2, 0, 0x3424;
         shr.b32 u0, t0, 4;
@@ -119,11 +128,18 @@ def e4m3_bf16x2_asm(scale_lo: str, scale_hi: str) -> str:
         and.b32 t1, t1, 0x80008000;
         or.b32 t0, t0, u0;
         or.b32 t1, t1, u1;
-        mul.rn.bf16x2 t0, t0, c64;
-        mul.rn.bf16x2 t1, t1, c64;
+        mul.rn.bf16x2 t0, t0, c120;
+        mul.rn.bf16x2 t1, t1, c120;
         mul.rn.bf16x2 $0, t0, {scale_lo};
         mul.rn.bf16x2 $1, t1, {scale_hi};
         }}"""
+
+
+@triton.jit
+def bf16_scale_bits(sbyte):
+    """UE8M0 scale bytes -> int32 bf16 bits of 2**(e-127) for every byte 0..254 (0 is the subnormal 0x0040)."""
+    e = sbyte.to(tl.int32)
+    return tl.where(e == 0, 0x0040, e << 7)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -172,14 +188,24 @@ def scope_args(prefix: str, cache: torch.Tensor, indices: torch.Tensor, topk_len
     """Kernel arguments describing one KV scope; ``prefix`` names the scope's parameters (``x_`` = extra).
 
     cache: [num_blocks, block_size, 1, 584] view; indices: [b, s_q, topk] int32; topk_length: [b] int32 or None
-    (the indices pointer stands in, unread, when there is none).
+    (the indices pointer stands in, unread, when there is none), any stride: batch i reads
+    ``topk_len_ptr + i * stride_tl`` (an expanded tensor has stride 0; an offset view its own data_ptr).
     """
     f8, u8, bf = cache_views(cache)
     return {f"{prefix}cache_f8": f8, f"{prefix}cache_u8": u8, f"{prefix}cache_bf16": bf,
             f"{prefix}stride_page": cache.stride(0), f"{prefix}block_size": cache.shape[1],
             f"{prefix}num_tokens": cache.shape[0] * cache.shape[1], f"{prefix}idx_ptr": indices,
             f"{prefix}stride_ib": indices.stride(0), f"{prefix}stride_is": indices.stride(1),
-            f"{prefix}topk_len_ptr": topk_length if topk_length is not None else indices}
+            f"{prefix}topk_len_ptr": topk_length if topk_length is not None else indices,
+            f"{prefix}stride_tl": topk_length.stride(0) if topk_length is not None else 0}
+
+
+def sink_args(attn_sink, stand_in: torch.Tensor) -> dict:
+    """The sink's kernel arguments: attn_sink [h] fp32 of any stride (head i reads ``sink_ptr + i * stride_sink``),
+    or ``stand_in`` (unread) when there is none."""
+    if attn_sink is None:
+        return dict(sink_ptr=stand_in, stride_sink=0)
+    return dict(sink_ptr=attn_sink, stride_sink=attn_sink.stride(0))
 
 
 class _Captures(threading.local):

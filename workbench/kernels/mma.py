@@ -105,7 +105,7 @@ def prune_mma_configs(configs, named_args, **kwargs):
 @triton.autotune(configs=MMA_CONFIGS, key=["H", "TOKENS_BUCKET", "QUERIES_BUCKET"],
                  prune_configs_by={"early_config_prune": prune_mma_configs},
                  do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup=3, rep=15, quantiles=quantiles))
-@triton.jit(do_not_specialize=["stride_qb", "stride_qs", "num_tokens", "stride_ib", "stride_is", "H", "S_Q", "TOPK",
+@triton.jit(do_not_specialize=["stride_qb", "stride_qs", "num_tokens", "stride_ib", "stride_is", "stride_tl", "H", "S_Q", "TOPK",
                                "split_offset", "s_total", "TOKENS_BUCKET", "QUERIES_BUCKET"])
 def mma_partial_kernel(
     q_ptr,            # [b, s_q, h, 512] bf16, last stride 1
@@ -114,7 +114,7 @@ def mma_partial_kernel(
     stride_page, block_size, num_tokens,
     idx_ptr,          # [b, s_q, topk] int32
     stride_ib, stride_is,
-    topk_len_ptr,     # [b] int32 (read only when HAS_TOPK_LEN)
+    topk_len_ptr, stride_tl,  # [b] int32, any stride (read only when HAS_TOPK_LEN)
     part_out_ptr,     # [b*s_q, h, s_total, 512] fp32
     part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2
     sm_scale_log2,
@@ -141,7 +141,7 @@ def mma_partial_kernel(
 
     end_all = TOPK
     if HAS_TOPK_LEN:
-        end_all = tl.minimum(tl.load(topk_len_ptr + bi), TOPK)
+        end_all = tl.minimum(tl.load(topk_len_ptr + bi * stride_tl), TOPK)
     start = split * tokens_per_split
     end = tl.minimum(start + tokens_per_split, end_all)
 

@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 from ..layout import layout_of
-from .common import (INTERPRET, LOG2E, gather_kv_tile, launch, layout_constexprs, next_pow2, scope_args,
+from .common import (INTERPRET, LOG2E, gather_kv_tile, launch, layout_constexprs, next_pow2, scope_args, sink_args,
                      to_bf16)
 from .configs import SimtConfig
 from .tuning import call_args, current_target, record_prune
@@ -45,14 +45,14 @@ def prune_simt_configs(configs, named_args, **kwargs):
 @triton.jit
 def _simt_scope(m_i, l_i, acc_nope, acc_rope, q_nope, q_rope, sm_scale_log2, bi, si,
                 cache_f8, cache_u8, cache_bf16, stride_page, block_size, num_tokens,
-                idx_ptr, stride_ib, stride_is, topk_len_ptr, TOPK,
+                idx_ptr, stride_ib, stride_is, topk_len_ptr, stride_tl, TOPK,
                 HAS_TOPK_LEN: tl.constexpr, D_NOPE: tl.constexpr, NOPE_PAD: tl.constexpr, D_ROPE: tl.constexpr,
                 TILE: tl.constexpr, NUM_TILES: tl.constexpr, DATA_BYTES: tl.constexpr, SCALE_BYTES: tl.constexpr,
                 BLOCK_T: tl.constexpr):
     """Online softmax of one head over one KV scope; returns the updated state."""
     end = TOPK
     if HAS_TOPK_LEN:
-        end = tl.minimum(tl.load(topk_len_ptr + bi), TOPK)
+        end = tl.minimum(tl.load(topk_len_ptr + bi * stride_tl), TOPK)
     idx_row = idx_ptr + bi * stride_ib + si * stride_is
     for t0 in range(0, end, BLOCK_T):
         offs = t0 + tl.arange(0, BLOCK_T)
@@ -77,16 +77,17 @@ def _simt_scope(m_i, l_i, acc_nope, acc_rope, q_nope, q_rope, sm_scale_log2, bi,
 @triton.autotune(configs=[c.to_triton() for c in CONFIG_SPACE], key=["H", "TOPK_BUCKET"],
                  prune_configs_by={"early_config_prune": prune_simt_configs},
                  do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup=3, rep=15, quantiles=quantiles))
-@triton.jit(do_not_specialize=["stride_qb", "stride_qs", "num_tokens", "stride_ib", "stride_is", "TOPK",
-                               "x_num_tokens", "x_stride_ib", "x_stride_is", "X_TOPK", "H", "S_Q", "TOPK_BUCKET"])
+@triton.jit(do_not_specialize=["stride_qb", "stride_qs", "num_tokens", "stride_ib", "stride_is", "stride_tl", "TOPK",
+                               "x_num_tokens", "x_stride_ib", "x_stride_is", "x_stride_tl", "X_TOPK", "stride_sink",
+                               "H", "S_Q", "TOPK_BUCKET"])
 def simt_kernel(
     q_ptr,            # [b, s_q, h, 512] bf16, last stride 1
     stride_qb, stride_qs, stride_qh,
     cache_f8, cache_u8, cache_bf16, stride_page, block_size, num_tokens,
-    idx_ptr, stride_ib, stride_is, topk_len_ptr, TOPK,  # [b, s_q, topk] int32, [b] int32
+    idx_ptr, stride_ib, stride_is, topk_len_ptr, stride_tl, TOPK,  # [b, s_q, topk] int32, [b] int32 (any stride)
     x_cache_f8, x_cache_u8, x_cache_bf16, x_stride_page, x_block_size, x_num_tokens,
-    x_idx_ptr, x_stride_ib, x_stride_is, x_topk_len_ptr, X_TOPK,  # the extra scope, same shapes
-    sink_ptr,         # [h] fp32
+    x_idx_ptr, x_stride_ib, x_stride_is, x_topk_len_ptr, x_stride_tl, X_TOPK,  # the extra scope, same shapes
+    sink_ptr, stride_sink,  # [h] fp32, any stride
     out_ptr,          # [b, s_q, h, 512] bf16, contiguous
     lse_ptr,          # [b, h, s_q] fp32, contiguous
     sm_scale_log2, H, S_Q, TOPK_BUCKET,
@@ -112,13 +113,13 @@ def simt_kernel(
     m_i, l_i, acc_nope, acc_rope = _simt_scope(
         m_i, l_i, acc_nope, acc_rope, q_nope, q_rope, sm_scale_log2, bi, si,
         cache_f8, cache_u8, cache_bf16, stride_page, block_size, num_tokens,
-        idx_ptr, stride_ib, stride_is, topk_len_ptr, TOPK, HAS_TOPK_LEN,
+        idx_ptr, stride_ib, stride_is, topk_len_ptr, stride_tl, TOPK, HAS_TOPK_LEN,
         D_NOPE, NOPE_PAD, D_ROPE, TILE, NUM_TILES, DATA_BYTES, SCALE_BYTES, BLOCK_T)
     if HAS_EXTRA:
         m_i, l_i, acc_nope, acc_rope = _simt_scope(
             m_i, l_i, acc_nope, acc_rope, q_nope, q_rope, sm_scale_log2, bi, si,
             x_cache_f8, x_cache_u8, x_cache_bf16, x_stride_page, x_block_size, x_num_tokens,
-            x_idx_ptr, x_stride_ib, x_stride_is, x_topk_len_ptr, X_TOPK, X_HAS_TOPK_LEN,
+            x_idx_ptr, x_stride_ib, x_stride_is, x_topk_len_ptr, x_stride_tl, X_TOPK, X_HAS_TOPK_LEN,
             D_NOPE, NOPE_PAD, D_ROPE, TILE, NUM_TILES, DATA_BYTES, SCALE_BYTES, BLOCK_T)
 
     empty = l_i == 0.0
@@ -126,7 +127,7 @@ def simt_kernel(
     lse = tl.where(empty, float("inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
     gate = inv_l
     if HAS_SINK:
-        sink = tl.load(sink_ptr + head)
+        sink = tl.load(sink_ptr + head * stride_sink)
         gate = tl.where(empty, 0.0, inv_l / (1.0 + tl.exp(sink - lse)))
     out_row = out_ptr + (pid_q * H + head).to(tl.int64) * (D_NOPE + D_ROPE)
     tl.store(out_row + d, to_bf16(acc_nope * gate, RNE_BY_HAND), mask=d < D_NOPE)
@@ -153,7 +154,7 @@ def launch_simt(*, q, cache, indices, topk_length, extra_cache, extra_indices, e
                 **scope_args("x_", extra_cache if has_extra else cache, extra_indices if has_extra else indices,
                               extra_topk_length if has_extra else None),
                 X_TOPK=extra_indices.shape[2] if has_extra else 0,
-                sink_ptr=attn_sink if attn_sink is not None else lse, out_ptr=out, lse_ptr=lse,
+                **sink_args(attn_sink, lse), out_ptr=out, lse_ptr=lse,
                 sm_scale_log2=sm_scale * LOG2E, H=h, S_Q=s_q,
                 TOPK_BUCKET=next_pow2(topk + (extra_indices.shape[2] if has_extra else 0)),
                 HAS_TOPK_LEN=topk_length is not None, HAS_EXTRA=has_extra,

@@ -17,8 +17,8 @@ import triton
 import triton.language as tl
 
 from ..layout import layout_of
-from .common import (D_NOPE, D_ROPE, INTERPRET, NUM_TILES, SCALE_BYTES, TILE, DATA_BYTES, cdiv,
-                     e4m3_bf16x2_asm, head_group, launch, layout_constexprs, mma, partial_args, to_bf16)
+from .common import (D_NOPE, D_ROPE, INTERPRET, NUM_TILES, SCALE_BYTES, TILE, DATA_BYTES, bf16_scale_bits, cdiv,
+                     e4m3_bf16x2_asm, head_group, launch, layout_constexprs, mma, partial_args, to_bf16, ue8m0_fp32)
 from .tuning import call_args, current_target, record_prune
 from .configs import TiledConfig, tiled_space
 
@@ -103,7 +103,7 @@ def prune_configs(configs, named_args, **kwargs):
 @triton.jit
 def dequant_fp32(k8, sbyte, BLOCK_T: tl.constexpr, SCALE_BYTES: tl.constexpr, TILE: tl.constexpr, D: tl.constexpr):
     """[BLOCK_T, D] bf16: fp8 -> fp32 (hardware conversion) times 2**(e-127), rounded to bf16 (exact)."""
-    scale = (sbyte.to(tl.int32) << 23).to(tl.float32, bitcast=True)  # UE8M0 byte e -> 2**(e-127); 0 -> 0.0
+    scale = ue8m0_fp32(sbyte)  # UE8M0 byte e -> 2**(e-127)
     scale = tl.reshape(tl.broadcast_to(scale[:, :, None], (BLOCK_T, SCALE_BYTES, TILE)), (BLOCK_T, D))
     return (k8.to(tl.float32) * scale).to(tl.bfloat16)
 
@@ -118,15 +118,14 @@ def dequant_bf16_bits(k8, sbyte, BLOCK_T: tl.constexpr, SCALE_BYTES: tl.constexp
     """[BLOCK_T, D] bf16 without fp32, from the raw uint8 bytes k8 [BLOCK_T, D].
 
     The e4m3 byte's bits moved into a bf16, ``((b & 0x80) << 8) | ((b & 0x7F) << 4)``, are its value
-    times 2**-120 exactly, subnormals included. Two exact bf16 multiplies restore it: by 2**64, then by
-    2**(e-71) (= 2**(e-127) * 2**56), whose bf16 exponent field e + 56 holds for scale bytes up to 198
-    (2**71; the quantiser writes 105 and up). Two lanes per instruction (prmt, lop, mul.rn.bf16x2).
+    times 2**-120 exactly, subnormals included. Two exact bf16 multiplies restore it and apply the scale, for
+    every scale byte 0..254 (common.e4m3_bf16x2_asm). Two lanes per instruction (prmt, lop, mul.rn.bf16x2).
     fp8 NaN codes become finite here; only unselected pages may hold them, and those are never loaded.
-    A scale byte of 0 (invalid token, pad group) gives scale 0. GPU only: the interpreter decodes fp8
-    at load and garbles these bit casts, so it runs dequant_fp32 for this rung; the tests check the
-    formula in torch.
+    Invalid tokens and the pad group load zero bytes, so they give 0 whatever their scale. GPU only: the
+    interpreter decodes fp8 at load and garbles these bit casts, so it runs dequant_fp32 for this rung; the tests
+    check the formula in torch.
     """
-    sc = tl.where(sbyte == 0, 0, (sbyte.to(tl.int16) + 56) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
+    sc = bf16_scale_bits(sbyte).to(tl.int16).to(tl.bfloat16, bitcast=True)
     sc = tl.reshape(tl.broadcast_to(sc[:, :, None], (BLOCK_T, SCALE_BYTES, TILE)), (BLOCK_T, D))
     return tl.inline_asm_elementwise(
         asm=_DEQUANT_ASM,
@@ -151,7 +150,7 @@ def gather_tile_3d(cache_f8, cache_u8, cache_bf16, row, srow, valid, BLOCK_T: tl
                    other=0.0)  # [BLOCK_T, 1, 64] bf16
     sbyte = tl.load(cache_u8 + srow[:, None, None] + g[None, :, None], mask=valid[:, None, None] & nope,
                     other=0)  # [BLOCK_T, 8, 1]
-    scale = (sbyte.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+    scale = ue8m0_fp32(sbyte)
     k = tl.where(nope, (k8.to(tl.float32) * scale).to(tl.bfloat16), rope)
     return tl.reshape(k, (BLOCK_T, SCALE_BYTES * TILE))
 
@@ -160,7 +159,7 @@ def gather_tile_3d(cache_f8, cache_u8, cache_bf16, row, srow, valid, BLOCK_T: tl
                  prune_configs_by={"early_config_prune": prune_configs},
                  do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup=3, rep=15, quantiles=quantiles))
 # q's strides stay specialised (multiples of 512 whatever the batch): 16-byte q loads, no recompiles
-@triton.jit(do_not_specialize=["num_tokens", "stride_ib", "stride_is", "H", "S_Q", "TOPK", "split_offset", "s_total",
+@triton.jit(do_not_specialize=["num_tokens", "stride_ib", "stride_is", "stride_tl", "H", "S_Q", "TOPK", "split_offset", "s_total",
                                "TOKENS_BUCKET", "QUERIES_BUCKET"])
 def tile512_partial_kernel(
     q_ptr,            # [b, s_q, h, 512] bf16, last stride 1
@@ -169,7 +168,7 @@ def tile512_partial_kernel(
     stride_page, block_size, num_tokens,
     idx_ptr,          # [b, s_q, topk] int32
     stride_ib, stride_is,
-    topk_len_ptr,     # [b] int32 (read only when HAS_TOPK_LEN)
+    topk_len_ptr, stride_tl,  # [b] int32, any stride (read only when HAS_TOPK_LEN)
     part_out_ptr,     # [b*s_q, h, s_total, 512] fp32
     part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2
     sm_scale_log2,
@@ -196,7 +195,7 @@ def tile512_partial_kernel(
 
     end_all = TOPK
     if HAS_TOPK_LEN:
-        end_all = tl.minimum(tl.load(topk_len_ptr + bi), TOPK)
+        end_all = tl.minimum(tl.load(topk_len_ptr + bi * stride_tl), TOPK)
     start = split * tokens_per_split
     end = tl.minimum(start + tokens_per_split, end_all)
 

@@ -25,7 +25,8 @@ layout where each warp holds whole heads, so its max needs no cross-warp reducti
 per thread until the end); SMEM_XCHG ("wgmma_xchg": the valid mask and the rescale factors change layout
 through shared memory at barriers the tile already has, instead of layout conversions with barriers of
 their own); F16 ("wgmma_f16": K, q and P in f16, so the hardware's e4m3 -> f16 pair conversion replaces the
-bit-built bf16 dequant; exact for scale bytes 112..134, NaN outside: see ``F16_MIN_SCALE_BYTE``);
+bit-built bf16 dequant; q scaled per head by a power of two, K by 2**7; a split with a scale byte outside 105..127
+or a rope value of 512 or more runs again in bf16, so every cache is exact: see ``F16_MIN_SCALE_BYTE``);
 LAUNCH_DEPENDENTS (every rung: griddepcontrol.launch_dependents after the main loop, so a combine launched as a
 programmatic dependent starts while the epilogue runs; see ``decode.combine_pdl``).
 
@@ -74,7 +75,7 @@ def wgmma_partial_kernel(
     stride_page, block_size, num_tokens,
     idx_ptr,          # [b, s_q, topk] int32
     stride_ib, stride_is,
-    topk_len_ptr,     # [b] int32 (read only when HAS_TOPK_LEN)
+    topk_len_ptr, stride_tl,  # [b] int32, any stride (read only when HAS_TOPK_LEN)
     part_out_ptr,     # [b*s_q, h, s_total, 512] fp32
     part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2
     sm_scale_log2,
@@ -89,72 +90,228 @@ def wgmma_partial_kernel(
     ROPE_WORDS: gl.constexpr = 0,      # 1: rope loaded in the words' own layout, stored with the nope (one barrier less)
     HEAD_WARPS: gl.constexpr = 0,      # 1: softmax with whole heads per warp (no cross-warp max/sum per tile)
     SMEM_XCHG: gl.constexpr = 0,       # 1 (with HEAD_WARPS): valid and alpha cross layouts at the tile's own barriers
-    F16: gl.constexpr = 0,             # 1: K, q and P in f16, K by the hardware e4m3x2 -> f16x2 convert
+    F16: gl.constexpr = 0,             # 1: K, q and P in f16 (K by the hardware e4m3x2 -> f16x2 convert), bf16 rerun
     LAUNCH_DEPENDENTS: gl.constexpr = 0,  # 1: the combine may launch once the main loop is done (PDL)
     LEAVE_OUT: gl.constexpr = 0,       # measurement only: stages dropped from the loop (LEAVE_OUT_BITS); wrong output
 ):
     gl.static_assert(HEAD_WARPS >= SMEM_XCHG, "SMEM_XCHG moves the head-warp softmax's values: needs HEAD_WARPS")
+    gl.static_assert(ROPE_WORDS >= F16, "F16 converts the rope in the words' layout: needs ROPE_WORDS")
     KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16  # the MMA operands' type: K, q, P
     D: gl.constexpr = D_NOPE + D_ROPE
-    G: gl.constexpr = SCALE_BYTES  # 8 column groups of TILE: 7 fp8 nope tiles and the rope
-    W: gl.constexpr = TILE // 4  # int32 words of one fp8 group
-    # [BLOCK_T, G, W] raw words (4 fp8 each), 16 B per load, 64 B of a group contiguous over 4 lanes. Each of
-    # the TOKEN_LANES lanes sharing a token repeats its index and address arithmetic, so fewer lanes per
-    # token (each taking more of its groups) means fewer tokens, hence less arithmetic, per thread:
-    # BLOCK_T * TOKEN_LANES / 256 tokens per thread
-    L3: gl.constexpr = gl.BlockedLayout([1, 32 // TOKEN_LANES, 4], [32 // TOKEN_LANES, TOKEN_LANES // 4, 4],
-                                        [8, 1, 1], [2, 1, 0])
-    ROWS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))        # [BLOCK_T]
-    GRP2: gl.constexpr = gl.SliceLayout(2, L3)                           # [BLOCK_T, G]
-    KW: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32)
-    ROPE: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])  # [BLOCK_T, TILE] bf16, 16 B/thread
-    QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [8, 1], [1, 0])   # [BLOCK_H, D] bf16
-    # S^T [BLOCK_T, BLOCK_H]: the two warpgroups take half of the heads each
-    SL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                 instr_shape=[16, BLOCK_H // 2, 16])
-    # O^T [D, BLOCK_H]: the two warpgroups take alternate 64-row blocks of the output columns
-    OL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
-                                                 instr_shape=[16, BLOCK_H, 16])
-    OUT: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, 8], [0, 1])  # [D, BLOCK_H], coalesced along d
-    # HEAD_WARPS: S^T [BLOCK_T, BLOCK_H] with one head per lane column, so a head's BLOCK_T tokens sit in one warp
-    # (BLOCK_H // 8 heads a warp, TT tokens a thread): the max over tokens is in-thread plus a few shuffles
-    TT: gl.constexpr = BLOCK_T * BLOCK_H // 256
-    SB: gl.constexpr = gl.BlockedLayout([TT, 1], [BLOCK_T // TT, 32 * TT // BLOCK_T], [1, 8], [0, 1])
     PT_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_T], KT)
     V_SMEM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
     K_SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16)
     Q_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D], KT)
     P_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, BLOCK_H], KT)
 
-    pid_h = gl.program_id(0)
-    split = gl.program_id(1)
-    pid_q = gl.program_id(2)
-    bi = pid_q // S_Q
-    si = pid_q % S_Q
-
-    qh = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, QL))
-    qd = gl.arange(0, D, layout=gl.SliceLayout(0, QL))
-    q = gl.load(q_ptr + bi * stride_qb + si * stride_qs + qh[:, None] * stride_qh + qd[None, :],
-                mask=(qh < H)[:, None], other=0.0)  # [BLOCK_H, 512] bf16
-    if F16:  # exact for 2**-17 <= |q| < 65536 (f16 subnormals below: an absolute error under 2**-25)
-        q = q.to(gl.float16)  # 65536 and up: f16 inf, made NaN in the scores (see _online_softmax)
-    q_smem = gl.allocate_shared_memory(KT, [BLOCK_H, D], Q_SMEM, q)
+    q_smem = gl.allocate_shared_memory(KT, [BLOCK_H, D], Q_SMEM)
     k_smem = gl.allocate_shared_memory(KT, [K_BUFFERS, BLOCK_T, D], K_SMEM)
     if HEAD_WARPS:  # P stored head-major: a thread's TT tokens of its head are contiguous; the PV reads P^T
         pt_smem = gl.allocate_shared_memory(KT, [BLOCK_H, BLOCK_T], PT_SMEM)
         p_smem = pt_smem.permute((1, 0))
     else:
         p_smem = gl.allocate_shared_memory(KT, [BLOCK_T, BLOCK_H], P_SMEM)
+        pt_smem = p_smem
+    valid_smem = p_smem  # stand-ins, unread without SMEM_XCHG
+    alpha_smem = p_smem
     if SMEM_XCHG:
         valid_smem = gl.allocate_shared_memory(gl.int8, [BLOCK_T], V_SMEM)
         alpha_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], V_SMEM)
 
+    pid_h = gl.program_id(0)
+    split = gl.program_id(1)
+    pid_q = gl.program_id(2)
+    m_i, l_i, acc, bad = split_pass(
+        pid_h, split, pid_q, q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, q_ptr, stride_qb, stride_qs,
+        stride_qh, cache_u8, cache_bf16, stride_page, block_size, num_tokens, idx_ptr, stride_ib, stride_is,
+        topk_len_ptr, stride_tl, sm_scale_log2, H, S_Q, TOPK, tokens_per_split, HAS_TOPK_LEN, D_NOPE, D_ROPE, TILE,
+        DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, TOKEN_LANES, K_BUFFERS, ROPE_WORDS, HEAD_WARPS,
+        SMEM_XCHG, F16, LEAVE_OUT)
+    out_mult = 1.0
+    if F16:
+        bad = gl.reduce_or(bad, 0)  # the whole block's verdict (a reduction through shared memory, behind a barrier
+        out_mult = gl.where(bad, 1.0, F16_OUT_MULT)  # that follows every warp's last wgmma: the buffers are free)
+        if bad:  # a tile outside the f16 window: this split again with bf16 operands, exactly
+            z = opaque_zero()  # every address of the second pass computed afresh, not kept from the first
+            m_i, l_i, acc, _ = split_pass(
+                gl.program_id(0) + z, gl.program_id(1) + z, gl.program_id(2) + z,
+                q_smem._reinterpret(gl.bfloat16, [BLOCK_H, D], Q_SMEM),
+                k_smem._reinterpret(gl.bfloat16, [K_BUFFERS, BLOCK_T, D], K_SMEM),
+                p_smem._reinterpret(gl.bfloat16, p_smem.shape, p_smem.layout),
+                pt_smem._reinterpret(gl.bfloat16, pt_smem.shape, pt_smem.layout), valid_smem, alpha_smem, q_ptr + z,
+                stride_qb, stride_qs, stride_qh, cache_u8 + z, cache_bf16 + z, stride_page, block_size, num_tokens,
+                idx_ptr + z,
+                stride_ib, stride_is, topk_len_ptr, stride_tl, sm_scale_log2, H, S_Q, TOPK, tokens_per_split,
+                HAS_TOPK_LEN, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, TOKEN_LANES,
+                K_BUFFERS, ROPE_WORDS, HEAD_WARPS, SMEM_XCHG, 0, LEAVE_OUT)
+    if LAUNCH_DEPENDENTS:
+        # the combine, when launched as a programmatic dependent (decode.combine_pdl), may be scheduled once
+        # every block is here: its launch overlaps this epilogue, and it waits (griddepcontrol.wait) for the
+        # whole grid before reading the partials. Here, not at the kernel's start: waiting combine blocks beside
+        # running ones made the production shape 3% slower (exploratory H200 run). No effect on an ordinary launch
+        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
+                                  is_pure=False, pack=1)
+    store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pid_h, split, split_offset, s_total,
+                  H, BLOCK_H, D)
+
+
+# The f16 window. The hardware converts e4m3 pairs to f16 pairs exactly in one instruction (cvt.rn.f16x2.e4m3x2,
+# sm_89+); it has no bf16 form, and the bit-built bf16 costs ~6 instructions a pair. One f16 multiply then applies
+# the scale, times 2**F16_K_SHIFT: the f16 K tile holds K * 2**7, and the scores and the output take the 2**-7
+# back (qk_scale, F16_OUT_MULT). f16 has 5 exponent bits: e4m3 magnitudes are 2**-9..448 and f16's
+# 2**-24..65504, so the product is exact for scale bytes e in [F16_MIN_SCALE_BYTE, F16_MAX_SCALE_BYTE] = [105, 127]
+# (scales 2**-22..2**0: vLLM's writers give small tiles bytes 105..111, FlashMLA's quantiser 114 and up; 127 is
+# amax 448), and the rope (bf16, scaled by 2**7 in fp32 before its f16 rounding) for |rope| < 512 (exact from
+# 2**-24 up; below that, absolute errors under 2**-32). q needs no window: each head is scaled by a power of two.
+# A split whose tiles leave the window (checked per valid token and per rope value, as the tiles are dequantised)
+# runs again with bf16 operands, exactly as the bf16 rungs do: every scale byte 0..254, any rope.
+F16_MIN_SCALE_BYTE, F16_MAX_SCALE_BYTE = 105, 127
+F16_K_SHIFT = 7
+_K_SHIFT = gl.constexpr(F16_K_SHIFT)
+F16_OUT_MULT = gl.constexpr(2.0 ** -F16_K_SHIFT)
+Q_TOP = gl.constexpr(14)     # each head's largest |q| is scaled into [2**Q_TOP, 2**(Q_TOP+1)): f16-exact down to
+                             # 2**-31 of it
+Q_EXP_CLAMP = gl.constexpr(100)  # the head exponent's range: zero, tiny and inf heads stay finite powers of two
+# LEAVE_OUT's bits: the loop stages a measurement may drop (the first tile is still loaded with "loads" left out)
+LEAVE_OUT_BITS = {"loads": 1, "dequant": 2, "softmax": 4, "qk": 8, "pv": 16}
+
+
+@gluon.jit
+def _pow2(e):
+    """int32 e in [-126, 127] -> fp32 2**e, exactly."""
+    return ((e + 127) << 23).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def split_pass(pid_h, split, pid_q, q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, q_ptr, stride_qb,
+               stride_qs, stride_qh, cache_u8, cache_bf16, stride_page, block_size, num_tokens, idx_ptr, stride_ib,
+               stride_is, topk_len_ptr, stride_tl, sm_scale_log2, H, S_Q, TOPK, tokens_per_split,
+               HAS_TOPK_LEN: gl.constexpr, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr,
+               DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr,
+               BS_SHIFT: gl.constexpr, TOKEN_LANES: gl.constexpr, K_BUFFERS: gl.constexpr, ROPE_WORDS: gl.constexpr,
+               HEAD_WARPS: gl.constexpr, SMEM_XCHG: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
+    """One pass over the block's split, from its program ids and the kernel's arguments alone (so a second pass
+    keeps nothing of the first live across its loop): q into q_smem, scaled per head, then :func:`attend`."""
+    NW: gl.constexpr = gl.num_warps()
+    D: gl.constexpr = D_NOPE + D_ROPE
+    QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [NW, 1], [1, 0])   # [BLOCK_H, D] bf16
+    bi = pid_q // S_Q
+    si = pid_q % S_Q
+    q, q_exp = scale_q_per_head(load_q(q_ptr + bi * stride_qb + si * stride_qs, stride_qh, pid_h, H, BLOCK_H, D, QL))
+    q_smem.store(q.to(q_smem.dtype))  # each head's largest |q| in [2**14, 2**15); read after attend's first barrier
     end_all = TOPK
     if HAS_TOPK_LEN:
-        end_all = gl.minimum(gl.load(topk_len_ptr + bi), TOPK)
+        end_all = gl.minimum(gl.load(topk_len_ptr + bi * stride_tl), TOPK)
     start = split * tokens_per_split
     end = gl.minimum(start + tokens_per_split, end_all)
-    idx_row = idx_ptr + bi * stride_ib + si * stride_is
+    return attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, qk_scale(sm_scale_log2, q_exp, F16),
+                  cache_u8, cache_bf16, stride_page, block_size, num_tokens, idx_ptr + bi * stride_ib + si * stride_is,
+                  start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, TOKEN_LANES,
+                  K_BUFFERS, ROPE_WORDS, HEAD_WARPS, SMEM_XCHG, F16, LEAVE_OUT)
+
+
+@gluon.jit
+def opaque_zero():
+    """0, from a side-effecting asm the compiler cannot see through: added to a second pass's program ids and
+    pointers, it keeps every value that pass derives from them from being merged with the first pass's, which
+    would keep those values live (and spilled) across the first pass's loop."""
+    return gl.inline_asm_elementwise("mov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def load_q(q_row, stride_qh, pid_h, H, BLOCK_H: gl.constexpr, D: gl.constexpr, QL: gl.constexpr):
+    """The block's heads of one query: [BLOCK_H, D] bf16 in layout QL, zero past the last head."""
+    qh = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, QL))
+    qd = gl.arange(0, D, layout=gl.SliceLayout(0, QL))
+    return gl.load(q_row + qh[:, None] * stride_qh + qd[None, :], mask=(qh < H)[:, None], other=0.0)
+
+
+@gluon.jit
+def scale_q_per_head(q):
+    """q [BLOCK_H, D] bf16 -> (q * 2**-E fp32, E int32 [BLOCK_H]): E puts each head's largest |q| in
+    [2**Q_TOP, 2**(Q_TOP+1)), so q fits f16 wherever bf16 puts it (a power of two: exact in bf16 too). Heads of
+    zeros, subnormals or non-finite values get E clamped to +-Q_EXP_CLAMP."""
+    qf = q.to(gl.float32)
+    amax = gl.max(gl.abs(qf), axis=1)
+    e = ((amax.to(gl.int32, bitcast=True) >> 23) & 0xFF) - 127 - Q_TOP
+    e = gl.minimum(gl.maximum(e, -Q_EXP_CLAMP), Q_EXP_CLAMP)
+    return qf * gl.expand_dims(_pow2(-e), 1), e
+
+
+@gluon.jit
+def qk_scale(sm_scale_log2, q_exp, F16: gl.constexpr):
+    """The per-head factor that turns an MMA score into log2 units: sm_scale * log2(e) * 2**E, and 2**-7 more
+    for the f16 K tile (it holds K * 2**F16_K_SHIFT)."""
+    if F16:
+        return sm_scale_log2 * _pow2(q_exp - _K_SHIFT)
+    return sm_scale_log2 * _pow2(q_exp)
+
+
+@gluon.jit
+def store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pid_h, split, split_offset, s_total,
+                  H, BLOCK_H: gl.constexpr, D: gl.constexpr):
+    """The epilogue: the split's normalised output acc / l * out_mult (acc: O^T [D, BLOCK_H] fp32) and its
+    base-2 LSE m + log2(l) into the partial buffers."""
+    NW: gl.constexpr = gl.num_warps()
+    OL: gl.constexpr = acc.type.layout
+    OUT: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, NW], [0, 1])  # [D, BLOCK_H], coalesced along d
+    live = l_i != 0  # a NaN sum is live: written as NaN, never dropped by the combine as an empty split
+    inv_l = gl.where(live, out_mult / l_i, 0.0)
+    lse2 = gl.where(live, m_i + gl.log2(l_i), float("-inf"))
+    heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=l_i.type.layout)
+    slot = (pid_q * H + heads) * s_total + split_offset + split  # [BLOCK_H]
+    gl.store(part_lse_ptr + slot, lse2, mask=heads < H)
+    out = gl.convert_layout(acc * gl.expand_dims(gl.convert_layout(inv_l, gl.SliceLayout(0, OL)), 0), OUT)
+    oh = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, OUT))
+    od = gl.arange(0, D, layout=gl.SliceLayout(1, OUT))
+    oslot = (pid_q * H + oh) * s_total + split_offset + split
+    live_o = gl.convert_layout(live, gl.SliceLayout(0, OUT))
+    # an empty split writes only its -inf LSE; the combine never reads its out
+    gl.store(part_out_ptr + gl.expand_dims(oslot.to(gl.int64) * D, 0) + gl.expand_dims(od, 1), out,
+             mask=gl.expand_dims((oh < H) & live_o, 0))
+
+
+@gluon.jit
+def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, qk_scale, cache_u8, cache_bf16, stride_page,
+           block_size, num_tokens, idx_row, start, end, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr,
+           TILE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr,
+           BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, TOKEN_LANES: gl.constexpr, K_BUFFERS: gl.constexpr,
+           ROPE_WORDS: gl.constexpr, HEAD_WARPS: gl.constexpr, SMEM_XCHG: gl.constexpr, F16: gl.constexpr,
+           LEAVE_OUT: gl.constexpr):
+    """The main loop over one split's tiles [start, end), run by every warp of the block (gl.num_warps(): 8, two
+    warpgroups, in the rungs; 4 in wgmma_ws's bf16 rerun): gather, dequantise into K buffer `buf`, QK, online
+    softmax, PV. q_smem holds q * 2**-E in the operands' type; qk_scale [BLOCK_H] turns scores into log2 units.
+
+    Returns (m_i, l_i [BLOCK_H], O^T [D, BLOCK_H] fp32 unnormalised, bad [BLOCK_T] bool): with F16, bad is true
+    for this thread's tokens whose scale byte or rope left the f16 window in some tile; the block reduces it, and
+    where any is true the result must not be used. With bf16 operands every cache is exact and bad stays false.
+    """
+    NW: gl.constexpr = gl.num_warps()
+    KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16
+    D: gl.constexpr = D_NOPE + D_ROPE
+    G: gl.constexpr = SCALE_BYTES  # 8 column groups of TILE: 7 fp8 nope tiles and the rope
+    W: gl.constexpr = TILE // 4  # int32 words of one fp8 group
+    # [BLOCK_T, G, W] raw words (4 fp8 each), 16 B per load, 64 B of a group contiguous over 4 lanes. Each of
+    # the TOKEN_LANES lanes sharing a token repeats its index and address arithmetic, so fewer lanes per
+    # token (each taking more of its groups) means fewer tokens, hence less arithmetic, per thread:
+    # BLOCK_T * TOKEN_LANES / (32 * NW) tokens per thread
+    L3: gl.constexpr = gl.BlockedLayout([1, 32 // TOKEN_LANES, 4], [32 // TOKEN_LANES, TOKEN_LANES // 4, 4],
+                                        [NW, 1, 1], [2, 1, 0])
+    ROWS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))        # [BLOCK_T]
+    GRP2: gl.constexpr = gl.SliceLayout(2, L3)                           # [BLOCK_T, G]
+    KW: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32)
+    ROPE: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [NW, 1], [1, 0])  # [BLOCK_T, TILE] bf16, 16 B/thread
+    # S^T [BLOCK_T, BLOCK_H]: the warpgroups take a share of the heads each
+    SL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, NW // 4],
+                                                 instr_shape=[16, BLOCK_H // (NW // 4), 16])
+    # O^T [D, BLOCK_H]: the warpgroups take alternate 64-row blocks of the output columns
+    OL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+                                                 instr_shape=[16, BLOCK_H, 16])
+    # HEAD_WARPS: S^T [BLOCK_T, BLOCK_H] with one head per lane column, so a head's BLOCK_T tokens sit in one warp
+    # (BLOCK_H // NW heads a warp, TT tokens a thread): the max over tokens is in-thread plus a few shuffles
+    TT: gl.constexpr = BLOCK_T * BLOCK_H // (32 * NW)
+    SB: gl.constexpr = gl.BlockedLayout([TT, 1], [BLOCK_T // TT, 32 * TT // BLOCK_T], [1, NW], [0, 1])
+    HL: gl.constexpr = gl.SliceLayout(0, SB) if HEAD_WARPS else gl.SliceLayout(0, SL)  # [BLOCK_H] of the softmax
 
     g = gl.arange(0, G, layout=gl.SliceLayout(0, GRP2))
     g3 = gl.expand_dims(gl.expand_dims(g, 0), 2)  # [1, G, 1]
@@ -163,23 +320,22 @@ def wgmma_partial_kernel(
     cache_w = cache_u8.to(gl.pointer_type(gl.int32), bitcast=True)
     cache_d = cache_u8.to(gl.pointer_type(gl.int64), bitcast=True)
     is_rope = g3 == G - 1
+    nope2 = gl.expand_dims(g, 0) < G - 1  # [1, G]: the pad byte's group carries the rope
+    scale = gl.convert_layout(qk_scale, HL)
 
     # software pipeline: indices two tiles ahead, bytes one tile ahead of the tile being dequantised
     idx = _load_idx(idx_row, start, end, BLOCK_T, ROWS)
-    words, rope, sbyte, valid = _load_tile(cache_w, cache_d, cache_u8, cache_bf16, idx, start, end, num_tokens, stride_page,
-                                           block_size, g, g3, w3, rc, D_NOPE, DATA_BYTES, SCALE_BYTES, W,
-                                           BLOCK_T, ROWS, ROPE, BS_SHIFT, ROPE_WORDS)
+    words, rope, sbyte, valid = _load_tile(cache_w, cache_d, cache_u8, cache_bf16, idx, start, end, num_tokens,
+                                           stride_page, block_size, g, g3, w3, rc, D_NOPE, DATA_BYTES, SCALE_BYTES,
+                                           W, BLOCK_T, ROWS, ROPE, BS_SHIFT, ROPE_WORDS)
     idx = _load_idx(idx_row, start + BLOCK_T, end, BLOCK_T, ROWS)
 
-    if HEAD_WARPS:
-        m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(0, SB))
-        l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(0, SB))
-    else:
-        m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(0, SL))
-        l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(0, SL))
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=HL)
+    l_i = gl.zeros([BLOCK_H], gl.float32, layout=HL)
     l_t = gl.zeros([BLOCK_T, BLOCK_H], gl.float32, layout=SB)  # HEAD_WARPS: per-thread row sums, reduced at the end
     acc = warpgroup_mma_init(gl.zeros([D, BLOCK_H], gl.float32, layout=OL))  # carried as an async result
     s_zero = gl.zeros([BLOCK_T, BLOCK_H], gl.float32, layout=SL)
+    bad = gl.zeros([BLOCK_T], gl.int1, layout=ROWS)  # F16: a token's scale byte or rope left the f16 window
     buf = 0
     for t0 in range(start, end, BLOCK_T):
         # dequantise the tile in hand into K buffer `buf` (the other buffer may still feed the last PV)
@@ -188,9 +344,9 @@ def wgmma_partial_kernel(
             hi = lo
         elif F16:
             lo, hi = _dequant_words_f16(words, gl.expand_dims(_f16_scale_pairs(sbyte), 2))
+            bad = bad | gl.reduce_or(_outside_f16_window(sbyte) & gl.expand_dims(valid, 1) & nope2, 1)
         else:
-            sc = gl.where(sbyte == 0, 0, (sbyte.to(gl.int32) + 56) << 7) * 65537  # bf16 2**(e-71), twice
-            lo, hi = _dequant_words(words, gl.expand_dims(sc, 2))
+            lo, hi = _dequant_words(words, gl.expand_dims(_bf16_scale_pairs(sbyte), 2))
         kb = k_smem.index(buf)
         if K_BUFFERS == 1:  # the last PV still reads the one buffer
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
@@ -201,7 +357,9 @@ def wgmma_partial_kernel(
             gl.thread_barrier()
         if ROPE_WORDS:  # group G-1's outputs are the rope's pairs, as the same thread loaded them
             if F16:
-                rlo, rhi = _bf16x4_to_f16(rope)
+                rlo, rhi, rmax = _bf16x4_to_f16(rope)
+                # reduced over the groups in-thread first (only the rope's is live), then over a token's lanes
+                bad = bad | gl.convert_layout(gl.reduce_or(gl.reduce_or(is_rope & _rope_outside_f16(rmax), 1), 1), ROWS)
             else:
                 rlo = rope.to(gl.int32)
                 rhi = (rope >> 32).to(gl.int32)
@@ -236,7 +394,7 @@ def wgmma_partial_kernel(
                 v = valid_smem.load(gl.SliceLayout(1, SB)) != 0
             else:
                 v = gl.convert_layout(cur_valid, gl.SliceLayout(1, SB))
-            p, alpha, m_i = _softmax_step(s, v, m_i, sm_scale_log2, F16, LEAVE_OUT & 4)
+            p, alpha, m_i = _softmax_step(s, v, m_i, scale, LEAVE_OUT & 4)
             l_t = l_t * gl.expand_dims(alpha, 0) + p
             # the last PV of the other warpgroup reads P too: it was retired before the barrier inside the
             # convert_layout above, so this store cannot overwrite P under it
@@ -247,7 +405,7 @@ def wgmma_partial_kernel(
                 acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, OL)), 0)
         else:
             v = gl.convert_layout(cur_valid, gl.SliceLayout(1, SL))
-            p, alpha, m_i = _softmax_step(s, v, m_i, sm_scale_log2, F16, LEAVE_OUT & 4)
+            p, alpha, m_i = _softmax_step(s, v, m_i, scale, LEAVE_OUT & 4)
             l_i = l_i * alpha + gl.sum(p, 0)
             # safe against the other warpgroup's last PV for the same reason: gl.max above reduces across warps
             # through shared memory, behind a barrier
@@ -263,50 +421,25 @@ def wgmma_partial_kernel(
             acc = warpgroup_mma(kb.permute((1, 0)), p_smem, acc, is_async=True)  # O^T += K^T P^T
         buf = (buf + 1) % K_BUFFERS
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    if LAUNCH_DEPENDENTS:
-        # the combine, when launched as a programmatic dependent (decode.combine_pdl), may be scheduled once
-        # every block is here: its launch overlaps this epilogue, and it waits (griddepcontrol.wait) for the
-        # whole grid before reading the partials. Here, not at the kernel's start: waiting combine blocks beside
-        # running ones made the production shape 3% slower (exploratory H200 run). No effect on an ordinary launch
-        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
-                                  is_pure=False, pack=1)
     if HEAD_WARPS:
         l_i = gl.sum(l_t, 0)
-
-    live = l_i != 0  # a NaN sum is live: written as NaN, never dropped by the combine as an empty split
-    inv_l = gl.where(live, 1.0 / l_i, 0.0)
-    lse2 = gl.where(live, m_i + gl.log2(l_i), float("-inf"))
-    heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=l_i.type.layout)
-    slot = (pid_q * H + heads) * s_total + split_offset + split  # [BLOCK_H]
-    gl.store(part_lse_ptr + slot, lse2, mask=heads < H)
-    out = gl.convert_layout(acc * gl.expand_dims(gl.convert_layout(inv_l, gl.SliceLayout(0, OL)), 0), OUT)
-    oh = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, OUT))
-    od = gl.arange(0, D, layout=gl.SliceLayout(1, OUT))
-    oslot = (pid_q * H + oh) * s_total + split_offset + split
-    live_o = gl.convert_layout(live, gl.SliceLayout(0, OUT))
-    # an empty split writes only its -inf LSE; the combine never reads its out
-    gl.store(part_out_ptr + gl.expand_dims(oslot.to(gl.int64) * D, 0) + gl.expand_dims(od, 1), out,
-             mask=gl.expand_dims((oh < H) & live_o, 0))
+    return m_i, l_i, acc, bad
 
 
 @gluon.jit
-def _softmax_step(s, v, m_i, sm_scale_log2, INF_TO_NAN: gl.constexpr, SKIP: gl.constexpr):
+def _softmax_step(s, v, m_i, scale, SKIP: gl.constexpr):
     """_online_softmax, or with SKIP (LEAVE_OUT's softmax bit) the scores as P and no rescaling."""
     if SKIP:
         return s, m_i * 0.0 + 1.0, m_i
-    return _online_softmax(s, v, m_i, sm_scale_log2, INF_TO_NAN)
+    return _online_softmax(s, v, m_i, scale)
 
 
 @gluon.jit
-def _online_softmax(s, v, m_i, sm_scale_log2, INF_TO_NAN: gl.constexpr):
+def _online_softmax(s, v, m_i, scale):
     """One tile's step of the base-2 online softmax over S^T [BLOCK_T, BLOCK_H] (tokens on axis 0, any layout):
-    masked scores, the new running max, P and the factor alpha that rescales what came before."""
-    if INF_TO_NAN:
-        # f16 operands: products of finite f16s cannot overflow the fp32 scores, so -inf can only come from
-        # an f16 inf (|q| or |rope| >= 65536). It would drop its token without a trace: NaN poisons the head
-        # instead (+inf already does, through inf - inf in exp2)
-        s = gl.where(s == float("-inf"), float("nan"), s)
-    s = gl.where(gl.expand_dims(v, 1), s * sm_scale_log2, float("-inf"))
+    masked scores in log2 units (scale [BLOCK_H]: qk_scale), the new running max, P and the factor alpha that
+    rescales what came before."""
+    s = gl.where(gl.expand_dims(v, 1), s * gl.expand_dims(scale, 0), float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 0))
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
     alpha = gl.exp2(m_i - m_use)
@@ -363,27 +496,24 @@ _DEQUANT_ASM = gl.constexpr(e4m3_bf16x2_asm("$3", "$3"))
 
 
 @gluon.jit
+def _bf16_scale_pairs(sbyte):
+    """Scale bytes [BLOCK_T, G] u8 -> int32 words holding the bf16 of 2**(e-127) twice, for every byte 0..254
+    (common.bf16_scale_bits)."""
+    e = sbyte.to(gl.int32)
+    return gl.where(e == 0, 0x0040, e << 7) * 65537
+
+
+@gluon.jit
 def _dequant_words(words, sc):
-    """Four e4m3 bytes (one int32 word) -> two words of bf16 pairs, exactly, with no fp32 step, each
-    multiplied by the scale pair sc = 2**(e-71) (the formula: :func:`workbench.kernels.common.e4m3_bf16x2_asm`).
-    """
+    """Four e4m3 bytes (one int32 word) -> two words of bf16 pairs, exactly, with no fp32 step, times the scale
+    pair sc (:func:`_bf16_scale_pairs`; the formula: :func:`workbench.kernels.common.e4m3_bf16x2_asm`)."""
     return gl.inline_asm_elementwise(
         asm=_DEQUANT_ASM,
         constraints="=r,=r,r,r", args=[words, sc], dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
 
 
-# F16 (rungs "wgmma_f16", "wgmma_f16_2cta"). The hardware converts e4m3 pairs to f16 pairs exactly in one
-# instruction (cvt.rn.f16x2.e4m3x2, sm_89+); it has no bf16 form, and the bit-built bf16 above costs ~6
-# instructions a pair. One f16 multiply then applies the scale 2**(e-127). f16 has 5 exponent bits: e4m3
-# magnitudes are 2**-9..448 and f16's 2**-24..65504, so the product is exact for scales 2**-15..2**7, scale
-# bytes e in [F16_MIN_SCALE_BYTE, F16_MAX_SCALE_BYTE] = [112, 134]. The quantiser writes e >= 114 (its scale
-# floor is 1e-4 -> 2**-13), and e <= 134 for amax <= 57344. Other scale bytes give NaN in the output (never a
-# silently wrong number); 0 (masked tokens) gives 0, as in the bf16 dequant.
-F16_MIN_SCALE_BYTE, F16_MAX_SCALE_BYTE = 112, 134
-# LEAVE_OUT's bits: the loop stages a measurement may drop (the first tile is still loaded with "loads" left out)
-LEAVE_OUT_BITS = {"loads": 1, "dequant": 2, "softmax": 4, "qk": 8, "pv": 16}
-_F16_LO = gl.constexpr(F16_MIN_SCALE_BYTE)  # 2**-15, f16's exponent field 0: the subnormal 0x0200
-_F16_HI = gl.constexpr(F16_MAX_SCALE_BYTE)
+_F16_LO = gl.constexpr(F16_MIN_SCALE_BYTE)  # 2**-15 * 2**7 ... the window's bottom: f16's subnormal 0x0200
+_F16_SPAN = gl.constexpr(F16_MAX_SCALE_BYTE - F16_MIN_SCALE_BYTE)
 _DEQUANT_F16_ASM = gl.constexpr("""{
     .reg .b16 l, h;
     .reg .b32 a, b;
@@ -393,29 +523,39 @@ _DEQUANT_F16_ASM = gl.constexpr("""{
     mul.rn.f16x2 $0, a, $3;
     mul.rn.f16x2 $1, b, $3;
     }""")
-# four bf16 (one int64) -> two f16 pairs, through f32: exact for 2**-17 <= |x| < 65536 (a bf16's 8 significant
-# bits fit f16's subnormal grid of 2**-24 from 2**-17 up), rounded below; f16 inf from 65536 up, made NaN in
-# the scores (see _online_softmax)
+# four bf16 (one int64) -> two f16 pairs of the values times 2**F16_K_SHIFT (scaled exactly in fp32, then rounded:
+# exact for 2**-24 <= |x| < 512, inf from 512 up) and, third, the pairwise largest magnitude of the four as a bf16
+# pair (NaN wins), for the window check
 _BF16X4_F16_ASM = gl.constexpr("""{
     .reg .b32 a, b, x0, x1, x2, x3;
-    mov.b64 {a, b}, $2;
+    mov.b64 {a, b}, $3;
     shl.b32 x0, a, 16;
     and.b32 x1, a, 0xFFFF0000;
-    cvt.rn.f16x2.f32 $0, x1, x0;
     shl.b32 x2, b, 16;
     and.b32 x3, b, 0xFFFF0000;
+    mul.f32 x0, x0, 0f43000000;
+    mul.f32 x1, x1, 0f43000000;
+    mul.f32 x2, x2, 0f43000000;
+    mul.f32 x3, x3, 0f43000000;
+    cvt.rn.f16x2.f32 $0, x1, x0;
     cvt.rn.f16x2.f32 $1, x3, x2;
+    max.NaN.xorsign.abs.bf16x2 $2, a, b;
     }""")
+_ROPE_LIMIT = gl.constexpr(0x4400)  # bf16 512.0: 512 * 2**7 is f16's inf
 
 
 @gluon.jit
 def _f16_scale_pairs(sbyte):
-    """Scale bytes [BLOCK_T, G] u8 -> int32 words holding the f16 of 2**(e - 127) twice; NaN outside e in
-    [112, 134], 0 for e == 0."""
+    """Scale bytes [BLOCK_T, G] u8 -> int32 words holding the f16 of 2**(e - 127 + F16_K_SHIFT) twice, for e in
+    the window [105, 127]; other bytes give some finite value (the window check sends their split to bf16)."""
     e = sbyte.to(gl.int32)
-    bits = gl.where(e > _F16_LO, (e - _F16_LO) << 10, 0x200)  # f16's exponent field: e - 127 + 15
-    bits = gl.where((e < _F16_LO) | (e > _F16_HI), 0x7E00, bits)
-    return gl.where(e == 0, 0, bits) * 65537
+    return gl.where(e > _F16_LO, (e - _F16_LO) << 10, 0x200) * 65537  # f16's exponent field: e - 120 + 15
+
+
+@gluon.jit
+def _outside_f16_window(sbyte):
+    """[BLOCK_T, G] bool: the scale byte is outside [F16_MIN_SCALE_BYTE, F16_MAX_SCALE_BYTE]."""
+    return (sbyte.to(gl.int32) - _F16_LO).to(gl.uint32) > _F16_SPAN
 
 
 @gluon.jit
@@ -427,9 +567,18 @@ def _dequant_words_f16(words, sc):
 
 @gluon.jit
 def _bf16x4_to_f16(rope):
-    """int64 words of four bf16 -> (int32, int32) words of two f16 each, in the same order."""
-    return gl.inline_asm_elementwise(asm=_BF16X4_F16_ASM, constraints="=r,=r,l", args=[rope],
-                                     dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+    """int64 words of four bf16 -> (int32, int32) words of two f16 each (times 2**F16_K_SHIFT), in the same order,
+    and an int32 bf16 pair holding the four values' largest magnitudes."""
+    return gl.inline_asm_elementwise(asm=_BF16X4_F16_ASM, constraints="=r,=r,=r,l", args=[rope],
+                                     dtype=(gl.int32, gl.int32, gl.int32), is_pure=True, pack=1)
+
+
+@gluon.jit
+def _rope_outside_f16(rope_max):
+    """True where a bf16 pair of largest magnitudes holds one of 512 or more (inf and NaN included)."""
+    lo = rope_max & 0x7FFF
+    hi = (rope_max >> 16) & 0x7FFF
+    return (lo >= _ROPE_LIMIT) | (hi >= _ROPE_LIMIT)
 
 
 def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:

@@ -42,8 +42,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from ..layout import layout_of
 from .common import cdiv, launch, layout_constexprs, partial_args
 from .configs import TiledConfig
-from .wgmma import (LAYOUT_KEYS, _bf16x4_to_f16, _dequant_words, _dequant_words_f16, _f16_scale_pairs, _load_idx,
-                    _load_tile, _softmax_step)
+from .wgmma import (F16_OUT_MULT, LAYOUT_KEYS, _bf16_scale_pairs, _bf16x4_to_f16, _dequant_words, _dequant_words_f16,
+                    _f16_scale_pairs, _load_idx, _load_tile, _outside_f16_window, _rope_outside_f16, _softmax_step,
+                    load_q, opaque_zero, qk_scale, scale_q_per_head, split_pass, store_partial)
 
 # 16 heads only: at 32 the accumulator is 128 registers a consumer thread and 3 K slots need 234,240 B (lab), over
 # sm_90's 232,448 B a block
@@ -72,7 +73,7 @@ def ws_partial_kernel(
     stride_page, block_size, num_tokens,
     idx_ptr,          # [b, s_q, topk] int32
     stride_ib, stride_is,
-    topk_len_ptr,     # [b] int32 (read only when HAS_TOPK_LEN)
+    topk_len_ptr, stride_tl,  # [b] int32, any stride (read only when HAS_TOPK_LEN)
     part_out_ptr,     # [b*s_q, h, s_total, 512] fp32
     part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2
     sm_scale_log2,
@@ -85,7 +86,7 @@ def ws_partial_kernel(
     NUM_BUFS: gl.constexpr = 3,        # K tiles in the ring: the producer runs up to NUM_BUFS tiles ahead
     PRODUCER_WARPS: gl.constexpr = 8,  # warps of the producer partition (gathers and dequant)
     PRODUCER_REGS: gl.constexpr = 152,  # its registers per thread (setmaxnreg); the consumer gets the rest
-    F16: gl.constexpr = 1,             # 1: K, q and P in f16 (rung 11's dequant); 0: bf16 (rung 10's)
+    F16: gl.constexpr = 1,             # 1: K, q and P in f16 (rung 11's dequant and window, bf16 rerun); 0: bf16
     LAUNCH_DEPENDENTS: gl.constexpr = 0,  # 1: the combine may launch once the main loop is done (PDL)
     LEAVE_OUT: gl.constexpr = 0,       # measurement only: wgmma.LEAVE_OUT_BITS, same meanings; wrong output
 ):
@@ -104,15 +105,12 @@ def ws_partial_kernel(
     bi = pid_q // S_Q
     si = pid_q % S_Q
 
-    qh = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, QL))
-    qd = gl.arange(0, D, layout=gl.SliceLayout(0, QL))
-    q = gl.load(q_ptr + bi * stride_qb + si * stride_qs + qh[:, None] * stride_qh + qd[None, :],
-                mask=(qh < H)[:, None], other=0.0)  # [BLOCK_H, 512] bf16
-    if F16:  # as rung 11: exact for 2**-17 <= |q| < 65536; f16 inf from 65536 up, made NaN in the scores
-        q = q.to(gl.float16)
-    q_smem = gl.allocate_shared_memory(KT, [BLOCK_H, D], Q_SMEM, q)
+    # as rung 11: each head's largest |q| scaled into [2**14, 2**15), the scores scaled back (qk_scale)
+    q, q_exp = scale_q_per_head(load_q(q_ptr + bi * stride_qb + si * stride_qs, stride_qh, pid_h, H, BLOCK_H, D, QL))
+    q_smem = gl.allocate_shared_memory(KT, [BLOCK_H, D], Q_SMEM, q.to(KT))
     k_smem = gl.allocate_shared_memory(KT, [NUM_BUFS, BLOCK_T, D], K_SMEM)
     valid_smem = gl.allocate_shared_memory(gl.int8, [NUM_BUFS, BLOCK_T], V_SMEM)
+    bad_smem = gl.allocate_shared_memory(gl.int8, [BLOCK_T], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     p_smem = gl.allocate_shared_memory(KT, [BLOCK_T, BLOCK_H], P_SMEM)
     full = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
@@ -123,43 +121,48 @@ def ws_partial_kernel(
 
     end_all = TOPK
     if HAS_TOPK_LEN:
-        end_all = gl.minimum(gl.load(topk_len_ptr + bi), TOPK)
+        end_all = gl.minimum(gl.load(topk_len_ptr + bi * stride_tl), TOPK)
     start = split * tokens_per_split
     end = gl.minimum(start + tokens_per_split, end_all)
     idx_row = idx_ptr + bi * stride_ib + si * stride_is
 
     m_i, l_i, acc = gl.warp_specialize([
-        (_consumer, (q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, sm_scale_log2, BLOCK_H, BLOCK_T,
-                     D, NUM_BUFS, F16, LAUNCH_DEPENDENTS, LEAVE_OUT)),
-        (_producer, (k_smem, valid_smem, full, empty, cache_u8, cache_bf16, stride_page, block_size, num_tokens,
-                     idx_row, start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS,
-                     F16, LEAVE_OUT)),
+        (_consumer, (q_smem, k_smem, valid_smem, p_smem, full, empty, start, end,
+                     qk_scale(sm_scale_log2, q_exp, F16), BLOCK_H, BLOCK_T, D, NUM_BUFS, F16, LEAVE_OUT)),
+        (_producer, (k_smem, valid_smem, bad_smem, full, empty, cache_u8, cache_bf16, stride_page, block_size,
+                     num_tokens, idx_row, start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT,
+                     NUM_BUFS, F16, LEAVE_OUT)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])
-
-    # epilogue, as rung 5's: the normalised partial output and its base-2 LSE
-    OL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[CW, 1], instr_shape=[16, BLOCK_H, 16])
-    OUT: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, CW], [0, 1])  # [D, BLOCK_H], coalesced along d
-    live = l_i != 0  # a NaN sum is live: written as NaN, never dropped by the combine as an empty split
-    inv_l = gl.where(live, 1.0 / l_i, 0.0)
-    lse2 = gl.where(live, m_i + gl.log2(l_i), float("-inf"))
-    heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=l_i.type.layout)
-    slot = (pid_q * H + heads) * s_total + split_offset + split  # [BLOCK_H]
-    gl.store(part_lse_ptr + slot, lse2, mask=heads < H)
-    out = gl.convert_layout(acc * gl.expand_dims(gl.convert_layout(inv_l, gl.SliceLayout(0, OL)), 0), OUT)
-    oh = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, OUT))
-    od = gl.arange(0, D, layout=gl.SliceLayout(1, OUT))
-    oslot = (pid_q * H + oh) * s_total + split_offset + split
-    live_o = gl.convert_layout(live, gl.SliceLayout(0, OUT))
-    # an empty split writes only its -inf LSE; the combine never reads its out
-    gl.store(part_out_ptr + gl.expand_dims(oslot.to(gl.int64) * D, 0) + gl.expand_dims(od, 1), out,
-             mask=gl.expand_dims((oh < H) & live_o, 0))
+    out_mult = 1.0
+    if F16:
+        # the producer's verdict on the split's tiles, one byte a token (written before the partitions joined)
+        bad = gl.reduce_or(bad_smem.load(gl.BlockedLayout([1], [32], [gl.num_warps()], [0])) != 0, 0)
+        out_mult = gl.where(bad, 1.0, F16_OUT_MULT)
+        if bad:  # a tile outside the f16 window: the consumer warps alone run this split again, bf16 operands,
+            # without warp specialisation (rung 10's loop on two slots of the ring); rare, so simple
+            z = opaque_zero()  # every address of the second pass computed afresh, not kept from the first
+            m_i, l_i, acc, _ = split_pass(
+                pid_h + z, split + z, pid_q + z, q_smem._reinterpret(gl.bfloat16, [BLOCK_H, D], Q_SMEM),
+                k_smem._reinterpret(gl.bfloat16, [NUM_BUFS, BLOCK_T, D], K_SMEM),
+                p_smem._reinterpret(gl.bfloat16, [BLOCK_T, BLOCK_H], P_SMEM),
+                p_smem._reinterpret(gl.bfloat16, [BLOCK_T, BLOCK_H], P_SMEM), p_smem, p_smem, q_ptr + z, stride_qb,
+                stride_qs, stride_qh, cache_u8 + z, cache_bf16 + z, stride_page, block_size, num_tokens, idx_ptr + z,
+                stride_ib, stride_is, topk_len_ptr, stride_tl, sm_scale_log2, H, S_Q, TOPK, tokens_per_split,
+                HAS_TOPK_LEN, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, 4, 2, 1, 0,
+                0, 0, LEAVE_OUT)
+    if LAUNCH_DEPENDENTS:  # see rung 5: the combine's launch overlaps this epilogue
+        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
+                                  is_pure=False, pack=1)
+    store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pid_h, split, split_offset, s_total,
+                  H, BLOCK_H, D)
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, sm_scale_log2, BLOCK_H: gl.constexpr,
+def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, qk_scale, BLOCK_H: gl.constexpr,
               BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr,
-              LAUNCH_DEPENDENTS: gl.constexpr, LEAVE_OUT: gl.constexpr):
-    """QK, softmax and PV over the full slots, in order; returns (m_i, l_i, O^T [D, BLOCK_H] fp32)."""
+              LEAVE_OUT: gl.constexpr):
+    """QK, softmax and PV over the full slots, in order; returns (m_i, l_i, O^T [D, BLOCK_H] fp32).
+    qk_scale [BLOCK_H]: the per-head factor into log2 units (wgmma.qk_scale)."""
     KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16
     CW: gl.constexpr = gl.num_warps()
     # S^T [BLOCK_T, BLOCK_H]: with two warpgroups, each takes half of the heads
@@ -171,6 +174,7 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, sm_sc
     l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(0, SL))
     acc = warpgroup_mma_init(gl.zeros([D, BLOCK_H], gl.float32, layout=OL))
     s_zero = gl.zeros([BLOCK_T, BLOCK_H], gl.float32, layout=SL)
+    scale = gl.convert_layout(qk_scale, gl.SliceLayout(0, SL))
     i = 0
     for t0 in range(start, end, BLOCK_T):
         buf = i % NUM_BUFS
@@ -183,7 +187,7 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, sm_sc
             s = warpgroup_mma(kb, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)  # [BLOCK_T, BLOCK_H]
             s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))  # also retires the last PV
         v = valid_smem.index(buf).load(gl.SliceLayout(1, SL)) != 0
-        p, alpha, m_i = _softmax_step(s, v, m_i, sm_scale_log2, F16, LEAVE_OUT & 4)
+        p, alpha, m_i = _softmax_step(s, v, m_i, scale, LEAVE_OUT & 4)
         l_i = l_i * alpha + gl.sum(p, 0)
         # every consumer warp has retired the last PV (it read P and the previous slot) before the barrier inside
         # gl.max above, so P may be overwritten and that slot handed back to the producer
@@ -198,18 +202,17 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, sm_sc
             acc = warpgroup_mma(kb.permute((1, 0)), p_smem, acc, is_async=True)  # O^T += K^T P^T
         i += 1
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    if LAUNCH_DEPENDENTS:  # see rung 5: the combine's launch overlaps this epilogue
-        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
-                                  is_pure=False, pack=1)
     return m_i, l_i, acc
 
 
 @gluon.jit
-def _producer(k_smem, valid_smem, full, empty, cache_u8, cache_bf16, stride_page, block_size, num_tokens, idx_row,
+def _producer(k_smem, valid_smem, bad_smem, full, empty, cache_u8, cache_bf16, stride_page, block_size, num_tokens, idx_row,
               start, end, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
               SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr,
               F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
-    """Gather and dequantise each tile of the split into the next free slot, then mark it full."""
+    """Gather and dequantise each tile of the split into the next free slot, then mark it full. With F16, check
+    each tile against the f16 window (wgmma.F16_MIN_SCALE_BYTE) and write, at the end, one byte a token of the
+    verdict into bad_smem."""
     PW: gl.constexpr = gl.num_warps()
     D: gl.constexpr = D_NOPE + D_ROPE
     G: gl.constexpr = SCALE_BYTES
@@ -227,6 +230,8 @@ def _producer(k_smem, valid_smem, full, empty, cache_u8, cache_bf16, stride_page
     cache_w = cache_u8.to(gl.pointer_type(gl.int32), bitcast=True)
     cache_d = cache_u8.to(gl.pointer_type(gl.int64), bitcast=True)
     is_rope = g3 == G - 1
+    nope2 = gl.expand_dims(g, 0) < G - 1  # [1, G]: the pad byte's group carries the rope
+    bad = gl.zeros([BLOCK_T], gl.int1, layout=ROWS)  # F16: a token's scale byte or rope left the f16 window
 
     idx = _load_idx(idx_row, start, end, BLOCK_T, ROWS)
     words, rope, sbyte, valid = _load_tile(cache_w, cache_d, cache_u8, cache_bf16, idx, start, end, num_tokens,
@@ -250,10 +255,11 @@ def _producer(k_smem, valid_smem, full, empty, cache_u8, cache_bf16, stride_page
             hi = lo
         elif F16:
             lo, hi = _dequant_words_f16(words, gl.expand_dims(_f16_scale_pairs(sbyte), 2))
-            rlo, rhi = _bf16x4_to_f16(rope)
+            rlo, rhi, rmax = _bf16x4_to_f16(rope)
+            bad = bad | gl.reduce_or(_outside_f16_window(sbyte) & gl.expand_dims(valid, 1) & nope2, 1)
+            bad = bad | gl.convert_layout(gl.reduce_or(gl.reduce_or(is_rope & _rope_outside_f16(rmax), 1), 1), ROWS)
         else:
-            sc = gl.where(sbyte == 0, 0, (sbyte.to(gl.int32) + 56) << 7) * 65537  # bf16 2**(e-71), twice
-            lo, hi = _dequant_words(words, gl.expand_dims(sc, 2))
+            lo, hi = _dequant_words(words, gl.expand_dims(_bf16_scale_pairs(sbyte), 2))
             rlo = rope.to(gl.int32)
             rhi = (rope >> 32).to(gl.int32)
         if not LEAVE_OUT & 2:
@@ -269,6 +275,8 @@ def _producer(k_smem, valid_smem, full, empty, cache_u8, cache_bf16, stride_page
         mbarrier.arrive(full.index(buf))
         words, rope, sbyte, valid = n_words, n_rope, n_sbyte, n_valid
         i += 1
+    if F16:
+        bad_smem.store(bad.to(gl.int8))
 
 
 def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
