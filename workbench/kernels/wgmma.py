@@ -121,7 +121,7 @@ def wgmma_partial_kernel(
     pid_h = gl.program_id(0)
     split = gl.program_id(1)
     pid_q = gl.program_id(2)
-    m_i, l_i, acc, bad = split_pass(
+    m_i, l_i, acc = split_pass(
         pid_h, split, pid_q, q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, q_ptr, stride_qb, stride_qs,
         stride_qh, cache_u8, cache_bf16, stride_page, block_size, num_tokens, idx_ptr, stride_ib, stride_is,
         topk_len_ptr, stride_tl, sm_scale_log2, H, S_Q, TOPK, tokens_per_split, HAS_TOPK_LEN, D_NOPE, D_ROPE, TILE,
@@ -129,11 +129,13 @@ def wgmma_partial_kernel(
         SMEM_XCHG, F16, LEAVE_OUT)
     out_mult = 1.0
     if F16:
-        bad = gl.reduce_or(bad, 0)  # the whole block's verdict (a reduction through shared memory, behind a barrier
-        out_mult = gl.where(bad, 1.0, F16_OUT_MULT)  # that follows every warp's last wgmma: the buffers are free)
-        if bad:  # a tile outside the f16 window: this split again with bf16 operands, exactly
+        # the block's verdict: a reduction through shared memory, behind a barrier that follows every warp's last
+        # wgmma, so the buffers are free for a second pass
+        bad = not_finite(l_i, acc)
+        out_mult = gl.where(bad, 1.0, F16_OUT_MULT)
+        if bad:  # a tile outside the f16 window (or non-finite data): this split again with bf16 operands, exactly
             z = opaque_zero()  # every address of the second pass computed afresh, not kept from the first
-            m_i, l_i, acc, _ = split_pass(
+            m_i, l_i, acc = split_pass(
                 gl.program_id(0) + z, gl.program_id(1) + z, gl.program_id(2) + z,
                 q_smem._reinterpret(gl.bfloat16, [BLOCK_H, D], Q_SMEM),
                 k_smem._reinterpret(gl.bfloat16, [K_BUFFERS, BLOCK_T, D], K_SMEM),
@@ -162,9 +164,11 @@ def wgmma_partial_kernel(
 # 2**-24..65504, so the product is exact for scale bytes e in [F16_MIN_SCALE_BYTE, F16_MAX_SCALE_BYTE] = [105, 127]
 # (scales 2**-22..2**0: vLLM's writers give small tiles bytes 105..111, FlashMLA's quantiser 114 and up; 127 is
 # amax 448), and the rope (bf16, scaled by 2**7 in fp32 before its f16 rounding) for |rope| < 512 (exact from
-# 2**-24 up; below that, absolute errors under 2**-32). q needs no window: each head is scaled by a power of two.
-# A split whose tiles leave the window (checked per valid token and per rope value, as the tiles are dequantised)
-# runs again with bf16 operands, exactly as the bf16 rungs do: every scale byte 0..254, any rope.
+# 2**-24 up; below that, absolute errors under 2**-32). q needs no window: each head is scaled by a power of two,
+# so its products stay far inside fp32. Outside the window nothing is checked per tile: a scale byte outside it
+# dequantises to NaN and a rope of 512 or more to f16 inf, so the split's row sums or accumulator come out
+# non-finite, and the split runs again with bf16 operands (unscaled q), exactly as the bf16 rungs: every scale
+# byte 0..254, any rope. Non-finite data (NaN in a selected token) takes the same second pass, to FlashMLA's NaN.
 F16_MIN_SCALE_BYTE, F16_MAX_SCALE_BYTE = 105, 127
 F16_K_SHIFT = 7
 _K_SHIFT = gl.constexpr(F16_K_SHIFT)
@@ -191,14 +195,19 @@ def split_pass(pid_h, split, pid_q, q_smem, k_smem, p_smem, pt_smem, valid_smem,
                BS_SHIFT: gl.constexpr, TOKEN_LANES: gl.constexpr, K_BUFFERS: gl.constexpr, ROPE_WORDS: gl.constexpr,
                HEAD_WARPS: gl.constexpr, SMEM_XCHG: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
     """One pass over the block's split, from its program ids and the kernel's arguments alone (so a second pass
-    keeps nothing of the first live across its loop): q into q_smem, scaled per head, then :func:`attend`."""
+    keeps nothing of the first live across its loop): q into q_smem (scaled per head with F16), then
+    :func:`attend`."""
     NW: gl.constexpr = gl.num_warps()
     D: gl.constexpr = D_NOPE + D_ROPE
     QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [NW, 1], [1, 0])   # [BLOCK_H, D] bf16
     bi = pid_q // S_Q
     si = pid_q % S_Q
-    q, q_exp = scale_q_per_head(load_q(q_ptr + bi * stride_qb + si * stride_qs, stride_qh, pid_h, H, BLOCK_H, D, QL))
-    q_smem.store(q.to(q_smem.dtype))  # each head's largest |q| in [2**14, 2**15); read after attend's first barrier
+    q = load_q(q_ptr + bi * stride_qb + si * stride_qs, stride_qh, pid_h, H, BLOCK_H, D, QL)
+    if F16:  # each head's largest |q| in [2**14, 2**15)
+        q, q_exp = scale_q_per_head(q)
+    else:  # bf16 holds any q as it is (and a scaled q could overflow the fp32 scores against a huge K)
+        q_exp = gl.zeros([BLOCK_H], gl.int32, layout=gl.SliceLayout(1, QL))
+    q_smem.store(q.to(q_smem.dtype))  # read after attend's first barrier
     end_all = TOPK
     if HAS_TOPK_LEN:
         end_all = gl.minimum(gl.load(topk_len_ptr + bi * stride_tl), TOPK)
@@ -282,9 +291,9 @@ def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, qk_scale, ca
     warpgroups, in the rungs; 4 in wgmma_ws's bf16 rerun): gather, dequantise into K buffer `buf`, QK, online
     softmax, PV. q_smem holds q * 2**-E in the operands' type; qk_scale [BLOCK_H] turns scores into log2 units.
 
-    Returns (m_i, l_i [BLOCK_H], O^T [D, BLOCK_H] fp32 unnormalised, bad [BLOCK_T] bool): with F16, bad is true
-    for this thread's tokens whose scale byte or rope left the f16 window in some tile; the block reduces it, and
-    where any is true the result must not be used. With bf16 operands every cache is exact and bad stays false.
+    Returns (m_i, l_i [BLOCK_H], O^T [D, BLOCK_H] fp32 unnormalised). With F16, a valid token outside the f16
+    window makes l_i or O^T non-finite (see F16_MIN_SCALE_BYTE): :func:`not_finite` tells the caller to run the
+    split again with bf16 operands, which are exact for every cache.
     """
     NW: gl.constexpr = gl.num_warps()
     KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16
@@ -320,7 +329,6 @@ def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, qk_scale, ca
     cache_w = cache_u8.to(gl.pointer_type(gl.int32), bitcast=True)
     cache_d = cache_u8.to(gl.pointer_type(gl.int64), bitcast=True)
     is_rope = g3 == G - 1
-    nope2 = gl.expand_dims(g, 0) < G - 1  # [1, G]: the pad byte's group carries the rope
     scale = gl.convert_layout(qk_scale, HL)
 
     # software pipeline: indices two tiles ahead, bytes one tile ahead of the tile being dequantised
@@ -335,7 +343,6 @@ def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, qk_scale, ca
     l_t = gl.zeros([BLOCK_T, BLOCK_H], gl.float32, layout=SB)  # HEAD_WARPS: per-thread row sums, reduced at the end
     acc = warpgroup_mma_init(gl.zeros([D, BLOCK_H], gl.float32, layout=OL))  # carried as an async result
     s_zero = gl.zeros([BLOCK_T, BLOCK_H], gl.float32, layout=SL)
-    bad = gl.zeros([BLOCK_T], gl.int1, layout=ROWS)  # F16: a token's scale byte or rope left the f16 window
     buf = 0
     for t0 in range(start, end, BLOCK_T):
         # dequantise the tile in hand into K buffer `buf` (the other buffer may still feed the last PV)
@@ -344,7 +351,6 @@ def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, qk_scale, ca
             hi = lo
         elif F16:
             lo, hi = _dequant_words_f16(words, gl.expand_dims(_f16_scale_pairs(sbyte), 2))
-            bad = bad | gl.reduce_or(_outside_f16_window(sbyte) & gl.expand_dims(valid, 1) & nope2, 1)
         else:
             lo, hi = _dequant_words(words, gl.expand_dims(_bf16_scale_pairs(sbyte), 2))
         kb = k_smem.index(buf)
@@ -357,9 +363,7 @@ def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, qk_scale, ca
             gl.thread_barrier()
         if ROPE_WORDS:  # group G-1's outputs are the rope's pairs, as the same thread loaded them
             if F16:
-                rlo, rhi, rmax = _bf16x4_to_f16(rope)
-                # reduced over the groups in-thread first (only the rope's is live), then over a token's lanes
-                bad = bad | gl.convert_layout(gl.reduce_or(gl.reduce_or(is_rope & _rope_outside_f16(rmax), 1), 1), ROWS)
+                rlo, rhi = _bf16x4_to_f16(rope)
             else:
                 rlo = rope.to(gl.int32)
                 rhi = (rope >> 32).to(gl.int32)
@@ -423,7 +427,7 @@ def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, qk_scale, ca
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     if HEAD_WARPS:
         l_i = gl.sum(l_t, 0)
-    return m_i, l_i, acc, bad
+    return m_i, l_i, acc
 
 
 @gluon.jit
@@ -479,7 +483,7 @@ def _load_tile(cache_w, cache_d, cache_u8, cache_bf16, idx, t0, end, num_tokens,
     words = gl.load(cache_w + row3 + g3 * W + w3, mask=v3, other=0)
     srow = page * stride_page + block_size * DATA_BYTES + off * SCALE_BYTES
     sbyte = gl.load(cache_u8 + gl.expand_dims(srow, 1) + gl.expand_dims(g, 0), mask=gl.expand_dims(valid, 1),
-                    other=0)
+                    other=_F16_LO)  # a masked token's zero words times an in-window scale: 0 in both dequants
     if ROPE_WORDS:
         rrow3 = gl.expand_dims(gl.expand_dims((row + D_NOPE) // 8, 1), 2)
         rope = gl.load(cache_d + rrow3 + w3, mask=v3 & (g3 == SCALE_BYTES - 1), other=0)
@@ -512,8 +516,8 @@ def _dequant_words(words, sc):
         constraints="=r,=r,r,r", args=[words, sc], dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
 
 
-_F16_LO = gl.constexpr(F16_MIN_SCALE_BYTE)  # 2**-15 * 2**7 ... the window's bottom: f16's subnormal 0x0200
-_F16_SPAN = gl.constexpr(F16_MAX_SCALE_BYTE - F16_MIN_SCALE_BYTE)
+_F16_LO = gl.constexpr(F16_MIN_SCALE_BYTE)  # 2**-22 * 2**7 = 2**-15: f16's subnormal 0x0200
+_F16_HI = gl.constexpr(F16_MAX_SCALE_BYTE)
 _DEQUANT_F16_ASM = gl.constexpr("""{
     .reg .b16 l, h;
     .reg .b32 a, b;
@@ -523,12 +527,11 @@ _DEQUANT_F16_ASM = gl.constexpr("""{
     mul.rn.f16x2 $0, a, $3;
     mul.rn.f16x2 $1, b, $3;
     }""")
-# four bf16 (one int64) -> two f16 pairs of the values times 2**F16_K_SHIFT (scaled exactly in fp32, then rounded:
-# exact for 2**-24 <= |x| < 512, inf from 512 up) and, third, the pairwise largest magnitude of the four as a bf16
-# pair (NaN wins), for the window check
+# four bf16 (one int64) -> two f16 pairs of the values times 2**F16_K_SHIFT, scaled exactly in fp32 and then
+# rounded: exact for 2**-24 <= |x| < 512 (and 0), f16 inf from 512 up (which makes the split's result non-finite)
 _BF16X4_F16_ASM = gl.constexpr("""{
     .reg .b32 a, b, x0, x1, x2, x3;
-    mov.b64 {a, b}, $3;
+    mov.b64 {a, b}, $2;
     shl.b32 x0, a, 16;
     and.b32 x1, a, 0xFFFF0000;
     shl.b32 x2, b, 16;
@@ -539,23 +542,17 @@ _BF16X4_F16_ASM = gl.constexpr("""{
     mul.f32 x3, x3, 0f43000000;
     cvt.rn.f16x2.f32 $0, x1, x0;
     cvt.rn.f16x2.f32 $1, x3, x2;
-    max.NaN.xorsign.abs.bf16x2 $2, a, b;
     }""")
-_ROPE_LIMIT = gl.constexpr(0x4400)  # bf16 512.0: 512 * 2**7 is f16's inf
 
 
 @gluon.jit
 def _f16_scale_pairs(sbyte):
     """Scale bytes [BLOCK_T, G] u8 -> int32 words holding the f16 of 2**(e - 127 + F16_K_SHIFT) twice, for e in
-    the window [105, 127]; other bytes give some finite value (the window check sends their split to bf16)."""
+    the window [105, 127]; NaN for every other byte, so that a valid token outside the window makes its split's
+    result non-finite (masked tokens load an in-window byte and zero words)."""
     e = sbyte.to(gl.int32)
-    return gl.where(e > _F16_LO, (e - _F16_LO) << 10, 0x200) * 65537  # f16's exponent field: e - 120 + 15
-
-
-@gluon.jit
-def _outside_f16_window(sbyte):
-    """[BLOCK_T, G] bool: the scale byte is outside [F16_MIN_SCALE_BYTE, F16_MAX_SCALE_BYTE]."""
-    return (sbyte.to(gl.int32) - _F16_LO).to(gl.uint32) > _F16_SPAN
+    bits = gl.where(e > _F16_LO, (e - _F16_LO) << 10, 0x200)  # f16's exponent field: e - 120 + 15
+    return gl.where((e < _F16_LO) | (e > _F16_HI), 0x7E00, bits) * 65537
 
 
 @gluon.jit
@@ -567,18 +564,18 @@ def _dequant_words_f16(words, sc):
 
 @gluon.jit
 def _bf16x4_to_f16(rope):
-    """int64 words of four bf16 -> (int32, int32) words of two f16 each (times 2**F16_K_SHIFT), in the same order,
-    and an int32 bf16 pair holding the four values' largest magnitudes."""
-    return gl.inline_asm_elementwise(asm=_BF16X4_F16_ASM, constraints="=r,=r,=r,l", args=[rope],
-                                     dtype=(gl.int32, gl.int32, gl.int32), is_pure=True, pack=1)
+    """int64 words of four bf16 -> (int32, int32) words of two f16 each (times 2**F16_K_SHIFT), in the same
+    order."""
+    return gl.inline_asm_elementwise(asm=_BF16X4_F16_ASM, constraints="=r,=r,l", args=[rope],
+                                     dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
 
 
 @gluon.jit
-def _rope_outside_f16(rope_max):
-    """True where a bf16 pair of largest magnitudes holds one of 512 or more (inf and NaN included)."""
-    lo = rope_max & 0x7FFF
-    hi = (rope_max >> 16) & 0x7FFF
-    return (lo >= _ROPE_LIMIT) | (hi >= _ROPE_LIMIT)
+def not_finite(l_i, acc):
+    """Whether any head's row sum or any accumulator value of the block is NaN or infinite (a full reduction)."""
+    l_bad = gl.reduce_or((l_i != l_i) | (gl.abs(l_i) == float("inf")), 0)
+    junk = gl.sum(gl.sum(acc * 0.0, 0), 0)  # NaN exactly when some value is NaN or infinite
+    return l_bad | (junk != junk)
 
 
 def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:

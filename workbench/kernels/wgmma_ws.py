@@ -43,8 +43,8 @@ from ..layout import layout_of
 from .common import cdiv, launch, layout_constexprs, partial_args
 from .configs import TiledConfig
 from .wgmma import (F16_OUT_MULT, LAYOUT_KEYS, _bf16_scale_pairs, _bf16x4_to_f16, _dequant_words, _dequant_words_f16,
-                    _f16_scale_pairs, _load_idx, _load_tile, _outside_f16_window, _rope_outside_f16, _softmax_step,
-                    load_q, opaque_zero, qk_scale, scale_q_per_head, split_pass, store_partial)
+                    _f16_scale_pairs, _load_idx, _load_tile, _softmax_step, load_q, not_finite, opaque_zero, qk_scale,
+                    scale_q_per_head, split_pass, store_partial)
 
 # 16 heads only: at 32 the accumulator is 128 registers a consumer thread and 3 K slots need 234,240 B (lab), over
 # sm_90's 232,448 B a block
@@ -106,11 +106,14 @@ def ws_partial_kernel(
     si = pid_q % S_Q
 
     # as rung 11: each head's largest |q| scaled into [2**14, 2**15), the scores scaled back (qk_scale)
-    q, q_exp = scale_q_per_head(load_q(q_ptr + bi * stride_qb + si * stride_qs, stride_qh, pid_h, H, BLOCK_H, D, QL))
+    q = load_q(q_ptr + bi * stride_qb + si * stride_qs, stride_qh, pid_h, H, BLOCK_H, D, QL)
+    if F16:
+        q, q_exp = scale_q_per_head(q)
+    else:
+        q_exp = gl.zeros([BLOCK_H], gl.int32, layout=gl.SliceLayout(1, QL))
     q_smem = gl.allocate_shared_memory(KT, [BLOCK_H, D], Q_SMEM, q.to(KT))
     k_smem = gl.allocate_shared_memory(KT, [NUM_BUFS, BLOCK_T, D], K_SMEM)
     valid_smem = gl.allocate_shared_memory(gl.int8, [NUM_BUFS, BLOCK_T], V_SMEM)
-    bad_smem = gl.allocate_shared_memory(gl.int8, [BLOCK_T], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     p_smem = gl.allocate_shared_memory(KT, [BLOCK_T, BLOCK_H], P_SMEM)
     full = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
@@ -129,19 +132,18 @@ def ws_partial_kernel(
     m_i, l_i, acc = gl.warp_specialize([
         (_consumer, (q_smem, k_smem, valid_smem, p_smem, full, empty, start, end,
                      qk_scale(sm_scale_log2, q_exp, F16), BLOCK_H, BLOCK_T, D, NUM_BUFS, F16, LEAVE_OUT)),
-        (_producer, (k_smem, valid_smem, bad_smem, full, empty, cache_u8, cache_bf16, stride_page, block_size,
+        (_producer, (k_smem, valid_smem, full, empty, cache_u8, cache_bf16, stride_page, block_size,
                      num_tokens, idx_row, start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT,
                      NUM_BUFS, F16, LEAVE_OUT)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])
     out_mult = 1.0
     if F16:
-        # the producer's verdict on the split's tiles, one byte a token (written before the partitions joined)
-        bad = gl.reduce_or(bad_smem.load(gl.BlockedLayout([1], [32], [gl.num_warps()], [0])) != 0, 0)
+        bad = not_finite(l_i, acc)  # as rung 11: a token outside the f16 window makes the result non-finite
         out_mult = gl.where(bad, 1.0, F16_OUT_MULT)
-        if bad:  # a tile outside the f16 window: the consumer warps alone run this split again, bf16 operands,
+        if bad:  # the consumer warps alone run this split again, bf16 operands (or non-finite data),
             # without warp specialisation (rung 10's loop on two slots of the ring); rare, so simple
             z = opaque_zero()  # every address of the second pass computed afresh, not kept from the first
-            m_i, l_i, acc, _ = split_pass(
+            m_i, l_i, acc = split_pass(
                 pid_h + z, split + z, pid_q + z, q_smem._reinterpret(gl.bfloat16, [BLOCK_H, D], Q_SMEM),
                 k_smem._reinterpret(gl.bfloat16, [NUM_BUFS, BLOCK_T, D], K_SMEM),
                 p_smem._reinterpret(gl.bfloat16, [BLOCK_T, BLOCK_H], P_SMEM),
@@ -206,13 +208,11 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, qk_sc
 
 
 @gluon.jit
-def _producer(k_smem, valid_smem, bad_smem, full, empty, cache_u8, cache_bf16, stride_page, block_size, num_tokens, idx_row,
+def _producer(k_smem, valid_smem, full, empty, cache_u8, cache_bf16, stride_page, block_size, num_tokens, idx_row,
               start, end, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
               SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr,
               F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
-    """Gather and dequantise each tile of the split into the next free slot, then mark it full. With F16, check
-    each tile against the f16 window (wgmma.F16_MIN_SCALE_BYTE) and write, at the end, one byte a token of the
-    verdict into bad_smem."""
+    """Gather and dequantise each tile of the split into the next free slot, then mark it full."""
     PW: gl.constexpr = gl.num_warps()
     D: gl.constexpr = D_NOPE + D_ROPE
     G: gl.constexpr = SCALE_BYTES
@@ -230,8 +230,6 @@ def _producer(k_smem, valid_smem, bad_smem, full, empty, cache_u8, cache_bf16, s
     cache_w = cache_u8.to(gl.pointer_type(gl.int32), bitcast=True)
     cache_d = cache_u8.to(gl.pointer_type(gl.int64), bitcast=True)
     is_rope = g3 == G - 1
-    nope2 = gl.expand_dims(g, 0) < G - 1  # [1, G]: the pad byte's group carries the rope
-    bad = gl.zeros([BLOCK_T], gl.int1, layout=ROWS)  # F16: a token's scale byte or rope left the f16 window
 
     idx = _load_idx(idx_row, start, end, BLOCK_T, ROWS)
     words, rope, sbyte, valid = _load_tile(cache_w, cache_d, cache_u8, cache_bf16, idx, start, end, num_tokens,
@@ -255,9 +253,7 @@ def _producer(k_smem, valid_smem, bad_smem, full, empty, cache_u8, cache_bf16, s
             hi = lo
         elif F16:
             lo, hi = _dequant_words_f16(words, gl.expand_dims(_f16_scale_pairs(sbyte), 2))
-            rlo, rhi, rmax = _bf16x4_to_f16(rope)
-            bad = bad | gl.reduce_or(_outside_f16_window(sbyte) & gl.expand_dims(valid, 1) & nope2, 1)
-            bad = bad | gl.convert_layout(gl.reduce_or(gl.reduce_or(is_rope & _rope_outside_f16(rmax), 1), 1), ROWS)
+            rlo, rhi = _bf16x4_to_f16(rope)
         else:
             lo, hi = _dequant_words(words, gl.expand_dims(_bf16_scale_pairs(sbyte), 2))
             rlo = rope.to(gl.int32)
@@ -275,8 +271,6 @@ def _producer(k_smem, valid_smem, bad_smem, full, empty, cache_u8, cache_bf16, s
         mbarrier.arrive(full.index(buf))
         words, rope, sbyte, valid = n_words, n_rope, n_sbyte, n_valid
         i += 1
-    if F16:
-        bad_smem.store(bad.to(gl.int8))
 
 
 def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
