@@ -127,11 +127,19 @@ def wgmma_partial_kernel(
         topk_len_ptr, stride_tl, sm_scale_log2, H, S_Q, TOPK, tokens_per_split, HAS_TOPK_LEN, D_NOPE, D_ROPE, TILE,
         DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, TOKEN_LANES, K_BUFFERS, ROPE_WORDS, HEAD_WARPS,
         SMEM_XCHG, F16, LEAVE_OUT)
+    if LAUNCH_DEPENDENTS:
+        # the combine, when launched as a programmatic dependent (decode.combine_pdl), may be scheduled once
+        # every block is here: its launch overlaps this epilogue (and a bf16 pass, if one follows), and it waits
+        # (griddepcontrol.wait) for the whole grid before reading the partials. Here, not at the kernel's start:
+        # waiting combine blocks beside running ones made the production shape 3% slower (exploratory H200 run).
+        # No effect on an ordinary launch
+        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
+                                  is_pure=False, pack=1)
     out_mult = 1.0
     if F16:
         # the block's verdict: a reduction through shared memory, behind a barrier that follows every warp's last
         # wgmma, so the buffers are free for a second pass
-        bad = not_finite(l_i, acc)
+        bad = not_finite(l_i)
         out_mult = gl.where(bad, 1.0, F16_OUT_MULT)
         if bad:  # a tile outside the f16 window (or non-finite data): this split again with bf16 operands, exactly
             z = opaque_zero()  # every address of the second pass computed afresh, not kept from the first
@@ -146,13 +154,6 @@ def wgmma_partial_kernel(
                 stride_ib, stride_is, topk_len_ptr, stride_tl, sm_scale_log2, H, S_Q, TOPK, tokens_per_split,
                 HAS_TOPK_LEN, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, TOKEN_LANES,
                 K_BUFFERS, ROPE_WORDS, HEAD_WARPS, SMEM_XCHG, 0, LEAVE_OUT)
-    if LAUNCH_DEPENDENTS:
-        # the combine, when launched as a programmatic dependent (decode.combine_pdl), may be scheduled once
-        # every block is here: its launch overlaps this epilogue, and it waits (griddepcontrol.wait) for the
-        # whole grid before reading the partials. Here, not at the kernel's start: waiting combine blocks beside
-        # running ones made the production shape 3% slower (exploratory H200 run). No effect on an ordinary launch
-        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
-                                  is_pure=False, pack=1)
     store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pid_h, split, split_offset, s_total,
                   H, BLOCK_H, D)
 
@@ -194,29 +195,19 @@ def split_pass(pid_h, split, pid_q, q_smem, k_smem, p_smem, pt_smem, valid_smem,
                DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr,
                BS_SHIFT: gl.constexpr, TOKEN_LANES: gl.constexpr, K_BUFFERS: gl.constexpr, ROPE_WORDS: gl.constexpr,
                HEAD_WARPS: gl.constexpr, SMEM_XCHG: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
-    """One pass over the block's split, from its program ids and the kernel's arguments alone (so a second pass
-    keeps nothing of the first live across its loop): q into q_smem (scaled per head with F16), then
-    :func:`attend`."""
-    NW: gl.constexpr = gl.num_warps()
-    D: gl.constexpr = D_NOPE + D_ROPE
-    QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [NW, 1], [1, 0])   # [BLOCK_H, D] bf16
+    """One pass over the block's split (:func:`attend`), from its program ids and the kernel's arguments alone, so a
+    second pass keeps nothing of the first live across its loop."""
     bi = pid_q // S_Q
     si = pid_q % S_Q
-    q = load_q(q_ptr + bi * stride_qb + si * stride_qs, stride_qh, pid_h, H, BLOCK_H, D, QL)
-    if F16:  # each head's largest |q| in [2**14, 2**15)
-        q, q_exp = scale_q_per_head(q)
-    else:  # bf16 holds any q as it is (and a scaled q could overflow the fp32 scores against a huge K)
-        q_exp = gl.zeros([BLOCK_H], gl.int32, layout=gl.SliceLayout(1, QL))
-    q_smem.store(q.to(q_smem.dtype))  # read after attend's first barrier
     end_all = TOPK
     if HAS_TOPK_LEN:
         end_all = gl.minimum(gl.load(topk_len_ptr + bi * stride_tl), TOPK)
     start = split * tokens_per_split
     end = gl.minimum(start + tokens_per_split, end_all)
-    return attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, qk_scale(sm_scale_log2, q_exp, F16),
-                  cache_u8, cache_bf16, stride_page, block_size, num_tokens, idx_ptr + bi * stride_ib + si * stride_is,
-                  start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, TOKEN_LANES,
-                  K_BUFFERS, ROPE_WORDS, HEAD_WARPS, SMEM_XCHG, F16, LEAVE_OUT)
+    return attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, q_ptr + bi * stride_qb + si * stride_qs,
+                  stride_qh, pid_h, H, sm_scale_log2, cache_u8, cache_bf16, stride_page, block_size, num_tokens,
+                  idx_ptr + bi * stride_ib + si * stride_is, start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES,
+                  BLOCK_H, BLOCK_T, BS_SHIFT, TOKEN_LANES, K_BUFFERS, ROPE_WORDS, HEAD_WARPS, SMEM_XCHG, F16, LEAVE_OUT)
 
 
 @gluon.jit
@@ -281,8 +272,8 @@ def store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pi
 
 
 @gluon.jit
-def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, qk_scale, cache_u8, cache_bf16, stride_page,
-           block_size, num_tokens, idx_row, start, end, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr,
+def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, q_row, stride_qh, pid_h, H, sm_scale_log2,
+           cache_u8, cache_bf16, stride_page, block_size, num_tokens, idx_row, start, end, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr,
            TILE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr,
            BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, TOKEN_LANES: gl.constexpr, K_BUFFERS: gl.constexpr,
            ROPE_WORDS: gl.constexpr, HEAD_WARPS: gl.constexpr, SMEM_XCHG: gl.constexpr, F16: gl.constexpr,
@@ -329,7 +320,7 @@ def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, qk_scale, ca
     cache_w = cache_u8.to(gl.pointer_type(gl.int32), bitcast=True)
     cache_d = cache_u8.to(gl.pointer_type(gl.int64), bitcast=True)
     is_rope = g3 == G - 1
-    scale = gl.convert_layout(qk_scale, HL)
+    QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [NW, 1], [1, 0])   # [BLOCK_H, D] bf16
 
     # software pipeline: indices two tiles ahead, bytes one tile ahead of the tile being dequantised
     idx = _load_idx(idx_row, start, end, BLOCK_T, ROWS)
@@ -337,6 +328,14 @@ def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, qk_scale, ca
                                            stride_page, block_size, g, g3, w3, rc, D_NOPE, DATA_BYTES, SCALE_BYTES,
                                            W, BLOCK_T, ROWS, ROPE, BS_SHIFT, ROPE_WORDS)
     idx = _load_idx(idx_row, start + BLOCK_T, end, BLOCK_T, ROWS)
+    # q while the first tile's bytes are in flight; stored before the loop's first barrier, which the QK follows
+    q = load_q(q_row, stride_qh, pid_h, H, BLOCK_H, D, QL)
+    if F16:  # each head's largest |q| in [2**14, 2**15)
+        q, q_exp = scale_q_per_head(q)
+    else:  # bf16 holds any q as it is (and a scaled q could overflow the fp32 scores against a huge K)
+        q_exp = gl.zeros([BLOCK_H], gl.int32, layout=gl.SliceLayout(1, QL))
+    q_smem.store(q.to(KT))
+    scale = gl.convert_layout(qk_scale(sm_scale_log2, q_exp, F16), HL)
 
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=HL)
     l_i = gl.zeros([BLOCK_H], gl.float32, layout=HL)
@@ -398,7 +397,7 @@ def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, qk_scale, ca
                 v = valid_smem.load(gl.SliceLayout(1, SB)) != 0
             else:
                 v = gl.convert_layout(cur_valid, gl.SliceLayout(1, SB))
-            p, alpha, m_i = _softmax_step(s, v, m_i, scale, LEAVE_OUT & 4)
+            p, alpha, m_i = _softmax_step(s, v, m_i, scale, F16, LEAVE_OUT & 4)
             l_t = l_t * gl.expand_dims(alpha, 0) + p
             # the last PV of the other warpgroup reads P too: it was retired before the barrier inside the
             # convert_layout above, so this store cannot overwrite P under it
@@ -409,7 +408,7 @@ def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, qk_scale, ca
                 acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, OL)), 0)
         else:
             v = gl.convert_layout(cur_valid, gl.SliceLayout(1, SL))
-            p, alpha, m_i = _softmax_step(s, v, m_i, scale, LEAVE_OUT & 4)
+            p, alpha, m_i = _softmax_step(s, v, m_i, scale, F16, LEAVE_OUT & 4)
             l_i = l_i * alpha + gl.sum(p, 0)
             # safe against the other warpgroup's last PV for the same reason: gl.max above reduces across warps
             # through shared memory, behind a barrier
@@ -431,18 +430,24 @@ def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, qk_scale, ca
 
 
 @gluon.jit
-def _softmax_step(s, v, m_i, scale, SKIP: gl.constexpr):
+def _softmax_step(s, v, m_i, scale, INF_TO_NAN: gl.constexpr, SKIP: gl.constexpr):
     """_online_softmax, or with SKIP (LEAVE_OUT's softmax bit) the scores as P and no rescaling."""
     if SKIP:
         return s, m_i * 0.0 + 1.0, m_i
-    return _online_softmax(s, v, m_i, scale)
+    return _online_softmax(s, v, m_i, scale, INF_TO_NAN)
 
 
 @gluon.jit
-def _online_softmax(s, v, m_i, scale):
+def _online_softmax(s, v, m_i, scale, INF_TO_NAN: gl.constexpr):
     """One tile's step of the base-2 online softmax over S^T [BLOCK_T, BLOCK_H] (tokens on axis 0, any layout):
     masked scores in log2 units (scale [BLOCK_H]: qk_scale), the new running max, P and the factor alpha that
     rescales what came before."""
+    if INF_TO_NAN:
+        # f16 operands: q is scaled and K in the window stays below 2**16, so the fp32 scores cannot overflow: an
+        # infinite score comes from an f16 inf in K (a rope of 512 or more). -inf would drop its token without a
+        # trace; NaN makes the split's row sums NaN (+inf already does, through inf - inf in exp2), and so sends
+        # it to the bf16 pass (not_finite)
+        s = gl.where(s == float("-inf"), float("nan"), s)
     s = gl.where(gl.expand_dims(v, 1), s * gl.expand_dims(scale, 0), float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 0))
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
@@ -571,11 +576,12 @@ def _bf16x4_to_f16(rope):
 
 
 @gluon.jit
-def not_finite(l_i, acc):
-    """Whether any head's row sum or any accumulator value of the block is NaN or infinite (a full reduction)."""
-    l_bad = gl.reduce_or((l_i != l_i) | (gl.abs(l_i) == float("inf")), 0)
-    junk = gl.sum(gl.sum(acc * 0.0, 0), 0)  # NaN exactly when some value is NaN or infinite
-    return l_bad | (junk != junk)
+def not_finite(l_i):
+    """Whether any head's row sum in the block is NaN or infinite (a full reduction). With f16 operands, a scale
+    byte outside the window (NaN in K), a rope of 512 or more (f16 inf in K: an infinite score, or NaN where q is
+    0) and NaN in the data all make some row sum NaN. (A check of the accumulator too made ptxas serialise every
+    wgmma of the kernel: C7515, sm_90 lab.)"""
+    return gl.reduce_or((l_i != l_i) | (gl.abs(l_i) == float("inf")), 0)
 
 
 def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:

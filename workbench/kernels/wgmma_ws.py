@@ -136,9 +136,12 @@ def ws_partial_kernel(
                      num_tokens, idx_row, start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT,
                      NUM_BUFS, F16, LEAVE_OUT)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])
+    if LAUNCH_DEPENDENTS:  # see rung 5: the combine's launch overlaps this epilogue (and a bf16 pass)
+        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
+                                  is_pure=False, pack=1)
     out_mult = 1.0
     if F16:
-        bad = not_finite(l_i, acc)  # as rung 11: a token outside the f16 window makes the result non-finite
+        bad = not_finite(l_i)  # as rung 11: a token outside the f16 window makes some row sum non-finite
         out_mult = gl.where(bad, 1.0, F16_OUT_MULT)
         if bad:  # the consumer warps alone run this split again, bf16 operands (or non-finite data),
             # without warp specialisation (rung 10's loop on two slots of the ring); rare, so simple
@@ -152,9 +155,6 @@ def ws_partial_kernel(
                 stride_ib, stride_is, topk_len_ptr, stride_tl, sm_scale_log2, H, S_Q, TOPK, tokens_per_split,
                 HAS_TOPK_LEN, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, 4, 2, 1, 0,
                 0, 0, LEAVE_OUT)
-    if LAUNCH_DEPENDENTS:  # see rung 5: the combine's launch overlaps this epilogue
-        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
-                                  is_pure=False, pack=1)
     store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pid_h, split, split_offset, s_total,
                   H, BLOCK_H, D)
 
@@ -189,7 +189,7 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, qk_sc
             s = warpgroup_mma(kb, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)  # [BLOCK_T, BLOCK_H]
             s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))  # also retires the last PV
         v = valid_smem.index(buf).load(gl.SliceLayout(1, SL)) != 0
-        p, alpha, m_i = _softmax_step(s, v, m_i, scale, LEAVE_OUT & 4)
+        p, alpha, m_i = _softmax_step(s, v, m_i, scale, F16, LEAVE_OUT & 4)
         l_i = l_i * alpha + gl.sum(p, 0)
         # every consumer warp has retired the last PV (it read P and the previous slot) before the barrier inside
         # gl.max above, so P may be overwritten and that slot handed back to the producer
