@@ -40,9 +40,13 @@ def sparse_mla_decode_reference(q, cache, indices, *, sm_scale=None, attn_sink=N
     qf = q.float()
     logits = torch.einsum("bshd,bstd->bsht", qf, k) * sm_scale
     logits = logits.masked_fill(~valid[:, :, None, :], float("-inf"))
-    lse = torch.logsumexp(logits, dim=-1)  # [b, s_q, h]; -inf where nothing is valid
-    p = torch.exp(logits - torch.where(torch.isinf(lse), 0.0, lse)[..., None])
-    out = torch.einsum("bsht,bstd->bshd", p, k)
+    # normalised by the sum of exp(logit - max), not by exp(-lse): at logits of 1e28 and more an fp32 lse is the
+    # max (log(sum) is below its ulp), which would give k ties each weight 1 instead of 1/k
+    m = logits.amax(dim=-1)  # [b, s_q, h]; -inf where nothing is valid
+    p = torch.exp(logits - torch.where(torch.isinf(m), 0.0, m)[..., None])
+    l = p.sum(dim=-1)
+    out = torch.einsum("bsht,bstd->bshd", p, k) / torch.where(l == 0, 1.0, l)[..., None]
+    lse = m + torch.log(l)  # -inf where nothing is valid (log 0)
     if attn_sink is not None:
         gate = torch.sigmoid(lse - attn_sink.view(1, 1, -1))
         out = out * torch.where(torch.isneginf(lse), 0.0, gate)[..., None]  # sink=-inf, lse=-inf is NaN

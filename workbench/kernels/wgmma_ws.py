@@ -93,7 +93,6 @@ def ws_partial_kernel(
     KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16  # the MMA operands' type: K, q, P
     CW: gl.constexpr = gl.num_warps()  # the consumer's warps (the default partition)
     D: gl.constexpr = D_NOPE + D_ROPE
-    QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [CW, 1], [1, 0])  # [BLOCK_H, D] bf16
     K_SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16)
     Q_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D], KT)
     P_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, BLOCK_H], KT)
@@ -105,13 +104,7 @@ def ws_partial_kernel(
     bi = pid_q // S_Q
     si = pid_q % S_Q
 
-    # as rung 11: each head's largest |q| scaled into [2**14, 2**15), the scores scaled back (qk_scale)
-    q = load_q(q_ptr + bi * stride_qb + si * stride_qs, stride_qh, pid_h, H, BLOCK_H, D, QL)
-    if F16:
-        q, q_exp = scale_q_per_head(q)
-    else:
-        q_exp = gl.zeros([BLOCK_H], gl.int32, layout=gl.SliceLayout(1, QL))
-    q_smem = gl.allocate_shared_memory(KT, [BLOCK_H, D], Q_SMEM, q.to(KT))
+    q_smem = gl.allocate_shared_memory(KT, [BLOCK_H, D], Q_SMEM)  # written by the consumer
     k_smem = gl.allocate_shared_memory(KT, [NUM_BUFS, BLOCK_T, D], K_SMEM)
     valid_smem = gl.allocate_shared_memory(gl.int8, [NUM_BUFS, BLOCK_T], V_SMEM)
     p_smem = gl.allocate_shared_memory(KT, [BLOCK_T, BLOCK_H], P_SMEM)
@@ -120,7 +113,7 @@ def ws_partial_kernel(
     for i in gl.static_range(NUM_BUFS):
         mbarrier.init(full.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
-    fence_async_shared()  # q (and the barriers' init) before the consumer's first wgmma
+    fence_async_shared()  # the barriers' init before either partition uses them
 
     end_all = TOPK
     if HAS_TOPK_LEN:
@@ -131,14 +124,12 @@ def ws_partial_kernel(
 
     m_i, l_i, acc = gl.warp_specialize([
         (_consumer, (q_smem, k_smem, valid_smem, p_smem, full, empty, start, end,
-                     qk_scale(sm_scale_log2, q_exp, F16), BLOCK_H, BLOCK_T, D, NUM_BUFS, F16, LEAVE_OUT)),
+                     q_ptr + bi * stride_qb + si * stride_qs, stride_qh, pid_h, H, sm_scale_log2, BLOCK_H, BLOCK_T, D,
+                     NUM_BUFS, F16, LAUNCH_DEPENDENTS, LEAVE_OUT)),
         (_producer, (k_smem, valid_smem, full, empty, cache_u8, cache_bf16, stride_page, block_size,
                      num_tokens, idx_row, start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT,
                      NUM_BUFS, F16, LEAVE_OUT)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])
-    if LAUNCH_DEPENDENTS:  # see rung 5: the combine's launch overlaps this epilogue (and a bf16 pass)
-        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
-                                  is_pure=False, pack=1)
     out_mult = 1.0
     if F16:
         bad = not_finite(l_i)  # as rung 11: a token outside the f16 window makes some row sum non-finite
@@ -160,13 +151,23 @@ def ws_partial_kernel(
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, qk_scale, BLOCK_H: gl.constexpr,
-              BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr,
-              LEAVE_OUT: gl.constexpr):
-    """QK, softmax and PV over the full slots, in order; returns (m_i, l_i, O^T [D, BLOCK_H] fp32).
-    qk_scale [BLOCK_H]: the per-head factor into log2 units (wgmma.qk_scale)."""
+def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row, stride_qh, pid_h, H, sm_scale_log2,
+              BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr,
+              LAUNCH_DEPENDENTS: gl.constexpr, LEAVE_OUT: gl.constexpr):
+    """q into q_smem (as rung 11: each head's largest |q| scaled into [2**14, 2**15), the scores scaled back), then
+    QK, softmax and PV over the full slots, in order; returns (m_i, l_i, O^T [D, BLOCK_H] fp32). q is the
+    consumer's own work, so the producer's first gathers start with the block."""
     KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16
     CW: gl.constexpr = gl.num_warps()
+    QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [CW, 1], [1, 0])  # [BLOCK_H, D] bf16
+    q = load_q(q_row, stride_qh, pid_h, H, BLOCK_H, D, QL)
+    if F16:
+        q, q_exp = scale_q_per_head(q)
+    else:
+        q_exp = gl.zeros([BLOCK_H], gl.int32, layout=gl.SliceLayout(1, QL))
+    q_smem.store(q.to(KT))
+    fence_async_shared()  # q before the consumer's first wgmma reads it, from every consumer warp
+    gl.thread_barrier()
     # S^T [BLOCK_T, BLOCK_H]: with two warpgroups, each takes half of the heads
     SL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, CW // 4],
                                                  instr_shape=[16, BLOCK_H // (CW // 4), 16])
@@ -176,7 +177,7 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, qk_sc
     l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(0, SL))
     acc = warpgroup_mma_init(gl.zeros([D, BLOCK_H], gl.float32, layout=OL))
     s_zero = gl.zeros([BLOCK_T, BLOCK_H], gl.float32, layout=SL)
-    scale = gl.convert_layout(qk_scale, gl.SliceLayout(0, SL))
+    scale = gl.convert_layout(qk_scale(sm_scale_log2, q_exp, F16), gl.SliceLayout(0, SL))
     i = 0
     for t0 in range(start, end, BLOCK_T):
         buf = i % NUM_BUFS
@@ -204,6 +205,9 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, qk_sc
             acc = warpgroup_mma(kb.permute((1, 0)), p_smem, acc, is_async=True)  # O^T += K^T P^T
         i += 1
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    if LAUNCH_DEPENDENTS:  # see rung 5: the combine's launch overlaps the epilogue (and a bf16 pass, if one follows)
+        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
+                                  is_pure=False, pack=1)
     return m_i, l_i, acc
 
 
