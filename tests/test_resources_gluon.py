@@ -14,16 +14,20 @@ from workbench.resources import lab_kernels, to_frame, without_interpreter
 # wgmma_2cta as registered (its lab signature types the page stride "i64:16", as a launch specialises it:
 # typed plainly, the gathers compile to 1-8 byte loads in the lab, 179 ld.global and none of 16 B at h16),
 # and the same entry without its register cap
-CAPPED, UNCAPPED, BASE = "wgmma_2cta", "lab_gluon_probe_nocap", "wgmma"
+CAPPED, UNCAPPED, LOWCAP, BASE = "wgmma_2cta", "lab_gluon_probe_nocap", "lab_gluon_probe_cap96", "wgmma"
+LOW_CAP = 96  # below what the rung takes uncapped (128 since the bf16 dequant's constant first factor): ptxas must obey it
 H16 = {"BLOCK_H": 16, "BLOCK_T": 64, "num_warps": 8}
 
 
 def register_probes():
     registry.register(dataclasses.replace(registry.get(CAPPED), name=UNCAPPED, rung=None, compile_options={}))
+    registry.register(dataclasses.replace(registry.get(CAPPED), name=LOWCAP, rung=None,
+                                          compile_options={"maxnreg": LOW_CAP}))
 
 
 def unregister_probes():
     registry.unregister(UNCAPPED)
+    registry.unregister(LOWCAP)
 
 
 @pytest.fixture
@@ -60,15 +64,16 @@ def test_a_gluon_entry_is_a_lab_kernel_with_its_options_and_defaults(probes):
 
 
 def test_a_gluon_rung_compiles_for_sm90_with_its_register_cap():
-    """wgmma_2cta at BLOCK_H=16: HGMMA, 84 KB of shared memory (one K buffer), and 128 registers only with the
-    maxnreg the entry's compile_options carry (uncapped, ptxas takes more); skipped, not compiled, for sm_120."""
+    """wgmma_2cta at BLOCK_H=16: HGMMA, 84 KB of shared memory (one K buffer), 128 registers with the maxnreg its
+    entry's compile_options carry; a probe capped at 96 gets at most 96 where the uncapped one takes more, so the
+    cap reaches ptxas; skipped, not compiled, for sm_120."""
     setup = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_resources_gluon as t; "
              "t.register_probes()")
     code = (f"{setup}\nimport json; from workbench.resources import compile_config\n"
             f"res = [compile_config(k, a, {H16!r}) for k, a in "
-            f"(({CAPPED!r}, 'sm_90'), ({UNCAPPED!r}, 'sm_90'), ({CAPPED!r}, 'sm_120'))]\n"
+            f"(({CAPPED!r}, 'sm_90'), ({UNCAPPED!r}, 'sm_90'), ({CAPPED!r}, 'sm_120'), ({LOWCAP!r}, 'sm_90'))]\n"
             "print(json.dumps([r.as_row() for r in res]))")
-    capped, uncapped, off = (r for _, r in to_frame(json.loads(without_interpreter(code).splitlines()[-1])).iterrows())
+    capped, uncapped, off, low = (r for _, r in to_frame(json.loads(without_interpreter(code).splitlines()[-1])).iterrows())
     for r in (capped, uncapped):
         assert r.status == "fits", r.reason
         assert r.mma == "HGMMA" and r.mma_count == r.hgmma > 0 and r.hmma == 0
@@ -76,7 +81,7 @@ def test_a_gluon_rung_compiles_for_sm90_with_its_register_cap():
         assert 80000 <= r.shared_bytes <= 90000 and r.shared_bytes <= r.model_shared_bytes  # 84,224 B compiled
         assert r.ld_global_16B > 0 and r.spill_stores == 0 and r.spill_loads == 0
     assert capped.registers == 128 and capped.stack_bytes == 0
-    assert uncapped.registers > 128, "maxnreg did not reach the compiler"
+    assert low.status == "fits" and low.registers <= LOW_CAP < uncapped.registers, "maxnreg did not reach ptxas"
     assert off.status == "compile_error" and off.reason.startswith("skipped: Gluon sm_90 kernel")
     assert pd.isna(off.registers)
 
@@ -96,7 +101,8 @@ def test_the_loop_keeps_k_safe_and_the_combine_launches_after_it(kernel):
     but the other warpgroup's PV reads K too (its half of the output columns, every token) and each thread
     stores every column of its tokens, so a CTA barrier must come between that wait and the K stores (Triton's
     membar pass puts one there too; the kernel writes it out). Every Gluon rung signals the combine's launch
-    (griddepcontrol.launch_dependents) once, after its last MMA wait and before it writes its partials."""
+    (griddepcontrol.launch_dependents) once, after the first pass's MMA waits (the f16 rungs' bf16 second pass,
+    taken only for a cache outside the f16 window, comes after it) and before it writes its partials."""
     code = ("from workbench.resources import compiled_ptx\n"
             f"print(compiled_ptx({kernel!r}, 'sm_90', {H16!r}))")
     ops = _ptx_ops(without_interpreter(code))
@@ -106,7 +112,8 @@ def test_the_loop_keeps_k_safe_and_the_combine_launches_after_it(kernel):
         assert "bar.sync" in ops[waits[0] + 1:first_store], ops[waits[0]:first_store + 1]
     signal = [i for i, op in enumerate(ops) if op == "griddepcontrol.launch_dependents"]
     first_global_store = next(i for i, op in enumerate(ops) if op.startswith("st.global"))
-    assert len(signal) == 1 and waits[-1] < signal[0] < first_global_store
+    assert len(signal) == 1 and waits[0] < signal[0] < first_global_store
+    assert ops[signal[0] - 1].startswith("wgmma.wait_group"), "the signal must follow the loop's last MMA wait"
 
 
 WS = {"BLOCK_H": 16, "BLOCK_T": 64, "num_warps": 4}
