@@ -6,8 +6,9 @@ import torch
 
 import workbench as wb
 from workbench import cases
-from workbench.cache import (build_case, copy_cache, dequantize_kv, indices_to_positions, page_bytes_view,
-                             positions_to_indices, quantize_kv, raw_scale_bytes, to_device)
+from workbench.cache import (build_case, copy_cache, dequantize_kv, gather_dequantized, indices_to_positions,
+                             page_bytes_view, positions_to_indices, quantize_kv, raw_scale_bytes, to_device)
+from workbench.codec import SCALE_CONVENTIONS, _row_views
 from workbench.golden import golden_names, load_golden
 from workbench.layout import MODEL1
 
@@ -34,11 +35,12 @@ def test_quantize_matches_golden_bytes(name):
         assert int(flat[:, cache.shape[1] * 584:].sum()) == 0
 
 
-def test_roundtrip_within_fp8_step():
+@pytest.mark.parametrize("convention", SCALE_CONVENTIONS)
+def test_roundtrip_within_fp8_step(convention):
     g = torch.Generator().manual_seed(1)
     mag = torch.pow(10.0, torch.empty(5, 61, 8).uniform_(-4, 3, generator=g))
     x = (torch.randn(5, 61, 512, generator=g) * mag.repeat_interleave(64, dim=-1)).to(torch.bfloat16)
-    cache = quantize_kv(x)
+    cache = quantize_kv(x, scale_convention=convention)
     y = dequantize_kv(cache)
     assert y.dtype == torch.bfloat16 and y.shape == x.shape
     assert torch.equal(y[..., 448:], x[..., 448:]), "rope must be stored exactly"
@@ -62,6 +64,148 @@ def test_scale_bytes_are_exact_powers_of_two(amax, byte):
     assert int(sb[0, 0, 0]) == byte
     assert int(sb[0, 0, 7]) == 0, "pad byte must be zero"
     assert 2.0 ** (byte - 127) == 2 ** math.ceil(math.log2(max(amax / 448, 1e-4)))
+
+
+# amax -> (FlashMLA's byte, vLLM's byte), worked by hand from s = 2**ceil(log2(max(amax/448, 1e-4))) (FlashMLA)
+# and s = 2**ceil(log2(max(amax, 1e-4)/448)) (vLLM); byte = log2(s) + 127. amax is the bf16 value written.
+SCALE_BYTES_BY_HAND = {
+    "zero-tile": (0.0, 114, 105),        # FlashMLA: 2**ceil(log2(1e-4)) = 2**-13; vLLM: 1e-4/448 = 2**-22.09 -> 2**-22
+    "5e-5": (5e-5, 114, 105),            # below both floors
+    "1e-4": (1e-4, 114, 105),            # bf16 1.0002e-4: vLLM 1.0002e-4/448 = 2**-22.09 -> 2**-22
+    "0.001": (0.001, 114, 109),          # vLLM: 0.0010004/448 = 2.23e-6 = 2**-18.77 -> 2**-18: 127 - 18
+    "0.0068": (0.0068, 114, 111),        # bf16 0.0068054 < 448 * 2**-16 = 0.0068359: 2**-16.006 -> 2**-16
+    "0.007": (0.007, 114, 112),          # bf16 0.0070190 > 448 * 2**-16: 2**-15.96 -> 2**-15
+    "0.0448": (0.0448, 114, 114),        # bf16 0.0446777: 0.0446777/448 = 9.97e-5 = 2**-13.29 -> 2**-13 in both
+    "1": (1.0, 119, 119),                # 1/448 = 2**-8.81 -> 2**-8
+    "448": (448.0, 127, 127),
+    "70000": (70000.0, 135, 135),        # bf16 70144: 70144/448 = 156.6 = 2**7.29 -> 2**8
+    "3e38": (3e38, 247, 247),            # 3.004e38/448 = 6.7e35 = 2**119.0x -> 2**120
+    "bf16-max": (3.3895313892515355e38, 247, 247),  # 2**119.19 -> 2**120: no byte is ever above 247
+}
+
+
+@pytest.mark.parametrize("amax,flashmla,vllm", SCALE_BYTES_BY_HAND.values(), ids=SCALE_BYTES_BY_HAND.keys())
+def test_scale_bytes_of_each_convention_by_hand(amax, flashmla, vllm):
+    x = torch.zeros(1, 1, 512, dtype=torch.bfloat16)
+    x[0, 0, 64 + 9] = -amax  # tile 1, negative: amax is of |x|
+    a = float(x[0, 0, 64 + 9].abs())
+    assert flashmla == 127 + math.ceil(math.log2(max(a / 448, 1e-4)))
+    assert vllm == 127 + math.ceil(math.log2(max(a, 1e-4) / 448))
+    for convention, byte in (("flashmla", flashmla), ("vllm", vllm)):
+        cache = quantize_kv(x, scale_convention=convention)
+        sb = raw_scale_bytes(cache)[0, 0]
+        assert int(sb[1]) == byte, convention
+        assert sb[[0, 2, 3, 4, 5, 6]].tolist() == [114 if convention == "flashmla" else 105] * 6  # zero tiles
+        assert int(sb[7]) == 0, "pad byte must be zero"
+        code = cache[0, 0, 0, 64 + 9: 64 + 10].view(torch.float8_e4m3fn).to(torch.bfloat16)
+        want = code * torch.tensor(2.0 ** (byte - 127)).to(torch.bfloat16)  # bf16(fp8) * bf16(scale), in bf16
+        assert torch.equal(dequantize_kv(cache)[0, 0, 64 + 9: 64 + 10].view(torch.int16), want.view(torch.int16))
+
+
+def test_vllm_zero_tile_is_byte_105_and_small_tiles_105_to_111():
+    """A token whose tile t has amax 0.75 * 448 * 2**(b-127): byte b under vLLM's convention for b in 106..111,
+    114 under FlashMLA's; an all-zero tile is 105 / 114."""
+    x = torch.zeros(1, 1, 512, dtype=torch.bfloat16)
+    for t, b in enumerate(range(106, 112)):
+        x[0, 0, 64 * t: 64 * t + 64] = torch.linspace(-1, 1, 64) * 0.75 * 448 * 2.0 ** (b - 127)
+    assert raw_scale_bytes(quantize_kv(x, scale_convention="vllm"))[0, 0].tolist() == [106, 107, 108, 109, 110, 111,
+                                                                                       105, 0]
+    assert raw_scale_bytes(quantize_kv(x))[0, 0].tolist() == [114] * 7 + [0]
+
+
+def test_conventions_differ_only_below_0_0448():
+    g = torch.Generator().manual_seed(3)
+    mag = torch.pow(10.0, torch.empty(4, 64, 8).uniform_(-7, 3, generator=g))
+    x = (torch.randn(4, 64, 512, generator=g) * mag.repeat_interleave(64, dim=-1)).to(torch.bfloat16)
+    f, v = quantize_kv(x), quantize_kv(x, scale_convention="vllm")
+    fb, vb = raw_scale_bytes(f)[..., :7].long(), raw_scale_bytes(v)[..., :7].long()
+    amax = x[..., :448].float().abs().unflatten(-1, (7, 64)).amax(dim=-1)
+    big = amax >= 448e-4
+    assert big.any() and (~big).any()
+    assert torch.equal(fb[big], vb[big])
+    assert bool((fb >= 114).all()) and bool((vb >= 105).all()) and bool((vb <= fb).all())
+    assert bool((vb[~big] < 114).any())
+    cols = big.repeat_interleave(64, dim=-1)
+    assert torch.equal(dequantize_kv(f)[..., :448][cols].view(torch.int16),
+                       dequantize_kv(v)[..., :448][cols].view(torch.int16))
+    with pytest.raises(ValueError, match="scale_convention"):
+        quantize_kv(x, scale_convention="sglang")
+
+
+def test_dequantised_value_is_bf16_fp8_times_bf16_scale_for_every_byte():
+    """Every scale byte 0..254 and every non-NaN fp8 code: dequantize_kv (and gather_dequantized, the reference's
+    read) gives bf16(fp8) * bf16(2**(byte-127)) bit for bit, the multiply done in bf16."""
+    nb, bs = 1, 255
+    cache = quantize_kv(torch.zeros(nb, bs, 512, dtype=torch.bfloat16))
+    codes = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F], dtype=torch.uint8)  # 254 codes, no NaN
+    nope = codes.repeat(2)[:448]
+    g = torch.Generator().manual_seed(5)
+    rope = torch.randn(bs, 64, generator=g).to(torch.bfloat16)
+    data, scales = _row_views(cache, MODEL1)
+    for o in range(bs):
+        data[0, o, :448] = nope.roll(o)
+        data[0, o, 448:] = rope[o].view(torch.uint8)
+        scales[0, o, :7] = o  # token o: every tile at byte o
+    got = dequantize_kv(cache)
+    k8 = data[0, :, :448].contiguous().view(torch.float8_e4m3fn).to(torch.bfloat16)
+    scale = torch.exp2(torch.arange(bs, dtype=torch.float64) - 127).to(torch.bfloat16)[:, None]
+    want = torch.cat([k8 * scale, rope], dim=-1)
+    assert want.dtype == torch.bfloat16
+    assert torch.equal(got[0].view(torch.int16), want.view(torch.int16))
+    # finite exactly where |fp8| * 2**(byte-127) < 2**128 (byte 254 and code 448 is inf, as it must be)
+    exact = k8.double().abs() * torch.exp2(torch.arange(bs, dtype=torch.float64) - 127)[:, None]
+    assert torch.equal(torch.isfinite(got[0, :, :448]), exact < 2.0 ** 128)
+    picked = gather_dequantized(cache, torch.arange(bs, dtype=torch.int32))
+    assert torch.equal(picked.view(torch.int16), want.view(torch.int16))
+
+
+@pytest.mark.parametrize("convention", SCALE_CONVENTIONS)
+def test_quantiser_range_ends(convention):
+    """Finite input never gives NaN codes or a byte past 247. 70000 is byte 135; 3e38 is byte 247 and reads back
+    finite. From 248 * 2**120 (3.2965e38, a bf16) up, the value's code is 256 (0x78) at byte 247, and
+    256 * 2**120 = 2**128 reads back as inf: a limit of the format, in either convention."""
+    edge = 248 * 2.0 ** 120
+    vals = [70000.0, 3e38, 3.2e38, edge, 3.3895313892515355e38]
+    x = torch.zeros(1, len(vals), 512, dtype=torch.bfloat16)
+    for o, v in enumerate(vals):
+        x[0, o, 3] = v
+        x[0, o, 100:110] = torch.linspace(-1, 1, 10, dtype=torch.float64) * v
+    cache = quantize_kv(x, scale_convention=convention)
+    data = _row_views(cache, MODEL1)[0][0, :, :448]
+    assert not bool(((data & 0x7F) == 0x7F).any()), "no NaN code"
+    sb = raw_scale_bytes(cache)[0, :, :7]
+    assert sb[:, 0].tolist() == [135, 247, 247, 247, 247] and int(sb.max()) == 247
+    y = dequantize_kv(cache)[0, :, 3].float()
+    assert float(y[0]) == 73728.0  # 70144 / 2**8 = 274 -> e4m3 288 -> 288 * 256
+    assert bool(torch.isfinite(y[:3]).all()) and float(y[1]) == 224 * 2.0 ** 120
+    assert int(data[3, 3]) == 0x78 and bool(torch.isposinf(y[3:]).all())
+
+
+def test_build_case_scale_convention_changes_only_the_bytes():
+    kw = dict(batch=2, heads=2, topk=16, block_size=64, kv_decades=(-6.0, -5.0), seed=4)
+    f, v = build_case(**kw), build_case(**kw, scale_convention="vllm")
+    assert torch.equal(f.q, v.q) and torch.equal(f.main.indices, v.main.indices)
+    assert torch.equal(f.main.kv_bf16, v.main.kv_bf16)
+    assert f.meta["scale_convention"] == "flashmla" and v.meta["scale_convention"] == "vllm"
+    # amax 3e-6 .. 4e-5: below both floors
+    assert set(raw_scale_bytes(f.main.cache)[..., :7].unique().tolist()) == {114}
+    assert set(raw_scale_bytes(v.main.cache)[..., :7].unique().tolist()) == {105}
+    with pytest.raises(ValueError, match="scale_convention"):
+        build_case(**kw, scale_convention="vLLM")
+    with pytest.raises(ValueError, match="tweak"):
+        build_case(**kw, tweak="no-such-tweak")
+
+
+def test_a_tweak_keeps_the_cases_draws():
+    kw = dict(batch=2, heads=3, topk=24, block_size=64, seed=9)
+    plain, tweaked = build_case(**kw), build_case(**kw, tweak="kv-70000")
+    assert torch.equal(plain.main.indices, tweaked.main.indices)
+    assert torch.equal(plain.main.block_table, tweaked.main.block_table)
+    same = torch.ones(512, dtype=torch.bool)
+    same[70] = False
+    assert torch.equal(plain.q[..., same], tweaked.q[..., same])
+    changed = (page_bytes_view(plain.main.cache) != page_bytes_view(tweaked.main.cache)).any(dim=1)
+    assert int(changed.sum()) == 1, "one token's page"
 
 
 def test_positions_to_indices_by_hand():
@@ -96,6 +240,26 @@ def test_catalogue_case_has_what_it_claims(entry, catalogue_case):
         assert bool(torch.isfinite(deq[selected]).all()), "a page a counted index selects holds no NaN"
         assert bool(torch.isnan(deq[~selected]).any()) == ("nan-unselected" in entry.covers)
     assert tuple(c.q.shape[:3]) == tuple(entry.spec.get(k, d) for k, d in (("batch", 2), ("s_q", 1), ("heads", 16)))
+
+
+@pytest.mark.parametrize("entry", cases.catalogue(), ids=lambda e: e.id)
+def test_catalogue_kv_bf16_is_what_the_cache_holds(entry, catalogue_case):
+    """kv_bf16 quantises (with the case's convention) to the cache's bytes for every token, but those a tweak
+    wrote raw (there kv_bf16 is their dequantised value) and the NaN pages."""
+    c = catalogue_case(entry.id)
+    for name, s in (("main", c.main), ("extra", c.extra)):
+        if s is None:
+            continue
+        data, scales = _row_views(s.cache, MODEL1)
+        want_data, want_scales = _row_views(quantize_kv(s.kv_bf16, scale_convention=c.meta["scale_convention"]),
+                                            MODEL1)
+        keep = torch.ones(s.cache.shape[:2], dtype=torch.bool)
+        keep[(page_bytes_view(s.cache) == 0xFF).all(dim=1)] = False  # NaN pages
+        raw = c.meta["raw_tokens"].get(name, torch.zeros(0, dtype=torch.long))
+        keep.view(-1)[raw] = False
+        assert torch.equal(data[keep], want_data[keep]) and torch.equal(scales[keep], want_scales[keep])
+        page, off = raw // s.block_size, raw % s.block_size
+        assert torch.equal(s.kv_bf16[page, off].view(torch.int16), dequantize_kv(s.cache)[page, off].view(torch.int16))
 
 
 def test_catalogue_covers_every_hostile_feature_and_says_which_are_gpu_only():

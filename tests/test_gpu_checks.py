@@ -2,7 +2,8 @@
 
 Every kernel of ``gpu_check.checked_impls()`` on FlashMLA's golden cases, on every case of the hostile
 catalogue (``workbench.cases``: each entry as the interpreter tests run it, GPU-only ones included, then its
-scaled version), and bit for bit under CUDA-graph replay and run to run. The rows are those of
+scaled version), and bit for bit under CUDA-graph replay and run to run. The catalogue rows carry FlashMLA's
+columns (``gpu_check.run_flashmla``, once per case; NaN where it cannot run). The rows are those of
 ``python -m workbench check``; the module writes them as the same correctness table (CSV and .meta.json)
 into ``$WORKBENCH_CHECK_OUT``, or a new ``runs/<date-time>-check/`` folder (``$WORKBENCH_CHECK_NAME`` names
 the file; default ``correctness_h200.csv``), failed rows included.
@@ -21,6 +22,7 @@ from workbench.golden import golden_names, load_golden
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
 IMPLS = gpu_check.checked_impls()
+CASE_IMPLS = gpu_check.case_impls()  # the kernels and "auto"
 CASES = gpu_check.gpu_cases()
 
 
@@ -62,7 +64,7 @@ def _golden(name):
     return load_golden(name)
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("impl", CASE_IMPLS)
 @pytest.mark.parametrize("name", golden_names())
 def test_golden_vs_flashmla(table, name, impl):
     _runs_here(impl)
@@ -71,15 +73,17 @@ def test_golden_vs_flashmla(table, name, impl):
 
 @pytest.fixture(scope="module", params=list(enumerate(CASES)), ids=[e.id for e in CASES])
 def built_case(request):
+    """A catalogue case, its fp32 reference and FlashMLA's run on it (once per case, not per kernel)."""
     position, entry = request.param
-    return position, entry, gpu_check.build_with_reference(entry, "cuda")
+    built = gpu_check.build_with_reference(entry, "cuda")
+    return position, entry, built, gpu_check.run_flashmla(built[0])
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("impl", CASE_IMPLS)
 def test_catalogue_case_vs_reference(table, built_case, impl):
     _runs_here(impl)
-    position, entry, built = built_case
-    _record(table, gpu_check.case_rows(entry, position, [impl], built=built))
+    position, entry, built, flashmla = built_case
+    _record(table, gpu_check.case_rows(entry, position, [impl], built=built, flashmla=flashmla))
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """The MODEL1 paged FP8 cache, byte for byte: the codec and the index maths.
 
-``quantize_kv`` writes the exact tensor FlashMLA's ``flash_mla_with_kvcache`` accepts; ``dequantize_kv``
+``quantize_kv`` writes the exact tensor FlashMLA's ``flash_mla_with_kvcache`` accepts, its scale bytes picked by
+FlashMLA's or vLLM's convention (``scale_exponents``); ``dequantize_kv``
 reads it back (``gather_dequantized`` only the selected tokens); ``page_bytes_view`` and ``raw_scale_bytes``
 expose the stored bytes; ``to_device`` / ``copy_cache`` move or copy a cache with its page stride; and
 ``positions_to_indices`` / ``indices_to_positions`` / ``valid_index_mask`` are the index rules every module
@@ -14,12 +15,46 @@ from .layout import MODEL1, CacheLayout
 from .validate import CACHE_DTYPES, check_cache, check_tensor
 
 
-def quantize_kv(kv_bf16: torch.Tensor, layout: CacheLayout = MODEL1) -> torch.Tensor:
+SCALE_CONVENTIONS = ("flashmla", "vllm")  # how a cache writer picks a tile's UE8M0 scale (quantize_kv)
+
+
+def scale_exponents(amax: torch.Tensor, layout: CacheLayout = MODEL1,
+                    scale_convention: str = "flashmla") -> torch.Tensor:
+    """The power-of-two exponent ``e`` (scale ``2**e``, scale byte ``e + 127``) a writer picks for tiles of max
+    magnitude ``amax`` (fp32), by ``scale_convention``:
+
+    - "flashmla": ``ceil(log2(max(amax / 448, 1e-4)))``, FlashMLA's ``tests/quant.py`` (the floor is on the
+      scale: bytes from 114 up; an all-zero tile gets 114);
+    - "vllm": ``ceil(log2(max(amax, 1e-4) / 448))``, vLLM's DeepSeek-V4 cache writers (the floor is on amax,
+      before the division: a tile with amax <= 448 * 2**-16 (0.0068) gets bytes 105-111, an all-zero tile 105).
+
+    The two agree for amax >= 448e-4 (0.0448). Any finite bf16 amax gives a byte of at most 247 (bf16's largest,
+    3.39e38, / 448 is 2**119.2), so no scale is beyond 2**127 in either convention.
+    """
+    if scale_convention == "flashmla":
+        x = torch.clamp(amax / layout.fp8_max, min=layout.min_scale_amax)
+    elif scale_convention == "vllm":
+        x = torch.clamp(amax, min=layout.min_scale_amax) / layout.fp8_max
+    else:
+        raise ValueError(f"scale_convention: expected one of {SCALE_CONVENTIONS}, got {scale_convention!r}")
+    return torch.ceil(torch.log2(x))
+
+
+def quantize_kv(kv_bf16: torch.Tensor, layout: CacheLayout = MODEL1,
+                scale_convention: str = "flashmla") -> torch.Tensor:
     """Quantise latent KV into the paged FP8 cache.
 
     kv_bf16: [num_blocks, block_size, d] bf16.
+    scale_convention: "flashmla" (default: FlashMLA's ``tests/quant.py``, the golden cases' bytes) or "vllm"
+    (vLLM's DeepSeek-V4 cache writers); see :func:`scale_exponents`. Only the scale bytes of tiles with amax below
+    0.0448 differ (and with them those tiles' fp8 codes); the dequantised value is ``bf16(fp8) * bf16(2**(byte-127))``
+    either way.
     Returns a uint8 view [num_blocks, block_size, 1, bytes_per_token] with strides
     (page_bytes, bytes_per_token, bytes_per_token, 1); pad bytes and page padding are zero.
+
+    Every finite input gives finite fp8 codes (torch saturates at 448) and scale bytes <= 247. One edge of the
+    format itself: a tile whose amax is 248 * 2**120 (3.2965e38, a bf16) or more gets byte 247 and the code 256
+    (0x78) for that value, and 256 * 2**120 = 2**128 reads back as inf. Below that every value reads back finite.
     """
     check_tensor("kv_bf16", kv_bf16, dtype=torch.bfloat16, ndim=3)
     nb, bs, d = kv_bf16.shape
@@ -30,7 +65,7 @@ def quantize_kv(kv_bf16: torch.Tensor, layout: CacheLayout = MODEL1) -> torch.Te
 
     nope = kv_bf16[..., : layout.d_nope].float().reshape(nb, bs, layout.num_tiles, layout.tile)
     amax = nope.abs().amax(dim=-1)  # [nb, bs, num_tiles]
-    exponent = torch.ceil(torch.log2(torch.clamp(amax / layout.fp8_max, min=layout.min_scale_amax)))
+    exponent = scale_exponents(amax, layout, scale_convention)
     scale = torch.exp2(exponent)
     q8 = (nope / scale[..., None]).to(torch.float8_e4m3fn).reshape(nb, bs, layout.d_nope)
 

@@ -6,10 +6,19 @@ compute-sanitizer. Run with ``python -m workbench check --out DIR``, or as tests
 The cases come from :mod:`workbench.cases`: every catalogue entry as it is (the very case the interpreter
 tests run, GPU-only ones included) and then its ``gpu_scale`` version; the table's ``case`` column is the
 entry's id (``<id>@<overrides>`` for a scaled one).
+
+On each catalogue case FlashMLA's SM90 decode runs once (where it can: an sm_90 GPU, ``flash_mla`` importable,
+at most 128 heads, padded to 64 or 128 as servers do; see :func:`run_flashmla`), and every row of that case gets
+its columns: ``flashmla_finite``, ``flashmla_out_rel_norm`` and ``flashmla_passed`` (FlashMLA against the fp32
+reference, the same ``compare``), ``flashmla_reason`` (why it did not run; empty when it did), and the kernel's
+``finite_where_flashmla_is`` (its out and lse are finite wherever FlashMLA's are, element by element) with
+``nonfinite_where_flashmla_finite`` (how many elements are not). Where FlashMLA did not run they are NaN.
 """
 from __future__ import annotations
 
 import contextlib
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -32,6 +41,12 @@ TABLE_NAME = "correctness_h200.csv"  # what `python -m workbench check` names it
 def checked_impls() -> tuple[str, ...]:
     """Every registered kernel that decodes (the reference is what they are checked against)."""
     return registry.names("split", "fused")
+
+
+def case_impls() -> tuple[str, ...]:
+    """What the golden and catalogue checks run: every kernel, and "auto" (the default, whichever kernel it picks
+    for the case, in its own config)."""
+    return checked_impls() + (registry.AUTO,)
 
 
 def fixed_config(impl: str) -> dict:
@@ -58,8 +73,10 @@ def case_check(entry: catalogue.HostileCase) -> str:
     return "nan_unselected" if entry.spec.get("nan_unselected") else "random_vs_reference"
 
 
-def case_config(impl: str, position: int) -> dict:
-    """The config ``impl`` runs the ``position``-th GPU case with."""
+def case_config(impl: str, position: int) -> dict | None:
+    """The config ``impl`` runs the ``position``-th GPU case with (None for "auto": its own)."""
+    if impl == registry.AUTO:
+        return None
     configs = grid_configs(impl)
     return configs[position % len(configs)]
 
@@ -78,7 +95,7 @@ def golden_rows(name: str, impls=None, device="cuda", g: dict | None = None) -> 
     kw = golden_kwargs(g, device)
     exp = golden_expected(g)
     rows = []
-    for impl in impls or checked_impls():
+    for impl in impls or case_impls():
         out, lse = sparse_mla_decode(**kw, impl=impl)
         rows.append(_row("golden_vs_flashmla", name, impl, compare(out.float(), lse, *exp)))
     return rows
@@ -90,15 +107,113 @@ def build_with_reference(entry: catalogue.HostileCase, device="cuda"):
     return case, sparse_mla_decode_reference(**case.kwargs())
 
 
-def case_rows(entry: catalogue.HostileCase, position: int, impls=None, device="cuda", built=None) -> list[dict]:
-    """Each kernel on one catalogue case (with the config its position picks) against the fp32 reference."""
+# ------------------------------------------------------------------------------------------------------------
+# FlashMLA on the catalogue cases: is the kernel finite wherever FlashMLA is? (issue 22)
+# ------------------------------------------------------------------------------------------------------------
+FLASHMLA_CASE_COLUMNS = ("flashmla_finite", "flashmla_out_rel_norm", "flashmla_passed", "flashmla_reason")
+FLASHMLA_ROW_COLUMNS = ("finite_where_flashmla_is", "nonfinite_where_flashmla_finite")
+
+
+def flashmla_kwargs(case: catalogue.DecodeCase) -> dict:
+    """``case.kwargs()`` as FlashMLA can be given them, meaning the same: FlashMLA treats only -1 as invalid and
+    would read through any other index outside the cache, and says nothing of a topk_length past topk, so every
+    index outside [0, num_tokens) becomes -1 and topk_lengths are clamped to [0, topk] (the workbench's rules give
+    both the same meaning)."""
+    kw = case.kwargs()
+    for prefix, scope in (("", case.main), ("extra_", case.extra)):
+        if scope is None:
+            continue
+        n = scope.cache.shape[0] * scope.block_size
+        idx = kw[f"{prefix}indices"]
+        kw[f"{prefix}indices"] = torch.where((idx >= 0) & (idx < n), idx, -1).to(torch.int32).contiguous()
+        length = kw.get(f"{prefix}topk_length")
+        if length is not None:
+            kw[f"{prefix}topk_length"] = length.clamp(0, idx.shape[-1]).to(torch.int32).contiguous()
+    return kw
+
+
+def nonfinite_where_finite(out, lse, their_out, their_lse) -> int:
+    """How many elements of (out, lse) are not finite where (their_out, their_lse) are: out element by element,
+    lse per (query, head). Where their lse is +inf (a query with no valid token) ours may be +inf too."""
+    bad_out = torch.isfinite(their_out) & ~torch.isfinite(out)
+    bad_lse = (torch.isfinite(their_lse) & ~torch.isfinite(lse)) | \
+        (torch.isposinf(their_lse) & ~(torch.isfinite(lse) | torch.isposinf(lse)))
+    return int(bad_out.sum()) + int(bad_lse.sum())
+
+
+def finite_where(out, lse, their_out, their_lse) -> bool:
+    """True when (out, lse) are finite wherever (their_out, their_lse) are (see ``nonfinite_where_finite``)."""
+    return nonfinite_where_finite(out, lse, their_out, their_lse) == 0
+
+
+@dataclass
+class FlashMLARun:
+    """FlashMLA's (out, lse) on one case, or why there is none (``reason``)."""
+
+    out: torch.Tensor | None = None
+    lse: torch.Tensor | None = None
+    reason: str = ""
+
+    @property
+    def ran(self) -> bool:
+        return self.out is not None
+
+    def case_columns(self, ref) -> dict:
+        """FlashMLA against the fp32 reference ``ref`` (out, lse); NaN where it did not run."""
+        if not self.ran:
+            return dict(flashmla_finite=math.nan, flashmla_out_rel_norm=math.nan, flashmla_passed=math.nan,
+                        flashmla_reason=self.reason)
+        m = compare(self.out.float(), self.lse, *ref)
+        return dict(flashmla_finite=m["finite"], flashmla_out_rel_norm=m["out_rel_norm"],
+                    flashmla_passed=m["passed"], flashmla_reason="")
+
+    def row_columns(self, out, lse) -> dict:
+        """A kernel's (out, lse) against FlashMLA's finiteness, element by element; NaN where it did not run."""
+        if not self.ran:
+            return dict(finite_where_flashmla_is=math.nan, nonfinite_where_flashmla_finite=math.nan)
+        n = nonfinite_where_finite(out, lse, self.out.to(out.device), self.lse.to(lse.device))
+        return dict(finite_where_flashmla_is=n == 0, nonfinite_where_flashmla_finite=n)
+
+
+def _flashmla_call(kw: dict):
+    """FlashMLA's decode through the bench's provider (the one call; fewer than 64 heads padded to 64)."""
+    from .providers import FlashMLAProvider
+    return FlashMLAProvider().prepare(kw)()
+
+
+def run_flashmla(case: catalogue.DecodeCase, call=None) -> FlashMLARun:
+    """FlashMLA on a case (``call(kwargs) -> (out, lse)``; default the bench's FlashMLA provider), with indices
+    and topk_lengths as ``flashmla_kwargs`` gives them. Any failure (no GPU, not importable, more than 128 heads,
+    an error inside) is recorded as the reason, never raised, so one case cannot stop the run."""
+    try:
+        if case.q.shape[2] > 128:
+            return FlashMLARun(reason=f"FlashMLA runs 64 or 128 heads (fewer are padded), not {case.q.shape[2]}")
+        out, lse = (call or _flashmla_call)(flashmla_kwargs(case))
+        if out.is_cuda:
+            torch.cuda.synchronize(out.device)  # an error inside FlashMLA surfaces here, not in the next kernel
+        b, s_q, h, _ = case.q.shape
+        if tuple(out.shape) != tuple(case.q.shape) or tuple(lse.shape) != (b, h, s_q):
+            return FlashMLARun(reason=f"FlashMLA returned out {tuple(out.shape)}, lse {tuple(lse.shape)} for q "
+                                      f"{tuple(case.q.shape)}")
+        return FlashMLARun(out=out, lse=lse)
+    except Exception as e:  # noqa: BLE001 - recorded as the row's reason
+        return FlashMLARun(reason=f"{type(e).__name__}: {e}".strip()[:300])
+
+
+def case_rows(entry: catalogue.HostileCase, position: int, impls=None, device="cuda", built=None,
+              flashmla: FlashMLARun | None = None) -> list[dict]:
+    """Each kernel on one catalogue case (with the config its position picks) against the fp32 reference, with
+    FlashMLA's columns (``flashmla``: run here, once for all ``impls``, when not given)."""
     case, ref = built or build_with_reference(entry, device)
+    flashmla = flashmla if flashmla is not None else run_flashmla(case)
+    fm = flashmla.case_columns(ref)
     rows = []
-    for impl in impls or checked_impls():
+    for impl in impls or case_impls():
         cfg = case_config(impl, position)
         out, lse = sparse_mla_decode(**case.kwargs(), impl=impl, config=cfg)
         rows.append(_row(case_check(entry), entry.id, impl, compare(out.float(), lse, *ref),
-                         finite=bool(torch.isfinite(out).all()), config=config_label(cfg)))
+                         finite=bool(torch.isfinite(out).all()), config=config_label(cfg), **fm,
+                         **flashmla.row_columns(out, lse)))
     return rows
 
 
