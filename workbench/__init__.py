@@ -21,6 +21,7 @@ from .layout import MODEL1, CacheLayout
 from .metrics import assert_close, compare
 from .plan import DecodePlan, plan_decode
 from .reference import sparse_mla_decode_reference
+from . import ops  # noqa: F401  (registers torch.ops.workbench.sparse_mla_decode)
 
 
 def pruned_configs(kernel: str | None = None) -> list[dict]:
