@@ -271,6 +271,16 @@ def test_plan_time_errors():
         wb.plan_decode(**{**case.kwargs(), "q": case.q[..., :256]})
 
 
+def test_plan_refuses_a_tensor_sm_scale():
+    """A plan reads sm_scale once: a tensor's later in-place changes would be missed (rel error 0.11 before this
+    refusal), so plan_decode asks for a Python float, in one line."""
+    case = hostile_case()
+    for scale in (torch.tensor(0.07), torch.tensor(0.07).numpy()):
+        with pytest.raises(ValueError, match=r"^sm_scale: a plan reads sm_scale once.*pass a Python float") as err:
+            wb.plan_decode(**{**case.kwargs(), "sm_scale": scale})
+        assert "\n" not in str(err.value)
+
+
 @pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
 def test_inputs_sharing_a_pointer_in_one_launch_are_ambiguous():
     """The fused kernel reads both scopes in one launch: one cache for both is refused; split kernels take it."""

@@ -1,21 +1,27 @@
 """The public decode entry point: argument checks, split planning, kernel dispatch, warmup.
 
 The pieces a decode is made of (``resolve_call``, ``allocate_workspace``, ``launch_stages``) are shared with
-:mod:`workbench.plan`, which binds the same launches once for repeated calls.
+:mod:`workbench.plan`, which binds the same launches once for repeated calls. The plain path keeps such plans
+itself (:class:`PlainPlans`, ``PLAIN_PLANS``): a call like an earlier one replays that call's plan.
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
+import threading
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
+import numpy as np
 import torch
 
 from . import registry
 from .kernels.combine import launch_combine
-from .kernels.common import INTERPRET, cdiv
+from .kernels.common import _CAPTURE, INTERPRET, cdiv
+from .kernels.configs import KernelConfig
 from .layout import MODEL1
 from .reference import sparse_mla_decode_reference
 from .validate import check_decode_args
@@ -34,6 +40,18 @@ INTERPRETER_SMS = 4
 # instead of 6.2). The pdl sweep at 16 splits (wgmma_f16, 1122): b8 h16 topk2048 4% faster (15.1 vs 15.8 us),
 # b8 h64 topk2048 11% slower (24.3 vs 21.9), so 16 stays above the limit
 PDL_MAX_SPLITS = 8
+PLAIN_PLANS_MAX = 16  # plans the plain path keeps (least recently used dropped first); each holds its split scratch
+
+# The Triton interpreter keeps a launch's grid state (and its patched tl functions) globally: two threads running
+# interpreted kernels at once fail (InterpreterError 'z >= grid_dim[2]') or compute garbage. Every interpreted launch
+# sequence of a decode (plain path, plan replay, plan making) holds this lock; compiled launches never take it.
+INTERPRETER_LOCK = threading.RLock()
+_SERIALISE_LAUNCHES = INTERPRET  # fixed at import, like the kernels' decoration (tests patch INTERPRET itself)
+
+
+def interpreter_lock():
+    """INTERPRETER_LOCK under the interpreter, a no-op context when the kernels are compiled."""
+    return INTERPRETER_LOCK if _SERIALISE_LAUNCHES else contextlib.nullcontext()
 
 
 @dataclass(frozen=True)
@@ -110,15 +128,32 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     checks only that the inputs still match the plan (a mismatch is a ValueError naming the argument) and
     launches the plan's bound kernels, without a host synchronisation. impl ("auto" means the plan's kernel),
     config and sm_scale may be left out; given, they must be the plan's.
+    Without a plan, a call that matches an earlier one replays the plan that call made (see :class:`PlainPlans`:
+    the same shapes, strides, dtypes, devices, pointer alignment, optional inputs, impl, config, sm_scale, combine
+    launch and CUDA stream), so only the first call of a kind pays for validation, kernel choice and planning;
+    ``PLAIN_PLANS.enabled = False`` (or WORKBENCH_PLAIN_PLANS=0 before import) turns that off.
 
     Returns (out [b, s_q, h, 512] bf16, lse [b, h, s_q] fp32): natural-log LSE without the sink;
-    a query with no valid token gives out = 0 and lse = +inf.
+    a query with no valid token gives out = 0 and lse = +inf. Without a plan they are new tensors every call.
     WITH A PLAN, out and lse ARE THE PLAN'S OWN BUFFERS (``plan.out``, ``plan.lse``): the next call with the same
     plan overwrites them, as a CUDA graph replay does. Copy them (or use them up) before calling again.
     """
     if plan is not None:
         return plan.launch(q, cache, indices, sm_scale, attn_sink, topk_length, extra_cache, extra_indices,
                            extra_topk_length, impl, config)
+    if PLAIN_PLANS.enabled:
+        done = PLAIN_PLANS.call(q, cache, indices, sm_scale, attn_sink, topk_length, extra_cache, extra_indices,
+                                extra_topk_length, impl, config)
+        if done is not None:
+            return done
+    return plain_decode(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink, topk_length=topk_length,
+                        extra_cache=extra_cache, extra_indices=extra_indices, extra_topk_length=extra_topk_length,
+                        impl=impl, config=config)
+
+
+def plain_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_length=None, extra_cache=None,
+                 extra_indices=None, extra_topk_length=None, impl="auto", config=None):
+    """The plain path without the plan cache: validate, choose, plan the splits, allocate, launch (every call)."""
     spec, sm_scale = resolve_call(q, cache, indices, sm_scale=sm_scale, attn_sink=attn_sink, topk_length=topk_length,
                                   extra_cache=extra_cache, extra_indices=extra_indices,
                                   extra_topk_length=extra_topk_length, impl=impl)
@@ -135,9 +170,10 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
                                  for t in (q, indices, extra_indices))
     scopes = decode_scopes(cache, indices, topk_length, extra_cache, extra_indices, extra_topk_length)
     work = allocate_workspace(spec, q, scopes)
-    for stage in launch_stages(spec, q=q, scopes=scopes, attn_sink=attn_sink, sm_scale=sm_scale, config=config,
-                               work=work):
-        stage.run()
+    stages = launch_stages(spec, q=q, scopes=scopes, attn_sink=attn_sink, sm_scale=sm_scale, config=config, work=work)
+    with interpreter_lock():
+        for stage in stages:
+            stage.run()
     return work.out, work.lse
 
 
@@ -262,11 +298,218 @@ def combine_launch(pdl: bool):
         _PDL_OVERRIDE.reset(token)
 
 
+# ---- the plain path's plans ------------------------------------------------------------------------------------
+
+_NO_KEY = object()         # a call argument the cache cannot key on: the call takes the plain path
+_UNPLANNABLE = object()    # cached for a key whose plan could not be made: its calls take the plain path
+_ALIGN_MASK = 15           # pointer alignment a compiled plan may assume (plan.POINTER_ALIGN - 1)
+# bound once: the per-call stream, device and graph-capture queries, in C (absent from a CPU-only torch, where
+# no tensor is on a GPU); torch.cuda.is_available() is not asked at import (it would initialise CUDA)
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)      # Triton's get_current_stream
+_current_device = getattr(torch._C, "_cuda_getDevice", None)
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)  # torch.cuda.is_current_stream_capturing
+
+
+def _scale_key(sm_scale):
+    """sm_scale (not None, not a float) as the float the key holds, or _NO_KEY.
+
+    A tensor or array is never keyed: its value can change in place, and reading a CUDA tensor synchronises;
+    such calls take the plain path, which reads it each call."""
+    if type(sm_scale) is int or isinstance(sm_scale, (np.floating, np.integer)):
+        return float(sm_scale)
+    return _NO_KEY
+
+
+def _config_key(config):
+    """A config (not None) as a hashable key: a dict by its items and their types, a typed config (frozen
+    dataclass) by value; anything else (a mutable triton.Config, say) gives _NO_KEY."""
+    if type(config) is dict:
+        key = ("dict",) + tuple((k, type(v), v) for k, v in config.items())
+    elif isinstance(config, KernelConfig):
+        key = config
+    else:
+        return _NO_KEY
+    try:
+        hash(key)
+    except TypeError:
+        return _NO_KEY
+    return key
+
+
+class PlainPlans:
+    """The plain path's plans: ``sparse_mla_decode`` without ``plan=`` replays the plan of an earlier, matching call.
+
+    A call matches an earlier one when these are equal (the key): impl and config (as given), sm_scale's value
+    (None or a Python/numpy scalar; a tensor sm_scale is never cached), the combine launch in force
+    (``combine_launch``), and per user input None or its shape, strides, dtype, device and whether its data_ptr is
+    16-byte aligned (a plan compiles for the alignment it saw), for each cache whether its storage holds its whole
+    pages (what validation checks beyond shape and strides), and on a GPU the current CUDA stream of q's device
+    (a plan's split scratch is shared by its calls: calls on two streams get two plans). The key holds no
+    tensor, so the cache keeps none of the caller's tensors alive. The first call of a kind makes the plan
+    (``plan.make_plan(..., output_slots=True)``: validation, kernel choice, split planning, scratch; on a GPU the
+    autotuner's choice, resolved as ``plan_decode`` does) and runs it; later ones compute the key and replay.
+    Every call returns a new out and lse (``DecodePlan.fresh_call``); only the split scratch is the plan's.
+
+    Calls that take the plain path instead (``bypassed`` counts them by reason): impl="reference"; a tensor or
+    array sm_scale, or a config that is neither a dict nor a typed config; a call inside ``capture_launches`` (so
+    it records the launchers' launches); q, indices or extra_indices with stride(-1) != 1 (the plain path copies
+    them); a GPU call while the current stream is capturing a CUDA graph (the graph then owns its scratch, as
+    before: a cached plan's scratch would be shared with eager calls and other graphs) or while another device is
+    current; CPU tensors when not interpreting; and calls whose plan was refused (any error making it but
+    running out of memory: invalid arguments, inputs a fused launch cannot tell apart by pointer, a launcher's
+    temporary; remembered per key, so the plain path runs those calls without trying again).
+
+    ``capacity`` plans are kept (least recently used dropped first); ``enabled = False`` turns the cache off
+    (WORKBENCH_PLAIN_PLANS=0 in the environment at import does too); ``clear()`` drops every plan and zeroes the
+    counters; ``stats()`` reads them. Thread-safe: the table and counters are under a lock, plans are made outside
+    it (two threads missing one key at once both make one; the later replaces the earlier).
+    """
+
+    def __init__(self, capacity: int = PLAIN_PLANS_MAX, enabled: bool = True):
+        self.capacity = capacity
+        self.enabled = enabled
+        self._lock = threading.Lock()
+        self._plans: OrderedDict = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+        self.bypassed: Counter = Counter()
+        self.last_refusal: str | None = None  # why the latest refused plan could not be made
+
+    def clear(self) -> None:
+        """Drop every plan and zero the counters."""
+        with self._lock:
+            self._plans.clear()
+            self.hits = self.misses = 0
+            self.bypassed = Counter()
+            self.last_refusal = None
+
+    def stats(self) -> dict:
+        """hits, misses (plans made), bypassed (reason -> calls), size (plans and refusals kept), capacity,
+        enabled, last_refusal (the error that refused the latest plan, as text, or None)."""
+        with self._lock:
+            return dict(hits=self.hits, misses=self.misses, bypassed=dict(self.bypassed), size=len(self._plans),
+                        capacity=self.capacity, enabled=self.enabled, last_refusal=self.last_refusal)
+
+    def plans(self) -> list:
+        """The cached plans, least recently used first (refused keys left out)."""
+        with self._lock:
+            return [p for p in self._plans.values() if p is not _UNPLANNABLE]
+
+    def _bypass(self, reason: str) -> None:
+        with self._lock:
+            self.bypassed[reason] += 1
+        return None
+
+    def call(self, q, cache, indices, sm_scale, attn_sink, topk_length, extra_cache, extra_indices,
+             extra_topk_length, impl, config):
+        """(out, lse) through a cached (or new) plan, or None: the caller then takes the plain path."""
+        if impl == "reference" or type(impl) is not str:
+            return self._bypass("impl")
+        if _CAPTURE.stack:  # a capture_launches block records the launchers' launches: never replay under it
+            return self._bypass("capture_launches")
+        if sm_scale is not None and type(sm_scale) is not float:
+            sm_scale = _scale_key(sm_scale)
+            if sm_scale is _NO_KEY:
+                return self._bypass("sm_scale")
+        if config is not None:
+            config_key = _config_key(config)
+            if config_key is _NO_KEY:
+                return self._bypass("config")
+        else:
+            config_key = None
+        inputs = (q, cache, indices, topk_length, attn_sink, extra_cache, extra_indices, extra_topk_length)
+        try:  # the key, written out for speed (this is every call's cost): see the class docstring for what it holds
+            dev = q.get_device()
+            if dev >= 0:  # a GPU
+                if _capturing():
+                    return self._bypass("graph capture")
+                if _current_device() != dev:
+                    return self._bypass("current device")
+                stream = _raw_stream(dev)
+            elif INTERPRET:
+                stream = None
+            else:
+                return self._bypass("not runnable")
+            p0, p1, p2 = q.data_ptr(), cache.data_ptr(), indices.data_ptr()
+            ptrs = [p0, p1, p2, 0, 0, 0, 0, 0]
+            shape, stride = cache.shape, cache.stride()
+            key = [impl, config_key, sm_scale, _PDL_OVERRIDE.get(), stream,
+                   q.shape, q.stride(), q.dtype, q.device, not p0 & _ALIGN_MASK,
+                   shape, stride, cache.dtype, cache.device, not p1 & _ALIGN_MASK,
+                   cache.untyped_storage().nbytes() - cache.storage_offset() >= shape[0] * stride[0],  # whole pages
+                   indices.shape, indices.stride(), indices.dtype, indices.device, not p2 & _ALIGN_MASK]
+            for i in 3, 4, 5, 6, 7:
+                t = inputs[i]
+                if t is None:
+                    key.append(None)
+                else:
+                    ptrs[i] = ptr = t.data_ptr()
+                    key += (t.shape, t.stride(), t.dtype, t.device, not ptr & _ALIGN_MASK)
+            if extra_cache is not None:
+                shape, stride = extra_cache.shape, extra_cache.stride()
+                key.append(extra_cache.untyped_storage().nbytes() - extra_cache.storage_offset()
+                           >= shape[0] * stride[0])
+            key = tuple(key)
+        except (AttributeError, TypeError, IndexError, RuntimeError):  # not tensors, or not of a cache's rank
+            return self._bypass("inputs")
+        lock = self._lock
+        lock.acquire()
+        try:
+            plan = self._plans.get(key)
+            if plan is _UNPLANNABLE:
+                self._plans.move_to_end(key)
+                self.bypassed["refused"] += 1
+                return None
+            if plan is not None:
+                if registry.REGISTRY.get(plan.impl) is plan._spec:
+                    self._plans.move_to_end(key)
+                    self.hits += 1
+                else:  # its kernel was unregistered or replaced since: plan again
+                    plan = None
+        finally:
+            lock.release()
+        if plan is None:
+            return self._miss(key, inputs, ptrs, sm_scale, impl, config)
+        return plan.fresh_call(inputs, ptrs)
+
+    def _miss(self, key, inputs, ptrs, sm_scale, impl, config):
+        for name in ROW_INPUTS:
+            t = inputs[INPUT_NAMES.index(name)]
+            if t is not None and t.stride(-1) != 1:
+                return self._bypass("row stride")
+        from . import plan as plan_mod  # plan imports decode
+        try:
+            plan = plan_mod.make_plan(dict(zip(INPUT_NAMES, inputs)), sm_scale=sm_scale, impl=impl, config=config,
+                                      output_slots=True)
+        except torch.OutOfMemoryError:  # perhaps not next time: not remembered
+            return self._bypass("plan failed")
+        except Exception as e:  # noqa: BLE001  refused (invalid arguments, launches a plan cannot bind): remembered;
+            self._insert(key, _UNPLANNABLE)  # the plain path runs the call, and raises what it raises
+            self.last_refusal = f"{type(e).__name__}: {e}"
+            return self._bypass("refused")
+        with self._lock:
+            self.misses += 1
+        self._insert(key, plan)
+        return plan.fresh_call(inputs, ptrs)
+
+    def _insert(self, key, plan) -> None:
+        with self._lock:
+            self._plans[key] = plan
+            self._plans.move_to_end(key)
+            while len(self._plans) > max(0, self.capacity):
+                self._plans.popitem(last=False)
+
+
+PLAIN_PLANS = PlainPlans(enabled=os.environ.get("WORKBENCH_PLAIN_PLANS", "1") != "0")
+
+
 def warmup(cases, impl: str = "auto") -> int:
     """Run every case once so each autotune key a server will see is tuned before CUDA graph capture.
 
     cases: iterable of :class:`workbench.cache.DecodeCase` (or dicts of decode keyword arguments).
     Returns the number of calls made. With a fixed ``config`` no warmup is needed at all.
+    Each call also leaves its plan in ``PLAIN_PLANS`` (for eager calls on this stream; calls made while a CUDA
+    graph is captured take the plain path, whose autotuners this warmup has tuned).
     """
     n = 0
     for case in cases:

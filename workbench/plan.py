@@ -13,12 +13,17 @@ bound launches:
   (``CompiledKernel.run``) with a precomputed argument list, user inputs as ``data_ptr()`` integers;
 - under the interpreter (or any non-CUDA device) the same bound launches run as ``kernel[grid](**args)``.
 No validation, allocation or host synchronisation happens on that path.
+
+The plain path (``sparse_mla_decode`` without ``plan=``) keeps plans of its own (``decode.PLAIN_PLANS``), made
+with ``output_slots=True``: out and lse are then slots like the user inputs, filled per call with fresh tensors,
+so every plain call still returns tensors of its own; only the split scratch is the plan's.
 """
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from triton import knobs
 from triton.knobs import HookChain
@@ -27,10 +32,12 @@ from triton.runtime.autotuner import Autotuner
 from . import decode, registry
 from .kernels.common import INTERPRET, cache_views, capture_launches
 
-INPUT_INDEX = {name: i for i, name in enumerate(decode.INPUT_NAMES)}
+OUTPUT_NAMES = ("out", "lse")  # with output_slots, slots filled per call after the user inputs
+INPUT_INDEX = {name: i for i, name in enumerate(decode.INPUT_NAMES + OUTPUT_NAMES)}
 CACHE_INPUTS = ("cache", "extra_cache")   # inputs the launchers pass as cache_views (fp8, u8, bf16)
 POINTER_ALIGN = 16  # bytes: Triton specialises a pointer argument on this alignment when it compiles
 _RUNTIME = knobs.runtime  # where Triton keeps its launch hooks (read per call: a profiler may add some)
+_CONTIGUOUS = torch.contiguous_format
 
 
 @dataclass(frozen=True)
@@ -52,8 +59,8 @@ class BoundLaunch:
     kernel: object                           # a JIT, Gluon or interpreted function (never an autotuner)
     grid: tuple[int, int, int]
     fixed: dict                              # every other argument: numbers, constexprs, options, plan buffers
-    slots: tuple[tuple[str, int, int], ...]  # (argument, index in decode.INPUT_NAMES, view): view -1 is the
-                                             # input itself, k >= 0 is cache_views(input)[k]
+    slots: tuple[tuple[str, int, int], ...]  # (argument, index in decode.INPUT_NAMES + OUTPUT_NAMES, view): view
+                                             # -1 is the input itself, k >= 0 is cache_views(input)[k]
 
 
 class DecodePlan:
@@ -63,20 +70,31 @@ class DecodePlan:
     ``device``, ``out`` [b, s_q, h, 512] bf16 and ``lse`` [b, h, s_q] fp32 (what every call returns),
     ``part_out``/``part_lse`` (split scratch, None for fused kernels), ``splits`` (one SplitPlan per scope),
     ``inputs`` (name -> InputSpec, None where the plan was made without that input), ``launches``
-    (the BoundLaunch records) and ``compiled`` (True when calls replay compiled kernels on the GPU).
+    (the BoundLaunch records), ``compiled`` (True when calls replay compiled kernels on the GPU) and
+    ``output_slots``.
 
     EVERY CALL RETURNS THE SAME ``out`` AND ``lse`` TENSORS: the next call with this plan overwrites them, as a
     CUDA graph replay does. Copy the results before the next call if they must survive it.
+    (Except for a plan made with ``output_slots=True``, the plain path's kind: its ``out`` and ``lse`` are None
+    and each call allocates and returns new ones; the split scratch is still shared by its calls.)
     """
 
-    def __init__(self, *, spec, requested_impl, config, sm_scale_arg, sm_scale, device, work, inputs, launches):
+    def __init__(self, *, spec, requested_impl, config, sm_scale_arg, sm_scale, device, work, inputs, launches,
+                 output_slots=False):
         self.impl, self.requested_impl, self.kind = spec.name, requested_impl, spec.kind
         self._spec = spec
         self.config, self.sm_scale, self._sm_scale_arg = config, sm_scale, sm_scale_arg
         self.device = device
-        self.out, self.lse, self.part_out, self.part_lse = work.out, work.lse, work.part_out, work.part_lse
+        self.part_out, self.part_lse = work.part_out, work.part_lse
         self.splits = work.splits
-        self._outputs = (work.out, work.lse)
+        self.output_slots = output_slots
+        # output_slots: the plan keeps no outputs (each call allocates its own)
+        self.out, self.lse = (None, None) if output_slots else (work.out, work.lse)
+        self._outputs = None if output_slots else (work.out, work.lse)
+        # fresh_call allocates like these one-element views (empty_like of a template is cheaper than torch.empty
+        # with a shape, dtype and device to parse: 1.9 against 3.4 us on the H200 machine's host)
+        self._out_like = work.out.new_empty(1).expand(work.out.shape) if output_slots else None
+        self._lse_like = work.lse.new_empty(1).expand(work.lse.shape) if output_slots else None
         self.inputs = {name: inputs.get(name) for name in decode.INPUT_NAMES}
         self.launches = tuple(launches)
         # the per-call check, precomputed: (index, (shape, stride, dtype, device index), alignment mask)
@@ -123,24 +141,41 @@ class DecodePlan:
             if ptr & align:
                 self._explain_alignment(i, ptr)
             ptrs[i] = ptr
+        if self._outputs is None:  # output_slots
+            return self.fresh_call(inputs, ptrs)
         self._replay(inputs, ptrs)
         return self._outputs
+
+    def fresh_call(self, inputs: tuple, ptrs: list):
+        """Replay an ``output_slots`` plan into a new out and lse: (out, lse), tensors of this call alone.
+
+        inputs: the 8 user inputs in decode.INPUT_NAMES order, already known to match the plan (the plain path's
+        cache key, or ``launch``'s check); ptrs: their data_ptr (0 for None). Nothing is checked here.
+        """
+        out = torch.empty_like(self._out_like, memory_format=_CONTIGUOUS)
+        lse = torch.empty_like(self._lse_like, memory_format=_CONTIGUOUS)
+        self._replay((*inputs, out, lse), [*ptrs, out.data_ptr(), lse.data_ptr()])
+        return out, lse
 
     # ---- replay -------------------------------------------------------------------------------------------
 
     def _replay_interpreted(self, inputs, ptrs):
-        """Each bound launch as ``kernel[grid](**args)``, the slots filled with the user tensors (or views)."""
-        views = {}
-        for kernel, grid, fixed, slots in self._interpreted:
-            args = dict(fixed)
-            for name, i, view in slots:
-                if view < 0:
-                    args[name] = inputs[i]
-                else:
-                    if i not in views:
-                        views[i] = cache_views(inputs[i])
-                    args[name] = views[i][view]
-            kernel[grid](**args)
+        """Each bound launch as ``kernel[grid](**args)``, the slots filled with the user tensors (or views).
+
+        Holds decode.INTERPRETER_LOCK: the interpreter keeps a launch's grid state globally, so two threads must
+        not run interpreted launches at once."""
+        with decode.INTERPRETER_LOCK:
+            views = {}
+            for kernel, grid, fixed, slots in self._interpreted:
+                args = dict(fixed)
+                for name, i, view in slots:
+                    if view < 0:
+                        args[name] = inputs[i]
+                    else:
+                        if i not in views:
+                            views[i] = cache_views(inputs[i])
+                        args[name] = views[i][view]
+                kernel[grid](**args)
 
     def _use_compiled(self, compiled_launches, get_stream):
         """Replay ``compiled_launch`` tuples from now on; user pointers must stay aligned as when planned."""
@@ -246,7 +281,8 @@ def plan_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_length
     The arguments are those of :func:`workbench.sparse_mla_decode`; the tensors are examples: later calls must
     pass tensors of the same shapes, dtypes, strides and device, and the same optional inputs (None or not).
     Their contents (q, the cache bytes, indices, topk_length, attn_sink) may change freely between calls;
-    sm_scale, impl and config are fixed by the plan (sm_scale is read once, here), and so is how the combine is
+    sm_scale, impl and config are fixed by the plan (sm_scale is read once, here: it must be a Python or numpy
+    scalar, not a tensor, whose later in-place changes the plan could not see), and so is how the combine is
     launched (:func:`workbench.decode.combine_pdl`, decided here: a ``combine_launch`` block around a later call
     changes nothing).
     q, indices and extra_indices must have a last stride of 1 (the plain path would copy them each call).
@@ -256,23 +292,36 @@ def plan_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_length
     Returns a :class:`DecodePlan`. Every call with it returns ``(plan.out, plan.lse)``, the same two tensors,
     overwritten by the next call.
     """
+    if isinstance(sm_scale, (torch.Tensor, np.ndarray)):
+        raise ValueError(f"sm_scale: a plan reads sm_scale once, when it is made, and would miss later in-place "
+                         f"changes to this {type(sm_scale).__name__}; pass a Python float (float(sm_scale))")
     user = dict(q=q, cache=cache, indices=indices, topk_length=topk_length, attn_sink=attn_sink,
                 extra_cache=extra_cache, extra_indices=extra_indices, extra_topk_length=extra_topk_length)
+    return make_plan(user, sm_scale=sm_scale, impl=impl, config=config)
+
+
+def make_plan(user: dict, *, sm_scale, impl, config, output_slots=False) -> DecodePlan:
+    """``build_plan`` for the device of ``user["q"]``: compiled launches on a GPU (not interpreting), made under
+    that device; interpreted ones otherwise. ``plan_decode`` and the plain path's plan cache both come here."""
+    q = user["q"]
     compiled = isinstance(q, torch.Tensor) and q.device.type == "cuda" and not INTERPRET
     if not compiled:
-        return build_plan(user, sm_scale=sm_scale, impl=impl, config=config)
+        return build_plan(user, sm_scale=sm_scale, impl=impl, config=config, output_slots=output_slots)
     from triton.runtime import driver
     with torch.cuda.device(q.device):
         return build_plan(user, sm_scale=sm_scale, impl=impl, config=config, compile_launch=compile_launch,
-                          get_stream=driver.active.get_current_stream)
+                          get_stream=driver.active.get_current_stream, output_slots=output_slots)
 
 
-def build_plan(user: dict, *, sm_scale, impl, config, compile_launch=None, get_stream=None) -> DecodePlan:
+def build_plan(user: dict, *, sm_scale, impl, config, compile_launch=None, get_stream=None,
+               output_slots=False) -> DecodePlan:
     """The plan for ``user`` (decode.INPUT_NAMES -> tensor or None).
 
     compile_launch(kernel, grid, args) -> compiled kernel (``.run``, ``.function``, ``.packed_metadata``,
     ``.launch_metadata``): when given, calls replay compiled launches with ``get_stream(device_index)``;
     otherwise they replay ``kernel[grid](**args)``. Tests pass a stub to exercise the compiled replay on the CPU.
+    output_slots: out and lse are bound as slots (``OUTPUT_NAMES``) filled per call, not plan buffers: each call
+    returns new tensors (``DecodePlan.fresh_call``), as the plain path must.
     """
     spec, sm_scale_value = decode.resolve_call(**user, sm_scale=sm_scale, impl=impl)
     if spec.kind not in ("split", "fused"):
@@ -288,7 +337,9 @@ def build_plan(user: dict, *, sm_scale, impl, config, compile_launch=None, get_s
     scopes = decode.decode_scopes(user["cache"], user["indices"], user["topk_length"], user["extra_cache"],
                                   user["extra_indices"], user["extra_topk_length"])
     work = decode.allocate_workspace(spec, q, scopes)
-    buffers = {t.data_ptr() for t in (work.out, work.lse, work.part_out, work.part_lse) if t is not None}
+    owned = (work.part_out, work.part_lse) if output_slots else (work.out, work.lse, work.part_out, work.part_lse)
+    buffers = {t.data_ptr() for t in owned if t is not None}
+    outputs = dict(zip(OUTPUT_NAMES, (work.out, work.lse))) if output_slots else {}
     stages = decode.launch_stages(spec, q=q, scopes=scopes, attn_sink=user["attn_sink"], sm_scale=sm_scale_value,
                                   config=config, work=work)
     bound, compiled = [], []
@@ -296,17 +347,20 @@ def build_plan(user: dict, *, sm_scale, impl, config, compile_launch=None, get_s
         with capture_launches() as records:
             stage.run()
         scope = {name: user[name] for name in stage.inputs if user[name] is not None}
-        for kernel, grid, args in records:
-            kernel, grid, args = resolve_launch(kernel, grid, args)
-            slots = bind_slots(kernel, args, scope, buffers)
-            slot_names = {name for name, _, _ in slots}
-            bound.append(BoundLaunch(kernel, grid, {k: v for k, v in args.items() if k not in slot_names}, slots))
-            if compile_launch is not None:
-                compiled.append(compiled_launch(compile_launch(kernel, grid, args), kernel, grid, args, slots))
+        scope.update(outputs)  # output slots: any launch may write (or pass) out and lse
+        with decode.interpreter_lock():  # an autotuner is run once for real here
+            for kernel, grid, args in records:
+                kernel, grid, args = resolve_launch(kernel, grid, args)
+                slots = bind_slots(kernel, args, scope, buffers)
+                slot_names = {name for name, _, _ in slots}
+                bound.append(BoundLaunch(kernel, grid, {k: v for k, v in args.items() if k not in slot_names},
+                                         slots))
+                if compile_launch is not None:
+                    compiled.append(compiled_launch(compile_launch(kernel, grid, args), kernel, grid, args, slots))
     inputs = {name: InputSpec(name, t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % POINTER_ALIGN == 0)
               for name, t in user.items() if t is not None}
     plan = DecodePlan(spec=spec, requested_impl=impl, config=config, sm_scale_arg=sm_scale, sm_scale=sm_scale_value,
-                      device=q.device, work=work, inputs=inputs, launches=bound)
+                      device=q.device, work=work, inputs=inputs, launches=bound, output_slots=output_slots)
     if compile_launch is not None:
         plan._use_compiled(compiled, get_stream)
     return plan
@@ -333,9 +387,9 @@ def resolve_launch(kernel, grid, args):
 def bind_slots(kernel, args: dict, scope: dict, buffers: set) -> tuple:
     """Which tensor arguments of one launch come from a user input: ((argument, input index, view), ...).
 
-    A tensor argument is matched by data_ptr against the user inputs this launch's stage reads (``scope``);
-    cache_views share their cache's data_ptr. Anything else must be a plan buffer, or the plan would replay a
-    stale temporary.
+    A tensor argument is matched by data_ptr against the user inputs this launch's stage reads (``scope``, with
+    out and lse for an ``output_slots`` plan); cache_views share their cache's data_ptr. Anything else must be a
+    plan buffer, or the plan would replay a stale temporary.
     """
     slots = []
     for arg, value in args.items():
