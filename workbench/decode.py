@@ -118,8 +118,8 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     "wgmma_ws" at <= 16 heads from 65536 up, else "wgmma_f16"; otherwise "tile512"; see registry.auto_kernel), any
     registered kernel (``workbench.registry.decode_impls()``: the optimisation ladder's rungs "mma", "tile512",
     "tile512_bf16dq", "tile512_3d", "wgmma", "wgmma_4lane", "wgmma_rope", "wgmma_2cta", "wgmma_headwarps",
-    "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws" (the f16 rungs are exact for scale bytes 112..134
-    and for |q|, |rope| below 65536, and give NaN outside, see registry.auto_kernel), the per-head "simt"), or
+    "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws" (the f16 rungs are exact on every cache: outside their
+    f16 window a split runs again in bf16, see wgmma.F16_MIN_SCALE_BYTE), the per-head "simt"), or
     "reference".
     config: one kernel config (dict) to run without autotuning, e.g. for CUDA graph capture; the keys are
     the kernel's ``registry.get(impl).allowed`` (tiled kernels: BLOCK_H, BLOCK_T, num_warps, num_stages).

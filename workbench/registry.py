@@ -114,10 +114,9 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     tile512, wgmma_rope, wgmma_2cta, wgmma_xchg, wgmma_f16 and wgmma_f16_2cta: the pick within 2% at all 24 shapes
     in 0430 and 0448, at all but one in 0647 (b4 h16 topk2048: 13.8 vs 13.5 us for wgmma_f16_2cta, 2.6%) and in
     0709 (b1 h16 topk512: 8.8 vs 8.5 us for wgmma_xchg, 4.1%), and with the combine as a programmatic dependent
-    launch (decode.combine_pdl) at all 24 in 1103 (at most 1.6%). The f16 rungs are exact for scale bytes
-    112..134 (the quantiser writes 114 and up; 134 is amax 57344) and give NaN outside; a q or rope value of
-    magnitude 65536 or more (f16 inf) gives NaN too: "wgmma_xchg" is the bf16 rung with neither limit. Any
-    other GPU: the portable "tile512".
+    launch (decode.combine_pdl) at all 24 in 1103 (at most 1.6%). The f16 rungs are exact on every cache: a split
+    with a scale byte outside 105..127 or a rope of 512 or more runs again with bf16 operands (wgmma.F16_MIN_SCALE_BYTE).
+    Any other GPU: the portable "tile512".
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
