@@ -565,8 +565,8 @@ def same_run_times(ok, *, batch, heads, topk, extra_topk=0, mode="graph", ours=(
 
     ok: rows of :func:`workbench.results.load_bench` (status ok). The first of ``ours`` with an
     autotuned (empty config) row at the shape wins: "auto" means the rows of provider "auto", any other
-    name the rows of that kernel timed as itself. Among tables, the newest whose rows are not stale, else
-    the newest; tables that also timed every peer at the shape come first, and of those the headline sweep's.
+    name the rows of that kernel timed as itself. Among tables, those that also timed every peer at the shape
+    come first; of those, the newest whose rows are not stale, else the newest, the headline sweep's first.
     Returns kernel (the name from ``ours``), resolved (the kernel the rows record: for "auto",
     the rung it resolved to where the table says, else "auto"), ours_us, ``<peer>_us`` for each peer (NaN
     when the table has none), source, git_commit, stale; ours_us is NaN and kernel None when nothing matches.
@@ -582,11 +582,12 @@ def same_run_times(ok, *, batch, heads, topk, extra_topk=0, mode="graph", ours=(
         rows = here[prov == k] if k == DEFAULT_PROVIDER else here[(kern == k) & (prov == k)]
         if rows.empty:
             continue
-        fresh = rows[rows.stale == False]  # noqa: E712
-        pick = fresh if len(fresh) else rows
-        # a table that timed every peer at this shape too (one run), where there is one
-        full = [src for src in pick.source.unique() if set(peers) <= set(here[here.source == src].provider)]
-        pick = pick[pick.source.isin(full)] if full else pick
+        # a table that timed every peer at this shape too (one run), where there is one; then the fresh rows of
+        # those (a fresh table without the peers, such as the overhead sweep's, does not beat a full one)
+        full = [src for src in rows.source.unique() if set(peers) <= set(here[here.source == src].provider)]
+        pick = rows[rows.source.isin(full)] if full else rows
+        fresh = pick[pick.stale == False]  # noqa: E712
+        pick = fresh if len(fresh) else pick
         # the headline sweep is the default kernel's published measurement; other sweeps that time it beside
         # something (isolate: beside its variants) count only at shapes no headline table has
         if "sweep" in pick.columns and (pick.sweep == "headline").any():
