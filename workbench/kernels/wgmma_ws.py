@@ -43,8 +43,8 @@ from ..layout import layout_of
 from .common import cdiv, launch, layout_constexprs, partial_args
 from .configs import TiledConfig
 from .wgmma import (F16_OUT_MULT, LAYOUT_KEYS, _bf16_scale_pairs, _bf16x4_to_f16, _dequant_words, _dequant_words_f16,
-                    _f16_scale_pairs, _load_idx, _load_tile, _softmax_step, load_q, not_finite, opaque_zero, qk_scale,
-                    scale_q_per_head, split_pass, store_partial)
+                    _f16_scale_pairs, _load_idx, _load_tile, _softmax_step, load_q, not_finite, qk_scale,
+                    scale_q_per_head, store_partial)
 
 # 16 heads only: at 32 the accumulator is 128 registers a consumer thread and 3 K slots need 234,240 B (lab), over
 # sm_90's 232,448 B a block
@@ -134,18 +134,25 @@ def ws_partial_kernel(
     if F16:
         bad = not_finite(l_i)  # as rung 11: a token outside the f16 window makes some row sum non-finite
         out_mult = gl.where(bad, 1.0, F16_OUT_MULT)
-        if bad:  # the consumer warps alone run this split again, bf16 operands (or non-finite data),
-            # without warp specialisation (rung 10's loop on two slots of the ring); rare, so simple
-            z = opaque_zero()  # every address of the second pass computed afresh, not kept from the first
-            m_i, l_i, acc = split_pass(
-                pid_h + z, split + z, pid_q + z, q_smem._reinterpret(gl.bfloat16, [BLOCK_H, D], Q_SMEM),
-                k_smem._reinterpret(gl.bfloat16, [NUM_BUFS, BLOCK_T, D], K_SMEM),
-                p_smem._reinterpret(gl.bfloat16, [BLOCK_T, BLOCK_H], P_SMEM),
-                p_smem._reinterpret(gl.bfloat16, [BLOCK_T, BLOCK_H], P_SMEM), p_smem, p_smem, q_ptr + z, stride_qb,
-                stride_qs, stride_qh, cache_u8 + z, cache_bf16 + z, stride_page, block_size, num_tokens, idx_ptr + z,
-                stride_ib, stride_is, topk_len_ptr, stride_tl, sm_scale_log2, H, S_Q, TOPK, tokens_per_split,
-                HAS_TOPK_LEN, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, 4, 2, 1, 0,
-                0, 0, LEAVE_OUT)
+        if bad:  # rare: the split again with bf16 operands (rung 10's dequant, unscaled q) in the same two
+            # partitions. A rerun by the consumer warps alone (rung 10's non-specialised loop) cost 4-7% at h16
+            # though it never ran: its code changed how ptxas scheduled the fast loop (same-run A/B, H200)
+            for i in gl.static_range(NUM_BUFS):
+                mbarrier.invalidate(full.index(i))
+                mbarrier.invalidate(empty.index(i))
+                mbarrier.init(full.index(i), count=1)
+                mbarrier.init(empty.index(i), count=1)
+            fence_async_shared()
+            m_i, l_i, acc = gl.warp_specialize([
+                (_consumer, (q_smem._reinterpret(gl.bfloat16, [BLOCK_H, D], Q_SMEM),
+                             k_smem._reinterpret(gl.bfloat16, [NUM_BUFS, BLOCK_T, D], K_SMEM), valid_smem,
+                             p_smem._reinterpret(gl.bfloat16, [BLOCK_T, BLOCK_H], P_SMEM), full, empty, start, end,
+                             q_ptr + bi * stride_qb + si * stride_qs, stride_qh, pid_h, H, sm_scale_log2, BLOCK_H,
+                             BLOCK_T, D, NUM_BUFS, 0, 0, LEAVE_OUT)),
+                (_producer, (k_smem._reinterpret(gl.bfloat16, [NUM_BUFS, BLOCK_T, D], K_SMEM), valid_smem, full, empty,
+                             cache_u8, cache_bf16, stride_page, block_size, num_tokens, idx_row, start, end, D_NOPE,
+                             D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS, 0, LEAVE_OUT)),
+            ], [PRODUCER_WARPS], [PRODUCER_REGS])
     store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pid_h, split, split_offset, s_total,
                   H, BLOCK_H, D)
 
