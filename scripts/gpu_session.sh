@@ -7,6 +7,7 @@
 #   SKIP_CHECK=1 / SKIP_PYTEST_GPU=1 / SKIP_SANITIZE=1 / SKIP_BENCH=1 leave a part out (to fit the 10-minute limit
 #   of one call); the pytest step (TRITON_INTERPRET=0 pytest -m gpu: the GPU checks as tests, and every other
 #   gpu-marked test) writes the same correctness table as check, as $OUT/correctness_h200_pytest.csv;
+#   CHECK_IMPLS="a b" limits the correctness table to those kernels (and any "auto" named);
 #   SANITIZE_IMPLS="a b" limits compute-sanitizer to those kernels (default: every checked kernel);
 #   RACECHECK_IMPLS="a b" / SYNCCHECK_IMPLS="a b" also run compute-sanitizer racecheck / synccheck on those kernels'
 #   sanitizer case; SANITIZE_ARGS adds arguments to each `check --sanitize` (e.g. "--case ID --combine serial") and
@@ -34,7 +35,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 rc=0
 # --force on check and bench: $OUT collects every step's files, and tee has made each step's log there first
 if [ "${SKIP_CHECK:-0}" != 1 ]; then
-  python3 -m workbench check --out "$OUT" --force 2>&1 | tee "$OUT/check.log" | grep -v "it/s\]" ; rc=$((rc | PIPESTATUS[0]))
+  python3 -m workbench check --out "$OUT" --force ${CHECK_IMPLS:+--impls $CHECK_IMPLS} 2>&1 | tee "$OUT/check.log" | grep -v "it/s\]" ; rc=$((rc | PIPESTATUS[0]))
 fi
 if [ "${SKIP_PYTEST_GPU:-0}" != 1 ]; then
   WORKBENCH_CHECK_OUT="$OUT" WORKBENCH_CHECK_NAME=correctness_h200_pytest.csv TRITON_INTERPRET=0 \

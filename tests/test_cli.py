@@ -42,7 +42,7 @@ def runs(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------- CPU-only machines
 
-@pytest.mark.parametrize("argv", [["check"], ["check", "--sanitize", "mma"], ["bench"],
+@pytest.mark.parametrize("argv", [["check"], ["check", "--sanitize", "mma"], ["bench"], ["check", "--impls", "auto", "mma"],
                                   ["check", "--sanitize", "mma", "--case", "h1-k1-bs2-one-token", "--combine",
                                    "serial"]], ids=" ".join)
 def test_gpu_commands_end_in_one_line_without_cuda(argv, runs, monkeypatch, capsys):

@@ -76,7 +76,7 @@ def _cmd_check(a):
     if a.sanitize:
         sanitizer_case(a.sanitize, case_id=a.case, pdl={"rule": None, "pdl": True, "serial": False}[a.combine])
         return 0
-    csv = write_table(run_checks(), _out_dir(a, "check"), a.name)
+    csv = write_table(run_checks(impls=a.impls), _out_dir(a, "check"), a.name)
     df = pd.read_csv(csv)
     bad = df[df["passed"] != True]  # noqa: E712
     print(df.groupby(["check", "impl"])[["out_rel_norm", "out_elem_ratio", "lse_ratio"]].max().to_string())
@@ -243,8 +243,10 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--force", action="store_true", help=force_help)
     c.add_argument("--name", default="correctness_h200.csv")
     c.add_argument("--publish", action="store_true", help=publish_help)
-    from .gpu_check import checked_impls
+    from .gpu_check import case_impls, checked_impls
     c.add_argument("--sanitize", choices=checked_impls(), help="run one small case (for compute-sanitizer)")
+    c.add_argument("--impls", nargs="+", choices=case_impls(), metavar="IMPL",
+                   help="check only these kernels (and 'auto'); default: every kernel and 'auto'")
     from .cases import SANITIZER, catalogue
     c.add_argument("--case", default=SANITIZER, choices=[e.id for e in catalogue()], metavar="CASE_ID",
                    help=f"with --sanitize: the catalogue entry to run (default {SANITIZER})")

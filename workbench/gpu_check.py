@@ -266,16 +266,17 @@ def write_table(rows: list[dict], out_dir: str | Path, name: str = TABLE_NAME) -
     return csv
 
 
-def run_checks(device="cuda", progress=True) -> list[dict]:
-    """Every check's rows, as run (``write_table`` orders them and adds the provenance)."""
+def run_checks(device="cuda", progress=True, impls=None) -> list[dict]:
+    """Every check's rows, as run (``write_table`` orders them and adds the provenance); ``impls``: only these
+    (default: ``case_impls()``, every kernel and "auto")."""
     from tqdm.auto import tqdm
     rows = []
     for name in tqdm(golden_names(), desc="golden", disable=not progress):
-        rows += golden_rows(name, device=device)
+        rows += golden_rows(name, impls=impls, device=device)
     for i, entry in enumerate(tqdm(gpu_cases(), desc="catalogue", disable=not progress)):
-        rows += case_rows(entry, i, device=device)
+        rows += case_rows(entry, i, impls=impls, device=device)
     bitwise_case = catalogue.get(catalogue.BITWISE).build(device=device)
-    for impl in checked_impls():
+    for impl in [i for i in (impls or checked_impls()) if i in checked_impls()]:
         rows += bitwise_rows(impl, device, bitwise_case)
     return rows
 
