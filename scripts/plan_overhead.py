@@ -12,9 +12,11 @@ and their differences, the host overhead per call (the bench's ``overhead`` rows
 minus graph at most 25 us at b1 h64 topk512. ``b2b`` is the plan path's time per call issued back to back
 (host and GPU overlapping, as in serving).
 
-CPU (``--stub``): the host-side cost alone, with the C launch replaced by a no-op (the plan's compiled replay
-path with its kernels stubbed) and, for comparison, the plain path with its launches only recorded
-(``capture_launches``, so Triton's own launch cost is not counted).
+CPU (``--stub``, TRITON_INTERPRET is set for it): the host-side Python of a call, piece by piece, with Triton's
+C launch replaced by a no-op (see ``stub``): the plain path's key and lookup, its two output allocations, the
+compiled replay of the launches, a whole cached plain call, and an explicit plan's check and whole call.
+
+    .venv/bin/python scripts/plan_overhead.py --stub
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ def parse_args():
     p.add_argument("--impl", default="auto", help="kernel to plan (default auto)")
     p.add_argument("--calls", type=int, default=200, help="calls per idle / back-to-back timing (GPU)")
     p.add_argument("--stub", action="store_true", help="CPU: host cost with the kernel launches stubbed")
+    p.add_argument("--calls-cpu", type=int, default=5000, help="calls per timing repeat (--stub)")
     return p.parse_args()
 
 
@@ -83,35 +86,91 @@ def back_to_back_us(fn, calls: int) -> float:
     return best
 
 
+CASES = (("b1 h64 topk512", dict(batch=1, heads=64, topk=512)),
+         ("b64 h16 topk2048", dict(batch=64, heads=16, topk=2048)),
+         ("b64 h16 topk2048 +all inputs", dict(batch=64, heads=16, topk=2048, sink=True, topk_length=True,
+                                                extra_topk=128, extra_topk_length=True)))
+
+
 def stub(args):
+    """Per-piece host cost on the CPU: the compiled replay with Triton's C launch replaced by a no-op.
+
+    Each launch goes through a real ``CudaLauncher`` (Triton's Python wrapper of the C launch) whose C function is
+    ``"".format`` (a builtin that takes any arguments and does nothing), so the Python a GPU call runs is timed.
+    The plain path's first call is planned with the same stub (``plan.make_plan`` patched), so nothing is
+    interpreted. What a GPU call adds is not here: the C launcher's argument parsing and cuLaunchKernelEx, the
+    CUDA caching allocator, and the plain path's stream and capture queries.
+    """
+    import time
     from types import SimpleNamespace
 
+    from triton.backends.nvidia.driver import CudaLauncher
+
     import workbench as wb
+    from workbench import decode
     from workbench import plan as plan_mod
-    from workbench.kernels.common import capture_launches
 
     impl = "tile512" if args.impl == "auto" else args.impl  # what auto is on the CPU (no Gluon there)
 
-    def no_launch(*launch_args):
-        return None
+    def launcher(pdl):
+        run = CudaLauncher.__new__(CudaLauncher)  # no compile: only the attributes its __call__ reads
+        run.__dict__.update(num_ctas=1, launch="".format, global_scratch_size=0, global_scratch_align=1,
+                            profile_scratch_size=0, profile_scratch_align=1, launch_cooperative_grid=False,
+                            launch_pdl=pdl)
+        return run
 
     def compile_stub(kernel, grid, launch_args):
-        return SimpleNamespace(run=no_launch, function=0, packed_metadata=(4, 1, 0), launch_metadata=no_launch)
-    print(f"host-side us per call on the CPU, C launch stubbed, impl={impl}")
-    for b, h, topk in SHAPES:
-        kw = wb.build_case(batch=b, heads=h, topk=topk, block_size=64).kwargs()
-        user = {name: kw.get(name) for name in wb.decode.INPUT_NAMES}
-        plan = plan_mod.build_plan(user, sm_scale=None, impl=impl, config=None, compile_launch=compile_stub,
-                                   get_stream=lambda device_index: 0)
+        pdl = bool(launch_args.get("PDL", False))
+        return SimpleNamespace(run=launcher(pdl), function=0, packed_metadata=(4, 1, 0),
+                               launch_metadata=lambda *a: None, metadata=SimpleNamespace(launch_pdl=pdl))
+
+    def make_plan_stubbed(user, *, sm_scale, impl, config, output_slots=False):
+        return plan_mod.build_plan(user, sm_scale=sm_scale, impl=impl, config=config, compile_launch=compile_stub,
+                                   get_stream=lambda device_index: 0, output_slots=output_slots)
+
+    def us(fn, n=args.calls_cpu):
+        return min(timeit.repeat(fn, number=n, repeat=9, timer=time.process_time)) / n * 1e6
+
+    plan_mod.make_plan = make_plan_stubbed
+    plans = decode.PLAIN_PLANS
+    print(f"host-side us per call on the CPU (process time, min of 9 repeats), C launch stubbed, impl={impl}")
+    print(f"{'case':30} {'key+lookup':>10} {'alloc':>7} {'launches':>9} {'plain hit':>10} {'plan chk':>9} "
+          f"{'plan':>7}")
+    for label, shape in CASES:
+        kw = wb.build_case(**shape, block_size=64).kwargs()
+        kw["impl"] = impl
+        plans.clear()
+        wb.sparse_mla_decode(**kw)  # the miss: plans (stubbed) and runs it
+        wb.sparse_mla_decode(**kw)
+        (plan,) = plans.plans()
+        assert plans.stats()["hits"] == 1, plans.stats()
+        inputs = tuple(kw.get(n) for n in decode.INPUT_NAMES)
+        ptrs = [0 if t is None else t.data_ptr() for t in inputs]
+        call_args = (kw["q"], kw["cache"], kw["indices"], kw.get("sm_scale"), kw.get("attn_sink"),
+                     kw.get("topk_length"), kw.get("extra_cache"), kw.get("extra_indices"),
+                     kw.get("extra_topk_length"), impl, None)
+        t_hit = us(lambda: wb.sparse_mla_decode(**kw))
+        plan.fresh_call = lambda *a: None  # the key and the lookup alone
+        t_key = us(lambda: plans.call(*call_args))
+        del plan.fresh_call
+        plan._run = lambda *a: None  # fresh_call without its launches: the two allocations
+        t_alloc = us(lambda: plan.fresh_call(inputs, ptrs))
+        del plan._run
+        out, lse = plan.fresh_call(inputs, ptrs)
+        all_inputs, all_ptrs = (*inputs, out, lse), [*ptrs, out.data_ptr(), lse.data_ptr()]
+        t_launch = us(lambda: plan._replay(all_inputs, all_ptrs))
+        user = {n: kw.get(n) for n in decode.INPUT_NAMES}
+        pplan = make_plan_stubbed(user, sm_scale=kw.get("sm_scale"), impl=impl, config=None)
         q, cache, indices = kw["q"], kw["cache"], kw["indices"]
-        n = 20000
-        t_plan = min(timeit.repeat(lambda: wb.sparse_mla_decode(q, cache, indices, plan=plan), number=n,
-                                   repeat=7)) / n * 1e6
-        with capture_launches():
-            t_plain = min(timeit.repeat(lambda: wb.sparse_mla_decode(q, cache, indices, impl=impl), number=200,
-                                        repeat=7)) / 200 * 1e6
-        print(f"b{b} h{h} topk{topk}: plan path {t_plan:.2f} us ({len(plan.launches)} launches), "
-              f"plain path {t_plain:.1f} us without Triton's launch")
+        rest = {k: v for k, v in kw.items() if k not in ("q", "cache", "indices", "impl")}
+        t_plan = us(lambda: wb.sparse_mla_decode(q, cache, indices, **rest, plan=pplan))
+        pplan._replay = lambda *a: None
+        t_check = us(lambda: wb.sparse_mla_decode(q, cache, indices, **rest, plan=pplan))
+        print(f"{label:30} {t_key:10.2f} {t_alloc:7.2f} {t_launch:9.2f} {t_hit:10.2f} {t_check:9.2f} "
+              f"{t_plan:7.2f}   ({len(plan.launches)} launches)")
+    print("key+lookup: PLAIN_PLANS.call without the replay; alloc: fresh_call without its launches (out, lse); "
+          "launches: the compiled replay of all launches (stream, argument lists, Triton's launcher); plain hit: "
+          "a cached sparse_mla_decode call; plan chk: sparse_mla_decode(plan=) without the replay; plan: with it")
 
 
 if __name__ == "__main__":

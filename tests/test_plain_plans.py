@@ -126,6 +126,76 @@ def test_a_call_that_differs_misses(what):
     check_against_reference(out, lse, call, what)
 
 
+def _wider(t):
+    """t's values in a tensor of t's shape whose first stride is larger; a cache keeps its page layout (its page
+    stride grows by 576 bytes, the layout's page alignment), any other input keeps stride(-1) == 1."""
+    if t.dtype == torch.uint8 and t.dim() == 4:  # a cache view: copy whole pages, padding included
+        n, s0 = t.shape[0], t.stride(0)
+        buf = torch.zeros(n, s0 + 576, dtype=t.dtype)
+        buf[:, :s0].copy_(t.as_strided((n, s0), (s0, 1)))
+        return buf.as_strided(t.shape, (s0 + 576, *t.stride()[1:]))
+    if t.dim() == 1:
+        wide = torch.zeros(2 * t.shape[0], dtype=t.dtype)[::2]
+    else:
+        wide = torch.zeros(t.shape[0], 2 * t[0].numel(), dtype=t.dtype)[:, : t[0].numel()].view(t.shape)
+    wide.copy_(t)
+    return wide
+
+
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
+def test_every_inputs_strides_are_in_the_key():
+    """Each input in turn with other strides (same shape and values): a plan of its own, hit by the next such
+    call, and the plain path's result bit for bit."""
+    kw = tiny(**FULL).kwargs()
+    wb.sparse_mla_decode(**kw)
+    for n, name in enumerate(decode.INPUT_NAMES, start=1):
+        call = {**kw, name: _wider(kw[name])}
+        assert call[name].stride() != kw[name].stride() and torch.equal(call[name], kw[name])
+        out, lse = wb.sparse_mla_decode(**call)
+        assert counts() == (n - 1, n + 1), name
+        out, lse = wb.sparse_mla_decode(**call)
+        assert counts() == (n, n + 1), name
+        plain_out, plain_lse = decode.plain_decode(**call)
+        assert torch.equal(out, plain_out) and torch.equal(lse, plain_lse), name
+
+
+def _unaligned(t):
+    """t's values at a data_ptr one element past a 16-byte boundary."""
+    off = torch.zeros(t.numel() + 1, dtype=t.dtype)[1:].view(t.shape)
+    off.copy_(t)
+    assert off.data_ptr() % 16
+    return off
+
+
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
+def test_alignment_is_keyed_per_input():
+    """Which inputs are unaligned is in the key, not only whether any is: each pattern is a plan of its own."""
+    kw = tiny(sink=True).kwargs()
+    patterns = [(), ("q",), ("indices",), ("q", "indices"), ("attn_sink",)]
+    for _ in range(2):
+        for names in patterns:
+            wb.sparse_mla_decode(**{**kw, **{n: _unaligned(kw[n]) for n in names}})
+    assert counts() == (len(patterns), len(patterns))
+    flags = {tuple(not p.inputs[n].aligned for n in ("q", "indices", "attn_sink")) for p in PLANS.plans()}
+    assert flags == {tuple(n in names for n in ("q", "indices", "attn_sink")) for names in patterns}
+
+
+@pytest.mark.parametrize("shape", [TINY, dict(TINY, batch=1, heads=16), dict(TINY, s_q=2)],
+                         ids=["b2-h4", "b1-h16", "s_q2"])
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
+def test_new_outputs_are_laid_out_as_the_plain_paths(shape):
+    """A hit's out and lse: the plain path's shapes, dtypes and strides (contiguous), on the inputs' device."""
+    kw = tiny(**shape).kwargs()
+    wb.sparse_mla_decode(**kw)
+    out, lse = wb.sparse_mla_decode(**kw)
+    assert counts() == (1, 1)
+    plain_out, plain_lse = decode.plain_decode(**kw)
+    for got, want in ((out, plain_out), (lse, plain_lse)):
+        assert (got.shape, got.stride(), got.dtype, got.device) == (want.shape, want.stride(), want.dtype,
+                                                                     want.device)
+        assert got.is_contiguous() and torch.equal(got, want)
+
+
 @pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
 def test_equal_values_written_differently_share_a_plan():
     """sm_scale 0.25 as a float or a numpy scalar, a config dict rebuilt: the same key (a hit)."""
@@ -152,7 +222,9 @@ def test_least_recently_used_plan_is_dropped(monkeypatch):
     assert counts() == (2, 4)
     call(0.3)
     assert counts() == (2, 5)
-    assert sorted(p.sm_scale for p in PLANS.plans()) == [0.2, 0.3]
+    assert [p.sm_scale for p in PLANS.plans()] == [0.2, 0.3]  # least recently used first
+    call(0.2)
+    assert [p.sm_scale for p in PLANS.plans()] == [0.3, 0.2]
 
 
 @pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
@@ -235,10 +307,11 @@ def test_invalid_calls_raise_as_before():
 
 class LaunchRecorder:
     def __init__(self):
-        self.calls = []
+        self.calls, self.streams = [], []
 
     def __call__(self, g0, g1, g2, stream, function, packed, meta, enter, leave, *args):
         self.calls.append(args)
+        self.streams.append(stream)
 
 
 @pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
@@ -266,6 +339,58 @@ def test_output_slots_get_each_calls_new_pointers():
     assert first[0].data_ptr() != second[0].data_ptr()
     held = [v for b in plan.launches for v in b.fixed.values() if isinstance(v, torch.Tensor)]
     assert all(v.data_ptr() not in (first[0].data_ptr(), first[1].data_ptr()) for v in held)
+
+
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
+def test_fresh_call_launches_on_the_stream_it_is_given():
+    """The plain path hands its key's stream to the replay (asked once per call); without one the plan asks."""
+    rec, asked = LaunchRecorder(), []
+
+    def compile_stub(kernel, grid, args):
+        return SimpleNamespace(run=rec, function=0, packed_metadata=(4, 1, 0), launch_metadata=lambda *a: None)
+    kw = tiny(**FULL).kwargs()
+    plan = plan_mod.build_plan({n: kw.get(n) for n in decode.INPUT_NAMES}, sm_scale=kw["sm_scale"], impl="tile512",
+                               config=None, compile_launch=compile_stub,
+                               get_stream=lambda d: asked.append(d) or 7, output_slots=True)
+    inputs = tuple(kw.get(n) for n in decode.INPUT_NAMES)
+    ptrs = [0 if t is None else t.data_ptr() for t in inputs]
+    plan.fresh_call(inputs, ptrs, 5)
+    assert rec.streams == [5] * len(plan.launches) and asked == []
+    plan.fresh_call(inputs, ptrs)
+    assert rec.streams[len(plan.launches):] == [7] * len(plan.launches) and asked == [0]
+
+
+@pytest.mark.parametrize("impl", ["tile512", "simt"], ids=["split", "fused"])
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
+def test_partials_are_launched_before_the_outputs_are_made(impl):
+    """A split plan's compiled replay launches the partials (which take neither out nor lse) first, then makes out
+    and lse, then launches the combine: on the GPU the partials run while the host allocates. A fused launch
+    writes the outputs, so they are made first."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    events = []
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            events.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    def compile_stub(kernel, grid, args):
+        name = kernel.fn.__name__
+        return SimpleNamespace(run=lambda *a: events.append(name), function=0, packed_metadata=(4, 1, 0),
+                               launch_metadata=lambda *a: None)
+    kw = tiny(**FULL).kwargs()
+    plan = plan_mod.build_plan({n: kw.get(n) for n in decode.INPUT_NAMES}, sm_scale=kw["sm_scale"], impl=impl,
+                               config=None, compile_launch=compile_stub, get_stream=lambda d: 0, output_slots=True)
+    inputs = tuple(kw.get(n) for n in decode.INPUT_NAMES)
+    with Ops():
+        plan.fresh_call(inputs, [0 if t is None else t.data_ptr() for t in inputs])
+    names = [b.kernel.fn.__name__ for b in plan.launches]
+    made = [e for e in events if e.startswith("aten.")]
+    assert len(made) == 2 and all("empty" in e for e in made), events
+    if impl == "tile512":
+        assert len(names) == 3 and events == names[:2] + made + names[2:]
+    else:
+        assert events == made + names
 
 
 @pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets

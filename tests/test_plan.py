@@ -167,6 +167,80 @@ def test_compiled_replay_fills_pointers_per_call():
     assert combine["out_ptr"] == plan.out.data_ptr() and combine["sink_ptr"] == kw["attn_sink"].data_ptr()
 
 
+def cuda_launcher(launch, **attrs):
+    """A real Triton CudaLauncher whose C launch is ``launch`` (made without compiling: it holds only what its
+    ``__call__`` reads)."""
+    from triton.backends.nvidia.driver import CudaLauncher
+    run = CudaLauncher.__new__(CudaLauncher)
+    run.__dict__.update(dict(num_ctas=1, launch=launch, global_scratch_size=0, global_scratch_align=1,
+                             profile_scratch_size=0, profile_scratch_align=1, launch_cooperative_grid=False,
+                             launch_pdl=False), **attrs)
+    return run
+
+
+def launcher_plan(case, record, **attrs):
+    """A plan whose launches go through CudaLauncher objects, their C launch appending its arguments to record;
+    the combine's launcher has the PDL flag, the partials' the cooperative one (so the test sees where each goes)."""
+    def compile_stub(kernel, grid, args):
+        pdl = "PDL" in args
+        run = cuda_launcher(lambda *a: record.append(a), launch_pdl=pdl, launch_cooperative_grid=not pdl, **attrs)
+        return SimpleNamespace(run=run, function=11, packed_metadata=(4, 1, 0),
+                               launch_metadata=lambda grid, stream, *a: ("meta", grid, stream, a))
+    kw = case.kwargs()
+    return plan_mod.build_plan({n: kw.get(n) for n in wb.decode.INPUT_NAMES}, sm_scale=kw["sm_scale"],
+                               impl="tile512", config=None, compile_launch=compile_stub, get_stream=lambda d: 7)
+
+
+@pytest.mark.parametrize("hooked", [False, True], ids=["no-hooks", "profiler-hooks"])
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
+def test_direct_c_launch_passes_what_triton_launcher_would(monkeypatch, hooked):
+    """The replay calls a CudaLauncher's C launch itself (not its Python __call__) with the very arguments
+    __call__ would pass it: flags, scratch, metadata, hooks and kernel arguments, in order."""
+    from triton import knobs
+    from triton.backends.nvidia.driver import CudaLauncher
+    case, kw = hostile_case(seed=0), hostile_case(seed=1).kwargs()
+    direct, wrapped = [], []
+    direct_plan = launcher_plan(case, direct)
+    with monkeypatch.context() as m:
+        m.setattr(plan_mod, "_c_launch", lambda run: None)  # every launch through CudaLauncher.__call__
+        wrapped_plan = launcher_plan(case, wrapped)
+    if hooked:
+        monkeypatch.setattr(knobs.runtime.launch_enter_hook, "calls", [lambda meta: None])  # a profiler's
+    wb.sparse_mla_decode(**kw, plan=wrapped_plan)
+    monkeypatch.setattr(CudaLauncher, "__call__", _raiser("CudaLauncher.__call__ on the direct path"))
+    wb.sparse_mla_decode(**kw, plan=direct_plan)
+    assert len(direct) == len(wrapped) == len(direct_plan.launches) == 3
+    swap = {direct_plan.part_out.data_ptr(): wrapped_plan.part_out.data_ptr(),
+            direct_plan.part_lse.data_ptr(): wrapped_plan.part_lse.data_ptr(),
+            direct_plan.out.data_ptr(): wrapped_plan.out.data_ptr(),
+            direct_plan.lse.data_ptr(): wrapped_plan.lse.data_ptr()}  # each plan's own buffers
+    for d, w in zip(direct, wrapped):
+        d = [swap.get(v, v) if type(v) is int else v for v in d]
+        if hooked:
+            d[10] = ("meta", d[10][1], d[10][2], tuple(swap.get(v, v) if type(v) is int else v for v in d[10][3]))
+        assert d == list(w)
+    assert [a[5:7] for a in direct] == [(True, False), (True, False), (False, True)]  # cooperative, pdl
+    assert all(a[3] == 7 and a[7] is None and a[8] is None for a in direct)  # stream; no scratch
+    assert all((a[10] is None) != hooked and (a[11] is None) != hooked for a in direct)
+
+
+@pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
+def test_a_kernel_with_scratch_goes_through_triton_launcher(monkeypatch):
+    """A launcher with global scratch is called as run(...): its allocator gives each launch its scratch."""
+    from triton.runtime import _allocation
+    record, sizes = [], []
+    scratch = SimpleNamespace(data_ptr=lambda: 4096)
+
+    def allocate(size, align, stream):
+        sizes.append((size, align, stream))
+        return scratch
+    monkeypatch.setattr(_allocation, "_allocator", SimpleNamespace(get=lambda: allocate))
+    plan = launcher_plan(hostile_case(seed=0), record, global_scratch_size=32, global_scratch_align=16)
+    wb.sparse_mla_decode(**hostile_case(seed=1).kwargs(), plan=plan)
+    assert [a[7] for a in record] == [scratch] * 3
+    assert sizes == [(32 * b.grid[0] * b.grid[1] * b.grid[2], 16, 7) for b in plan.launches]
+
+
 # ---- no host synchronisation --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("impl", ["tile512", "simt"])

@@ -10,7 +10,7 @@ import contextlib
 import contextvars
 import os
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable
@@ -369,7 +369,8 @@ class PlainPlans:
         self.capacity = capacity
         self.enabled = enabled
         self._lock = threading.Lock()
-        self._plans: OrderedDict = OrderedDict()
+        self._plans: dict = {}  # key -> [plan or _UNPLANNABLE, last use (a stamp of _clock)]
+        self._clock = 0
         self.hits = 0
         self.misses = 0
         self.bypassed: Counter = Counter()
@@ -393,7 +394,7 @@ class PlainPlans:
     def plans(self) -> list:
         """The cached plans, least recently used first (refused keys left out)."""
         with self._lock:
-            return [p for p in self._plans.values() if p is not _UNPLANNABLE]
+            return [p for p, _ in sorted(self._plans.values(), key=lambda e: e[1]) if p is not _UNPLANNABLE]
 
     def _bypass(self, reason: str) -> None:
         with self._lock:
@@ -433,46 +434,59 @@ class PlainPlans:
             p0, p1, p2 = q.data_ptr(), cache.data_ptr(), indices.data_ptr()
             ptrs = [p0, p1, p2, 0, 0, 0, 0, 0]
             shape, stride = cache.shape, cache.stride()
-            key = [impl, config_key, sm_scale, _PDL_OVERRIDE.get(), stream,
-                   q.shape, q.stride(), q.dtype, q.device, not p0 & _ALIGN_MASK,
-                   shape, stride, cache.dtype, cache.device, not p1 & _ALIGN_MASK,
+            key = (impl, config_key, sm_scale, _PDL_OVERRIDE.get(), stream,
+                   q.shape, q.stride(), q.dtype, q.device,
+                   shape, stride, cache.dtype, cache.device,
                    cache.untyped_storage().nbytes() - cache.storage_offset() >= shape[0] * stride[0],  # whole pages
-                   indices.shape, indices.stride(), indices.dtype, indices.device, not p2 & _ALIGN_MASK]
-            for i in 3, 4, 5, 6, 7:
-                t = inputs[i]
-                if t is None:
-                    key.append(None)
-                else:
-                    ptrs[i] = ptr = t.data_ptr()
-                    key += (t.shape, t.stride(), t.dtype, t.device, not ptr & _ALIGN_MASK)
-            if extra_cache is not None:
-                shape, stride = extra_cache.shape, extra_cache.stride()
-                key.append(extra_cache.untyped_storage().nbytes() - extra_cache.storage_offset()
-                           >= shape[0] * stride[0])
-            key = tuple(key)
+                   indices.shape, indices.stride(), indices.dtype, indices.device)
+            ored = p0 | p1 | p2
+            if (attn_sink is None and topk_length is None and extra_cache is None and extra_indices is None
+                    and extra_topk_length is None):
+                optional = None
+            else:
+                optional = []
+                for i in 3, 4, 5, 6, 7:
+                    t = inputs[i]
+                    if t is None:
+                        optional.append(None)
+                    else:
+                        ptrs[i] = ptr = t.data_ptr()
+                        ored |= ptr
+                        optional.append((t.shape, t.stride(), t.dtype, t.device))
+                if extra_cache is not None:
+                    shape, stride = extra_cache.shape, extra_cache.stride()
+                    optional.append(extra_cache.untyped_storage().nbytes() - extra_cache.storage_offset()
+                                    >= shape[0] * stride[0])
+                optional = tuple(optional)
+            # alignment: True when every pointer is aligned (the usual case, one test), else one flag per input
+            aligned = True if not ored & _ALIGN_MASK else tuple(not p & _ALIGN_MASK for p in ptrs)
+            key = (key, optional, aligned)
         except (AttributeError, TypeError, IndexError, RuntimeError):  # not tensors, or not of a cache's rank
             return self._bypass("inputs")
         lock = self._lock
         lock.acquire()
         try:
-            plan = self._plans.get(key)
-            if plan is _UNPLANNABLE:
-                self._plans.move_to_end(key)
-                self.bypassed["refused"] += 1
-                return None
-            if plan is not None:
+            entry = self._plans.get(key)
+            if entry is None:
+                plan = None
+            else:
+                plan = entry[0]
+                self._clock += 1
+                entry[1] = self._clock  # most recently used (a stamp: no second hash of the key to reorder)
+                if plan is _UNPLANNABLE:
+                    self.bypassed["refused"] += 1
+                    return None
                 if registry.REGISTRY.get(plan.impl) is plan._spec:
-                    self._plans.move_to_end(key)
                     self.hits += 1
                 else:  # its kernel was unregistered or replaced since: plan again
                     plan = None
         finally:
             lock.release()
         if plan is None:
-            return self._miss(key, inputs, ptrs, sm_scale, impl, config)
-        return plan.fresh_call(inputs, ptrs)
+            return self._miss(key, inputs, ptrs, sm_scale, impl, config, stream)
+        return plan.fresh_call(inputs, ptrs, stream)
 
-    def _miss(self, key, inputs, ptrs, sm_scale, impl, config):
+    def _miss(self, key, inputs, ptrs, sm_scale, impl, config, stream):
         for name in ROW_INPUTS:
             t = inputs[INPUT_NAMES.index(name)]
             if t is not None and t.stride(-1) != 1:
@@ -490,14 +504,14 @@ class PlainPlans:
         with self._lock:
             self.misses += 1
         self._insert(key, plan)
-        return plan.fresh_call(inputs, ptrs)
+        return plan.fresh_call(inputs, ptrs, stream)
 
     def _insert(self, key, plan) -> None:
         with self._lock:
-            self._plans[key] = plan
-            self._plans.move_to_end(key)
-            while len(self._plans) > max(0, self.capacity):
-                self._plans.popitem(last=False)
+            self._clock += 1
+            self._plans[key] = [plan, self._clock]
+            while len(self._plans) > max(0, self.capacity):  # drop the least recently used
+                del self._plans[min(self._plans, key=lambda k: self._plans[k][1])]
 
 
 PLAIN_PLANS = PlainPlans(enabled=os.environ.get("WORKBENCH_PLAIN_PLANS", "1") != "0")

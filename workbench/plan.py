@@ -9,8 +9,8 @@ tensor argument is either a plan buffer (fixed) or a slot filled per call from o
 
 ``sparse_mla_decode(..., plan=plan)`` then only checks that the inputs still match the plan and replays the
 bound launches:
-- on the GPU each launch is compiled once and replayed through Triton's C launcher
-  (``CompiledKernel.run``) with a precomputed argument list, user inputs as ``data_ptr()`` integers;
+- on the GPU each launch is compiled once and replayed straight into Triton's C launch function (what
+  ``CompiledKernel.run`` calls) with a precomputed argument list, user inputs as ``data_ptr()`` integers;
 - under the interpreter (or any non-CUDA device) the same bound launches run as ``kernel[grid](**args)``.
 No validation, allocation or host synchronisation happens on that path.
 
@@ -37,7 +37,7 @@ INPUT_INDEX = {name: i for i, name in enumerate(decode.INPUT_NAMES + OUTPUT_NAME
 CACHE_INPUTS = ("cache", "extra_cache")   # inputs the launchers pass as cache_views (fp8, u8, bf16)
 POINTER_ALIGN = 16  # bytes: Triton specialises a pointer argument on this alignment when it compiles
 _RUNTIME = knobs.runtime  # where Triton keeps its launch hooks (read per call: a profiler may add some)
-_CONTIGUOUS = torch.contiguous_format
+_empty_like = torch.empty_like
 
 
 @dataclass(frozen=True)
@@ -91,10 +91,11 @@ class DecodePlan:
         # output_slots: the plan keeps no outputs (each call allocates its own)
         self.out, self.lse = (None, None) if output_slots else (work.out, work.lse)
         self._outputs = None if output_slots else (work.out, work.lse)
-        # fresh_call allocates like these one-element views (empty_like of a template is cheaper than torch.empty
-        # with a shape, dtype and device to parse: 1.9 against 3.4 us on the H200 machine's host)
+        # fresh_call allocates with empty_like of these (cheaper than torch.empty, which parses a shape, dtype and
+        # device): lse's is the workspace's own (small and dense: its strides are copied), out's a one-element view
+        # expanded to out's shape (never dense, so empty_like makes it contiguous; no out-sized buffer is kept)
         self._out_like = work.out.new_empty(1).expand(work.out.shape) if output_slots else None
-        self._lse_like = work.lse.new_empty(1).expand(work.lse.shape) if output_slots else None
+        self._lse_like = work.lse if output_slots else None
         self.inputs = {name: inputs.get(name) for name in decode.INPUT_NAMES}
         self.launches = tuple(launches)
         # the per-call check, precomputed: (index, (shape, stride, dtype, device index), alignment mask)
@@ -146,20 +147,29 @@ class DecodePlan:
         self._replay(inputs, ptrs)
         return self._outputs
 
-    def fresh_call(self, inputs: tuple, ptrs: list):
+    def fresh_call(self, inputs: tuple, ptrs: list, stream=None):
         """Replay an ``output_slots`` plan into a new out and lse: (out, lse), tensors of this call alone.
 
         inputs: the 8 user inputs in decode.INPUT_NAMES order, already known to match the plan (the plain path's
-        cache key, or ``launch``'s check); ptrs: their data_ptr (0 for None). Nothing is checked here.
+        cache key, or ``launch``'s check); ptrs: their data_ptr (0 for None); stream: the current stream of the
+        plan's device if the caller has it (None: asked here). Nothing is checked here.
         """
-        out = torch.empty_like(self._out_like, memory_format=_CONTIGUOUS)
-        lse = torch.empty_like(self._lse_like, memory_format=_CONTIGUOUS)
-        self._replay((*inputs, out, lse), [*ptrs, out.data_ptr(), lse.data_ptr()])
+        if self.compiled:  # the launches that take no output go first: the GPU runs them while out and lse are made
+            if stream is None:
+                stream = self._get_stream(self._device_index)
+            self._run(self._before_outputs, ptrs, stream)
+            out = _empty_like(self._out_like)
+            lse = _empty_like(self._lse_like)
+            self._run(self._from_outputs, [*ptrs, out.data_ptr(), lse.data_ptr()], stream)
+            return out, lse
+        out = _empty_like(self._out_like)
+        lse = _empty_like(self._lse_like)
+        self._replay((*inputs, out, lse), [*ptrs, out.data_ptr(), lse.data_ptr()], stream)
         return out, lse
 
     # ---- replay -------------------------------------------------------------------------------------------
 
-    def _replay_interpreted(self, inputs, ptrs):
+    def _replay_interpreted(self, inputs, ptrs, stream=None):
         """Each bound launch as ``kernel[grid](**args)``, the slots filled with the user tensors (or views).
 
         Holds decode.INTERPRETER_LOCK: the interpreter keeps a launch's grid state globally, so two threads must
@@ -180,6 +190,11 @@ class DecodePlan:
     def _use_compiled(self, compiled_launches, get_stream):
         """Replay ``compiled_launch`` tuples from now on; user pointers must stay aligned as when planned."""
         self._compiled = tuple(compiled_launches)
+        self._launchers = tuple(_launcher(c) for c in self._compiled)
+        # fresh_call's split: the launches before the first that takes out or lse (a split kernel's partials)
+        takes_output = [any(i >= len(decode.INPUT_NAMES) for _, i in slots) for _, _, slots, _, _ in self._launchers]
+        first = takes_output.index(True) if True in takes_output else len(takes_output)
+        self._before_outputs, self._from_outputs = self._launchers[:first], self._launchers[first:]
         self._get_stream = get_stream
         self._device_index = self.device.index if self.device.type == "cuda" else 0
         self._present = tuple((i, want, (POINTER_ALIGN - 1) if self.inputs[decode.INPUT_NAMES[i]].aligned else 0)
@@ -187,24 +202,31 @@ class DecodePlan:
         self._replay = self._replay_compiled
         self.compiled = True
 
-    def _replay_compiled(self, inputs, ptrs):
-        """Each launch straight into Triton's C launcher: the argument list is a copy of a template."""
-        stream = self._get_stream(self._device_index)
+    def _replay_compiled(self, inputs, ptrs, stream=None):
+        """Every launch, compiled (see ``_run``)."""
+        self._run(self._launchers, ptrs, self._get_stream(self._device_index) if stream is None else stream)
+
+    @staticmethod
+    def _run(launchers, ptrs, stream):
+        """Each launch straight into Triton's launcher: its argument list is a copy of a template, with the stream
+        and the user pointers filled in."""
         enter, leave = _RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook
         if (enter is None or (type(enter) is HookChain and not enter.calls)) and (
                 leave is None or (type(leave) is HookChain and not leave.calls)):  # no profiler hook: skip them
-            for run, function, packed, g0, g1, g2, template, slots, _ in self._compiled:
+            for call, template, slots, _, _ in launchers:
                 args = template.copy()
+                args[3] = stream
                 for pos, i in slots:
                     args[pos] = ptrs[i]
-                run(g0, g1, g2, stream, function, packed, None, None, None, *args)
+                call(*args)
             return
-        for run, function, packed, g0, g1, g2, template, slots, kernel in self._compiled:  # profiler hooks set
+        for call, template, slots, base, compiled in launchers:  # profiler hooks set
             args = template.copy()
+            args[3] = stream
             for pos, i in slots:
                 args[pos] = ptrs[i]
-            meta = kernel.launch_metadata((g0, g1, g2), stream, *args)
-            run(g0, g1, g2, stream, function, packed, meta, enter, leave, *args)
+            args[base - 3:base] = compiled.launch_metadata(tuple(args[:3]), stream, *args[base:]), enter, leave
+            call(*args)
 
     # ---- mismatch messages (off the fast path) ----------------------------------------------------------
 
@@ -464,3 +486,37 @@ def compiled_launch(compiled, kernel, grid, args, slots) -> tuple:
             value = value.data_ptr()
         template.append(value)
     return (run, compiled.function, compiled.packed_metadata, *grid, template, tuple(positions), compiled)
+
+
+def _launcher(launch: tuple) -> tuple:
+    """A ``compiled_launch`` tuple as the replay runs it: (callable, argument template, slots, base, compiled).
+
+    The template is the whole argument list of the callable, the stream (index 3) and the slots (absolute
+    positions) filled per call; base is where the kernel's own arguments start, after the launch metadata and the
+    two hooks. Triton's CudaLauncher is a Python wrapper that, for a kernel without global or profile scratch,
+    only adds its cooperative-grid and PDL flags and two None scratch pointers before calling the C launch: that
+    call is made here directly, its flags in the template, which saves a Python frame and a closure per launch.
+    Any other launcher (another backend, a kernel with scratch, a test's stub) is called as ``run(...)``.
+    """
+    run, function, packed, g0, g1, g2, template, slots, compiled = launch
+    direct = _c_launch(run)
+    if direct is not None:
+        head = [g0, g1, g2, None, function, run.launch_cooperative_grid, run.launch_pdl, None, None, packed,
+                None, None, None]
+        call = direct
+    else:
+        head = [g0, g1, g2, None, function, packed, None, None, None]
+        call = run
+    base = len(head)
+    return call, head + list(template), tuple((base + pos, i) for pos, i in slots), base, compiled
+
+
+def _c_launch(run):
+    """The C launch function a CudaLauncher ``run`` calls, when calling it directly is what ``run(...)`` does."""
+    try:
+        from triton.backends.nvidia.driver import CudaLauncher
+    except ImportError:  # pragma: no cover - a Triton without the NVIDIA backend
+        return None
+    if type(run) is not CudaLauncher or run.global_scratch_size > 0 or run.profile_scratch_size > 0:
+        return None  # a kernel with scratch needs the launcher's allocator, per launch
+    return run.launch
