@@ -87,7 +87,7 @@ def test_overhead_sweep_covers_the_issue():
     items = sweep_shapes("overhead")
     assert {(s.batch, s.heads, s.topk) for s, *_ in items} == {(1, 64, 512), (64, 16, 2048)}
     for _, providers, modes, config in items:
-        assert set(providers) == {"auto", "auto+plan", "flashmla"} and config is None
+        assert set(providers) == {"auto", "auto+plan", "auto+compiled", "flashmla"} and config is None
         assert {"eager_idle", "graph", "overhead"} <= set(modes)
     for name in bench.SWEEPS:  # every sweep asks only for modes bench_one knows
         assert all(set(modes) <= set(MODES) for _, _, modes, _ in sweep_shapes(name)), name
@@ -212,6 +212,15 @@ def test_plan_provider_is_listed_and_records_what_auto_runs():
     assert bench.config_columns("auto+plan", None) == dict(config="")
     with pytest.raises(ValueError, match="provider"):
         bench.make_provider("cutlass+plan")
+
+
+def test_compiled_op_provider_is_listed_records_what_auto_runs_and_needs_cuda(monkeypatch):
+    shape = BenchShape(1, 64, 512)
+    assert "auto+compiled" in bench.provider_names()
+    assert bench.kernel_of("auto+compiled", shape) == bench.kernel_of("auto", shape) != "auto"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(bench.Skip, match="CUDA"):
+        bench.make_provider("auto+compiled")
 
 
 def test_auto_is_recorded_as_the_rung_decode_runs_on_an_h200(monkeypatch):

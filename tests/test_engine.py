@@ -260,3 +260,21 @@ def test_drop_in_compiles_without_graph_break(tiny):
     for e, c in zip(eager, compiled):
         assert torch.equal(c, e)
     assert compiled[1].transpose(1, 2).is_contiguous()
+
+
+@pytest.mark.gpu
+def test_compiled_module_gives_the_eager_output_bit_for_bit_on_the_gpu():
+    """On the GPU, an engine's module around the op compiled by inductor (fullgraph) returns what eager does,
+    bit for bit, on a hostile case (sink, topk_length, both scopes)."""
+    from workbench.providers import DecodeModule
+    case = wb.build_case(batch=4, heads=64, topk=512, block_size=64, sink=True, topk_length=True, extra_topk=128,
+                         extra_topk_length=True, seed=3, device="cuda")
+    kw = case.kwargs()
+    args = {k: kw.get(k) for k in ("q", "cache", "indices", "attn_sink", "topk_length", "extra_cache",
+                                    "extra_indices", "extra_topk_length")}
+    module = DecodeModule("auto", case.sm_scale)
+    eager = module(**args)
+    torch._dynamo.reset()
+    compiled = torch.compile(module, fullgraph=True)(**args)
+    for e, c in zip(eager, compiled):
+        assert torch.equal(c, e)

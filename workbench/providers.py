@@ -9,6 +9,8 @@ setup happens in ``prepare``, outside the timed region. A provider that cannot r
 - the same decode through a plan ("auto+plan", any decode name + "+plan"): :class:`PlanProvider`;
 - the same decode with its combine forced to a programmatic dependent or an ordinary launch ("+pdl",
   "+serial"): :class:`CombineLaunchProvider`;
+- the default decode as the torch op inside a ``torch.compile(fullgraph=True)`` module ("auto+compiled"):
+  :class:`CompiledOpProvider`;
 - every probe (the gather floor): :class:`ProbeProvider`;
 - FlashMLA's SM90 MODEL1 decode: :class:`FlashMLAProvider`.
 """
@@ -147,6 +149,46 @@ class PlanProvider(WorkbenchProvider):
         return lambda: sparse_mla_decode(**kw, plan=plan)
 
 
+COMPILED = "+compiled"  # suffix of a decode provider that runs as torch.ops.workbench.sparse_mla_decode, compiled
+
+
+class DecodeModule(torch.nn.Module):
+    """An engine's attention step around the torch op: what ``torch.compile`` sees in a model."""
+
+    def __init__(self, impl: str, sm_scale: float):
+        super().__init__()
+        self.impl, self.sm_scale = impl, sm_scale
+
+    def forward(self, q, cache, indices, attn_sink=None, topk_length=None, extra_cache=None, extra_indices=None,
+                extra_topk_length=None):
+        return torch.ops.workbench.sparse_mla_decode(q, cache, indices, self.sm_scale, attn_sink, topk_length,
+                                                     extra_cache, extra_indices, extra_topk_length, self.impl)
+
+
+class CompiledOpProvider(WorkbenchProvider):
+    """The decode as ``torch.ops.workbench.sparse_mla_decode`` in a module compiled with
+    ``torch.compile(fullgraph=True)`` (inductor): the engine path of the op. Compiled and run once in ``prepare``."""
+
+    def __init__(self, impl: str):
+        super().__init__(impl)
+        if not torch.cuda.is_available():
+            raise Skip("the compiled op is timed on a CUDA GPU")
+        from . import ops  # noqa: F401 - registers the op
+        self.impl, self.name, self._compiled = impl, impl + COMPILED, {}
+
+    def prepare(self, kw: dict, config=None):
+        if config is not None:
+            raise Skip("the op takes no kernel config")
+        sm_scale = kw.get("sm_scale")
+        if sm_scale not in self._compiled:
+            self._compiled[sm_scale] = torch.compile(DecodeModule(self.impl, sm_scale), fullgraph=True)
+        module = self._compiled[sm_scale]
+        args = {k: kw.get(k) for k in ("q", "cache", "indices", "attn_sink", "topk_length", "extra_cache",
+                                        "extra_indices", "extra_topk_length")}
+        module(**args)  # compiles (first shape) outside the timed region
+        return lambda: module(**args)
+
+
 class ProbeProvider:
     """A registered probe (the gather floor): the decode's bytes and indices, no output to check.
 
@@ -183,8 +225,8 @@ def provider_names() -> tuple[str, ...]:
     launch forced ("auto+pdl", "auto+serial"; also any decode that asks for PDL), and the default decode with one
     stage left out ("auto~no_loads", ...: workbench.isolate; also any Gluon rung)."""
     from . import isolate, registry
-    return (registry.names() + ("flashmla", "auto" + PLAN) + tuple("auto" + s for s in COMBINE_LAUNCH)
-            + isolate.provider_names("auto"))
+    return (registry.names() + ("flashmla", "auto" + PLAN, "auto" + COMPILED)
+            + tuple("auto" + s for s in COMBINE_LAUNCH) + isolate.provider_names("auto"))
 
 
 def make_provider(name: str):
@@ -198,6 +240,8 @@ def make_provider(name: str):
         return WorkbenchProvider(name)
     if name.endswith(PLAN) and name[: -len(PLAN)] in registry.decode_impls():
         return PlanProvider(name[: -len(PLAN)])
+    if name.endswith(COMPILED) and name[: -len(COMPILED)] in registry.decode_impls():
+        return CompiledOpProvider(name[: -len(COMPILED)])
     for suffix in COMBINE_LAUNCH:
         if name.endswith(suffix) and name[: -len(suffix)] in registry.decode_impls():
             return CombineLaunchProvider(name[: -len(suffix)], suffix)
@@ -209,11 +253,11 @@ def make_provider(name: str):
 
 
 def base_impl(provider: str) -> str:
-    """The decode a provider name runs, without its "+plan", "+pdl" or "+serial" suffix (one: they do not stack)
-    or its isolation variant ("~no_loads", ...)."""
+    """The decode a provider name runs, without its "+plan", "+compiled", "+pdl" or "+serial" suffix (one: they do
+    not stack) or its isolation variant ("~no_loads", ...)."""
     from .isolate import SEPARATOR
     provider = provider.split(SEPARATOR, 1)[0]
-    for suffix in (PLAN, *COMBINE_LAUNCH):
+    for suffix in (PLAN, COMPILED, *COMBINE_LAUNCH):
         if provider.endswith(suffix):
             return provider[: -len(suffix)]
     return provider

@@ -47,7 +47,7 @@ HEADS = (16, 32, 64, 128)
 # host-bound and a GPU-bound shape, each timed every way; its "overhead" rows are eager_idle minus graph
 # per call (workbench.timing).
 OVERHEAD_SHAPES = (BenchShape(1, 64, 512), BenchShape(64, 16, 2048))
-OVERHEAD_PROVIDERS = ("auto", "auto+plan", "flashmla")
+OVERHEAD_PROVIDERS = ("auto", "auto+plan", "auto+compiled", "flashmla")
 OVERHEAD_MODES = ("eager", "eager_idle", "graph", "overhead")
 # the rungs auto chooses among (registry.auto_kernel), and the best Triton one, timed at small and mid calls
 CROSSOVER_PROVIDERS = ("tile512", "wgmma_rope", "wgmma_2cta", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws")
