@@ -55,10 +55,11 @@ def original_dir() -> Path | None:
     """The outside folder of cases (FlashMLA's originals, or extra ones), or None when there is none.
 
     $WORKBENCH_GOLDEN, when set, must be a folder holding ``*.pt`` files (FileNotFoundError otherwise)."""
-    for c in original_candidates():
+    outside = [c for c in original_candidates() if c.resolve() != COMPACT_DIR.resolve()]  # golden/ is no outside
+    for c in outside:
         if c.is_dir() and any(c.glob("*.pt")):
             return c.resolve()
-    if os.environ.get("WORKBENCH_GOLDEN"):
+    if os.environ.get("WORKBENCH_GOLDEN") and outside:
         raise FileNotFoundError(f"WORKBENCH_GOLDEN={os.environ['WORKBENCH_GOLDEN']} holds no golden cases (*.pt); "
                                 f"unset it to use the compact cases in {COMPACT_DIR}")
     return None
