@@ -67,27 +67,82 @@ def write_meta(csv, prov: dict | None = None) -> Path:
     return path
 
 
-KERNEL_SOURCES = ("workbench/kernels",)  # what a timing row describes: the jit code and its launchers
+# What a timing row describes: the jit code and its launchers, the split planning and kernel choice (decode,
+# registry) and the launch path (plan). Hashed without comments and docstrings, so a note does not stale a row.
+KERNEL_SOURCES = ("workbench/kernels", "workbench/registry.py", "workbench/decode.py", "workbench/plan.py")
 
 
-def kernel_source_hash(root: Path = ROOT) -> str:
-    """12 hex digits over the kernel sources' bytes, so a row can say which code it timed without git."""
+def code_fingerprint(source: str) -> str:
+    """Python source without its comments, docstrings and layout (``ast.unparse``): what runs, not how it reads.
+    Text that does not parse is kept whole."""
+    import ast
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
+def _source_paths(root: Path) -> list[str]:
+    paths = []
+    for top in KERNEL_SOURCES:
+        p = root / top
+        paths += [q.relative_to(root).as_posix() for q in p.rglob("*.py")] if p.is_dir() else [top] if p.exists() else []
+    return sorted(paths)
+
+
+def _hash_sources(files: dict[str, str]) -> str:
     import hashlib
     h = hashlib.sha256()
-    for top in KERNEL_SOURCES:
-        for p in sorted((root / top).rglob("*.py")):
-            h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + code_fingerprint(files[name]).encode() + b"\0")
     return h.hexdigest()[:12]
 
 
-def kernels_changed_since(commit: str, root: Path = ROOT) -> bool | None:
-    """True when the checked-out kernel sources differ from ``commit``'s; None when git cannot tell."""
+def kernel_source_hash(root: Path = ROOT) -> str:
+    """12 hex digits over what changes timings (``KERNEL_SOURCES``, comments and docstrings stripped), so a row
+    can say which code it timed without git."""
+    return _hash_sources({name: (root / name).read_text() for name in _source_paths(root)})
+
+
+_HASH_AT: dict = {}
+
+
+def kernel_source_hash_at(commit: str, root: Path = ROOT) -> str | None:
+    """:func:`kernel_source_hash` of ``commit``'s tree (from git); None when git does not know the commit."""
     sha = str(commit).split("+")[0]
-    if not sha or sha in ("unknown", "nan"):
+    if not sha or sha in ("unknown", "nan", "None"):
         return None
+    if (root, sha) in _HASH_AT:
+        return _HASH_AT[root, sha]
+    result = None
     try:
-        r = subprocess.run(["git", "diff", "--quiet", sha, "--", *KERNEL_SOURCES], cwd=root, capture_output=True,
-                           timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return {0: False, 1: True}.get(r.returncode)
+        ls = subprocess.run(["git", "ls-tree", "-r", "--name-only", sha, "--", *KERNEL_SOURCES], cwd=root,
+                            capture_output=True, text=True, timeout=30)
+        if ls.returncode == 0:
+            names = [n for n in ls.stdout.split() if n.endswith(".py")]
+            cat = subprocess.run(["git", "cat-file", "--batch"], cwd=root, capture_output=True, timeout=60,
+                                 input="".join(f"{sha}:{n}\n" for n in names).encode())
+            files, buf = {}, cat.stdout
+            for n in names:  # "<oid> blob <size>\n<bytes>\n" each
+                header, _, buf = buf.partition(b"\n")
+                size = int(header.split()[2])
+                files[n], buf = buf[:size].decode(), buf[size + 1:]
+            result = _hash_sources(files)
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        result = None
+    _HASH_AT[root, sha] = result
+    return result
+
+
+def kernels_changed_since(commit: str, root: Path = ROOT) -> bool | None:
+    """True when the checked-out timing sources differ from ``commit``'s (comments and docstrings aside); None
+    when git cannot tell."""
+    then = kernel_source_hash_at(commit, root)
+    return None if then is None else then != kernel_source_hash(root)

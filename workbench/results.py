@@ -34,21 +34,23 @@ def parse_config(text) -> dict:
 def stale_flags(df):
     """Per row: True when the kernel sources it timed differ from the checkout, None when unknown.
 
-    Rows with a ``kernel_hash`` compare it with the current sources; older rows ask git about
-    their ``git_commit``.
+    A row whose ``kernel_hash`` is the current sources' is fresh; otherwise git compares its ``git_commit``'s
+    sources with the checkout's (comments and docstrings aside: a hash from before they were stripped, or a
+    commit that changed only notes, is not stale), and a row that git cannot place is stale if it has a hash.
     """
     current = kernel_source_hash()
     cache: dict = {}
     flags = []
     for _, r in df.iterrows():
         h = r.get("kernel_hash")
-        if isinstance(h, str) and h:
-            flags.append(h != current)
+        has_hash = isinstance(h, str) and bool(h)
+        if has_hash and h == current:
+            flags.append(False)
             continue
         c = str(r.get("git_commit", ""))
         if c not in cache:
             cache[c] = kernels_changed_since(c)
-        flags.append(cache[c])
+        flags.append(True if cache[c] is None and has_hash else cache[c])
     return flags
 
 

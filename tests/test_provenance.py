@@ -1,0 +1,83 @@
+"""What a row's provenance says about the code it timed: the timing sources' hash (comments and docstrings
+stripped) and git's view of a row's commit."""
+import subprocess
+
+import pandas as pd
+import pytest
+
+from workbench import provenance, results
+
+KERNEL = '''"""A kernel module."""
+import math
+
+
+def launch(x):
+    """Launch it."""
+    return math.sqrt(x)  # why: the sqrt
+'''
+
+
+def _tree(root, kernel=KERNEL, decode="SPLITS = 4\n"):
+    (root / "workbench" / "kernels").mkdir(parents=True, exist_ok=True)
+    (root / "workbench" / "kernels" / "k.py").write_text(kernel)
+    (root / "workbench" / "decode.py").write_text(decode)
+    (root / "workbench" / "notes.py").write_text("X = 1\n")  # not a timing source
+    return root
+
+
+def test_fingerprint_drops_comments_docstrings_and_layout_but_not_code():
+    base = provenance.code_fingerprint(KERNEL)
+    reworded = KERNEL.replace("Launch it.", "Launches it, now documented.").replace("# why: the sqrt", "")
+    assert provenance.code_fingerprint(reworded) == base
+    assert provenance.code_fingerprint(KERNEL.replace("(x)", "( x )")) == base
+    assert provenance.code_fingerprint(KERNEL.replace("math.sqrt(x)", "math.sqrt(x) * 2")) != base
+    assert provenance.code_fingerprint("def broken(:\n") == "def broken(:\n", "unparsable text is kept whole"
+
+
+def test_the_hash_covers_kernels_and_split_planning_not_other_modules(tmp_path):
+    root = _tree(tmp_path)
+    h = provenance.kernel_source_hash(root)
+    (root / "workbench" / "notes.py").write_text("X = 2\n")
+    assert provenance.kernel_source_hash(root) == h
+    (root / "workbench" / "kernels" / "k.py").write_text(KERNEL.replace("Launch it.", "Reworded."))
+    assert provenance.kernel_source_hash(root) == h, "a docstring edit does not stale a row"
+    (root / "workbench" / "decode.py").write_text("SPLITS = 8\n")
+    assert provenance.kernel_source_hash(root) != h, "the split planning is hashed"
+
+
+def _git(root, *args):
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path):
+    root = _tree(tmp_path)
+    _git(root, "init", "-q")
+    _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "add", ".")
+    _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "first")
+    return root
+
+
+def test_git_tells_a_changed_kernel_from_a_changed_note(repo):
+    sha = _git(repo, "rev-parse", "HEAD")
+    assert provenance.kernel_source_hash_at(sha, repo) == provenance.kernel_source_hash(repo)
+    (repo / "workbench" / "kernels" / "k.py").write_text(KERNEL + "# a note\n")
+    assert provenance.kernels_changed_since(sha, repo) is False
+    (repo / "workbench" / "kernels" / "k.py").write_text(KERNEL.replace("sqrt", "exp"))
+    assert provenance.kernels_changed_since(sha, repo) is True
+    assert provenance.kernels_changed_since("0123456789ab", repo) is None
+    assert provenance.kernels_changed_since("unknown", repo) is None
+
+
+def test_stale_flags_trust_git_over_an_old_style_hash(repo, monkeypatch):
+    sha = _git(repo, "rev-parse", "HEAD")
+    monkeypatch.setattr(results, "kernel_source_hash", lambda: provenance.kernel_source_hash(repo))
+    monkeypatch.setattr(results, "kernels_changed_since", lambda c: provenance.kernels_changed_since(c, repo))
+    current = provenance.kernel_source_hash(repo)
+    df = pd.DataFrame([dict(kernel_hash=current, git_commit="whatever"),          # the current hash: fresh
+                       dict(kernel_hash="0ld5ty1eh45h", git_commit=sha),          # same code at its commit: fresh
+                       dict(kernel_hash="0ld5ty1eh45h", git_commit="0123456789ab"),  # git cannot place it: stale
+                       dict(kernel_hash=None, git_commit="0123456789ab")])          # no hash, no commit: unknown
+    assert results.stale_flags(df) == [False, False, True, None]
+    (repo / "workbench" / "decode.py").write_text("SPLITS = 8\n")
+    assert results.stale_flags(df.iloc[[1]]) == [True]
