@@ -84,6 +84,7 @@ SLOW_TESTS = (
     "test_engine.py::test_op_passes_opcheck",
     "test_pdl.py::test_the_pdl_combine_waits_before_it_touches_memory",
     "test_plain_plans.py::test_environment_turns_the_cache_off",
+    "test_plain_plans.py::test_every_inputs_strides_are_in_the_key",
     "test_plan.py::test_plan_reuse_allocates_nothing_interpreted_replay",
     "test_plan.py::test_plan_path_equals_plain_path_bit_for_bit[simt]",
 )
@@ -130,18 +131,6 @@ def gpu_skip_reason() -> str | None:
     return None
 
 
-def _kv_skip_reason(item) -> str | None:
-    """tests/test_cache.py's quantiser check on a compact case without kv_bf16: why it cannot run."""
-    if item.originalname != "test_quantize_matches_golden_bytes" or not hasattr(item, "callspec"):
-        return None
-    name = item.callspec.params.get("name")
-    if name is None or load_golden(name).get("kv_bf16") is not None:
-        return None
-    return (f"{name}: the compact golden case keeps FlashMLA's bytes but not kv_bf16; the quantiser is checked on "
-            "the compact cases that keep it, and on every original (tests/test_golden_compaction.py) when "
-            "$WORKBENCH_GOLDEN or ../shared/golden holds them")
-
-
 def pytest_collection_modifyitems(config, items):
     gpu_reason = gpu_skip_reason()
     kept, dropped = [], []
@@ -157,9 +146,6 @@ def pytest_collection_modifyitems(config, items):
         if not INTERPRETING and item.get_closest_marker("interpreter"):
             item.add_marker(pytest.mark.skip(reason="runs Triton kernels on CPU tensors: needs TRITON_INTERPRET=1 "
                                                     "(the default)"))
-        kv_reason = _kv_skip_reason(item)
-        if kv_reason:
-            item.add_marker(pytest.mark.skip(reason=kv_reason))
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

@@ -21,6 +21,10 @@ def _page_bytes(cache):
 @pytest.mark.parametrize("name", golden_names())
 def test_quantize_matches_golden_bytes(name):
     g = load_golden(name)
+    if g.get("kv_bf16") is None:
+        pytest.skip(f"{name}: the compact golden case keeps FlashMLA's bytes but not kv_bf16; the quantiser is "
+                    "checked on the compact cases that keep it, and on every original (tests/test_golden_compaction.py) "
+                    "when $WORKBENCH_GOLDEN or ../shared/golden holds them")
     scopes = [("", "kv_bf16")] + ([("extra_", "extra_kv_bf16")] if "extra_kv_bf16" in g else [])
     for prefix, key in scopes:
         cache = quantize_kv(g[key])

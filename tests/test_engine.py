@@ -34,7 +34,7 @@ def flashmla_args(g: dict, heads: slice = HEADS, dtype=torch.uint8) -> tuple:
     q = g["q"][:, :, heads]  # a view, as an engine may pass it
     sink = None if g["attn_sink"] is None else g["attn_sink"][heads]
     seqlens = torch.full((q.shape[0],), g["block_table"].shape[1] * g["block_size"], dtype=torch.int32)
-    extra = "extra_kv_bf16" in g
+    extra = "extra_indices" in g
     meta, num_splits = fm.get_mla_metadata()
     return (q, engine_cache(g, dtype=dtype), g["block_table"], seqlens, 512, meta, num_splits, g["sm_scale"], False,
             True, g["indices"], sink, engine_cache(g, "extra_", dtype) if extra else None,
