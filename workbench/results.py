@@ -83,6 +83,40 @@ def load_bench(paths=None, data_dir: Path | str = DATA):
     return apply_errata(df, Path(data_dir) / ERRATA)
 
 
+def current_tables(df=None, data_dir: Path | str = DATA):
+    """Which bench table is current for each sweep: the newest (by its rows' date) whose rows are all fresh
+    (:func:`stale_flags`), else the newest. One row per sweep: sweep, source, date, git_commit, rows, stale
+    (True: no fresh table of that sweep exists; measure it again). Notebooks and figures take a sweep's current
+    numbers from here (``current_rows``); the other tables are history."""
+    import pandas as pd
+    df = load_bench(data_dir=data_dir) if df is None else df
+    if "sweep" not in df.columns:
+        return pd.DataFrame(columns=["sweep", "source", "date", "git_commit", "rows", "stale"])
+    ours = df[~df["provider"].isin(PEER_PROVIDERS)]  # a peer's rows are never stale, so they cannot vouch
+    out = []
+    for sweep, rows in df.groupby(df["sweep"].fillna("(none)")):
+        tables = []
+        for source, t in rows.groupby("source"):
+            mine = ours[ours.source == source]
+            tables.append(dict(sweep=sweep, source=source, date=str(t["date"].max()),
+                               git_commit=str(t["git_commit"].iloc[0]), rows=len(t),
+                               stale=bool(mine["stale"].fillna(True).astype(bool).any())))
+        tables.sort(key=lambda r: (r["date"], r["source"]))
+        fresh = [r for r in tables if not r["stale"]]
+        out.append((fresh or tables)[-1])
+    return pd.DataFrame(out).sort_values("sweep").reset_index(drop=True)
+
+
+def current_rows(sweep: str, df=None, data_dir: Path | str = DATA):
+    """The rows of ``sweep``'s current table (:func:`current_tables`)."""
+    df = load_bench(data_dir=data_dir) if df is None else df
+    cur = current_tables(df)
+    pick = cur[cur.sweep == sweep]
+    if pick.empty:
+        raise KeyError(f"no bench table of sweep {sweep!r} in data/; sweeps with tables: {sorted(cur.sweep)}")
+    return df[df.source == pick.source.iloc[0]]
+
+
 ERRATA = "errata.csv"  # corrections to published rows; the tables themselves are never rewritten
 ERRATA_SELECTORS = ("provider", "batch", "heads", "topk")  # the columns an erratum picks rows by ("*": any)
 
