@@ -33,12 +33,8 @@ SPLIT_GRANULE = 16          # tokens; the smallest BLOCK_T (a kernel's spec may 
 WAVES = 2                   # programs per SM the split count aims for
 NOMINAL_BLOCK_H = 64        # head-group size assumed when planning splits (independent of config)
 INTERPRETER_SMS = 4
-# The combine is a programmatic dependent launch (combine_pdl) up to this many splits a row. Exploratory H200 run,
-# CUDA graphs, PDL vs ordinary launch: at 4-8 splits 1-6% faster (b64 h16 topk2048 52.37 vs 52.91 us, b1 h64
-# topk512 8.24 vs 8.84, b32 h16 topk2048 31.23 vs 32.10) or level; at 32 splits up to 36% slower (b4 h64
-# topk2048, wgmma_f16: 27.03 vs 19.89 us; under torch.profiler its combine ended 11.5 us after the partial
-# instead of 6.2). The pdl sweep at 16 splits (wgmma_f16, 1122): b8 h16 topk2048 4% faster (15.1 vs 15.8 us),
-# b8 h64 topk2048 11% slower (24.3 vs 21.9), so 16 stays above the limit
+# The combine is a programmatic dependent launch (combine_pdl) up to this many splits a row: PDL helps at 4-8
+# splits and hurts at 16 and more (data/bench_h200_20261201-1122_pdl.csv; the history: docs/decisions.md)
 PDL_MAX_SPLITS = 8
 PLAIN_PLANS_MAX = 16  # plans the plain path keeps (least recently used dropped first); each holds its split scratch
 
