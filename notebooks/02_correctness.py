@@ -25,15 +25,16 @@
 
 # %% tags=["parameters"]
 device = "cpu"
-out_dir = "../runs/scratch"  # figures and tables; the pipeline passes its run folder (publishing is its job)
-data_dir = "../data"
-fresh = True                 # run the kernels here (the GPU table is always read from data/)
+out_dir = "runs/scratch"   # figures and tables; the pipeline passes its run folder (publishing is its job)
+data_dir = "data"          # the committed tables; a relative folder here is from the repository root, wherever
+                           # papermill or Jupyter runs the notebook (workbench.pipeline.checked_parameters)
+fresh = True               # run the kernels here (the GPU table is always read from data/)
 heads_grid = [1, 5, 16, 20]
 topk_grid = [1, 37, 200]
 block_sizes = [2, 61]
 s_q = 1
 batch = 2
-golden_simt_heads = 4        # heads of each golden case the per-head kernel runs on the CPU (all on a GPU)
+golden_simt_heads = 4      # heads of each golden case the per-head kernel runs on the CPU (all on a GPU)
 seed = 0
 
 # %%
@@ -57,11 +58,15 @@ import workbench as wb
 from workbench import cases
 from workbench.golden import golden_expected, golden_kwargs, golden_names, load_golden
 from workbench.metrics import OUT_ELEM_REL, OUT_ELEM_RMS
+from workbench.pipeline import checked_parameters
 from workbench.plotting import (commit_provenance, fig_error_ecdf, fig_gpu_checks, fig_worst_by_shape, gpu_label,
                                 out_folder, save_figure, save_table, set_theme)
 from workbench.provenance import kernels_changed_since
 from workbench.results import load_correctness, load_sanitizer, sanitizer_summary
 
+# the parameters checked and converted in workbench.pipeline (booleans from text, folders from the repository
+# root, device cuda only on a GPU): a wrong one stops here, in one line
+globals().update(checked_parameters("02_correctness", globals()))
 set_theme()
 out_folder(out_dir)  # refused here, before anything runs, inside data/ or figures/: only publishing adds there
 where = "Triton interpreter (CPU)" if device == "cpu" else torch.cuda.get_device_name()

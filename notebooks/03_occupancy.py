@@ -23,9 +23,10 @@
 
 # %% tags=["parameters"]
 device = "cpu"
-out_dir = "../runs/scratch"   # figures and tables; the pipeline passes its run folder (publishing is its job)
-data_dir = "../data"
-fresh = False                 # True: compile `fresh_configs` now and set them beside the committed numbers
+out_dir = "runs/scratch"   # figures and tables; the pipeline passes its run folder (publishing is its job)
+data_dir = "data"          # the committed tables; a relative folder here is from the repository root, wherever
+                           # papermill or Jupyter runs the notebook (workbench.pipeline.checked_parameters)
+fresh = False              # True: compile `fresh_configs` now and set them beside the committed numbers
 archs = ["sm_120", "sm_90"]
 fresh_configs = [{"BLOCK_H": 64, "BLOCK_T": 16, "num_warps": 8, "num_stages": 1, "PREFETCH": 0}]
 
@@ -41,12 +42,16 @@ from IPython.display import Markdown, display
 import workbench as wb  # noqa: F401
 from workbench.kernels.configs import TiledConfig
 from workbench.kernels.mma import MMA_CONFIG_SPACE, mma_prune_reason
+from workbench.pipeline import checked_parameters
 from workbench.plotting import (bench_provenance, commit_provenance, fig_pruning, fig_registers, fig_shared_memory,
                                 fig_warps, gpu_label, out_folder, save_figure, save_table, set_theme)
 from workbench.resources import apply_model, lab_frame
 from workbench.results import load_bench, parse_config
 from workbench.targets import get_target
 
+# the parameters checked and converted in workbench.pipeline (booleans from text, folders from the repository
+# root, device cuda only on a GPU): a wrong one stops here, in one line
+globals().update(checked_parameters("03_occupancy", globals()))
 set_theme()
 out_folder(out_dir)  # refused here, before anything runs, inside data/ or figures/: only publishing adds there
 lab = pd.concat([pd.read_csv(os.path.join(data_dir, f"resources_{a}.csv")) for a in archs], ignore_index=True)

@@ -32,9 +32,10 @@
 
 # %% tags=["parameters"]
 device = "cpu"
-out_dir = "../runs/scratch"  # figures and tables; the pipeline passes its run folder (publishing is its job)
-data_dir = "../data"
-fresh = False          # True on a GPU: run the sweep named below now and plot that instead
+out_dir = "runs/scratch"   # figures and tables; the pipeline passes its run folder (publishing is its job)
+data_dir = "data"          # the committed tables; a relative folder here is from the repository root, wherever
+                           # papermill or Jupyter runs the notebook (workbench.pipeline.checked_parameters)
+fresh = False              # True on a GPU: run the sweep named below now and plot that instead
 sweep = "all"
 
 # %%
@@ -45,25 +46,23 @@ if device == "cpu":
 
 import numpy as np
 import pandas as pd
-import torch
 from IPython.display import Markdown, display
 
 from workbench import registry
 from workbench.bench import fit_batch_model, overhead_table, rows_frame, run_sweep
+from workbench.pipeline import checked_parameters
 from workbench.plotting import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, default_kernel_rows,
                                 fig_batch_model, fig_overhead, fig_production, fig_roofline, fig_speedups,
                                 fig_time_vs_batch, gpu_label, markdown_table, out_folder, same_run_times,
                                 save_figure, save_table, set_theme)
 from workbench.results import load_bench
 
+# the parameters checked and converted in workbench.pipeline (booleans from text, folders from the repository
+# root, device cuda only on a GPU): a wrong one stops here, in one line
+globals().update(checked_parameters("04_throughput", globals()))
 set_theme()
 out_folder(out_dir)  # refused here, before anything runs, inside data/ or figures/: only publishing adds there
-if fresh:
-    if device != "cuda" or not torch.cuda.is_available():
-        raise RuntimeError(
-            f"fresh=True measures a new sweep and needs a CUDA GPU (device={device!r}, "
-            f"torch.cuda.is_available()={torch.cuda.is_available()}). On this machine run with "
-            "`-p fresh false` to plot the committed tables in data/, or run on a GPU with `-p device cuda`.")
+if fresh:  # on a GPU (device cuda): checked_parameters refuses fresh=True without one
     path = save_table(rows_frame(run_sweep(sweep)), "bench_fresh", out_dir)
     df = load_bench(paths=[path])
 else:

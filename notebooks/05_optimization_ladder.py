@@ -28,8 +28,9 @@
 # say where the time goes.
 
 # %% tags=["parameters"]
-out_dir = "../runs/scratch"  # figures and tables; the pipeline passes its run folder (publishing is its job)
-data_dir = "../data"
+out_dir = "runs/scratch"   # figures and tables; the pipeline passes its run folder (publishing is its job)
+data_dir = "data"          # the committed tables; a relative folder here is from the repository root, wherever
+                           # papermill or Jupyter runs the notebook (workbench.pipeline.checked_parameters)
 
 # %%
 import os
@@ -44,11 +45,15 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from workbench import registry
+from workbench.pipeline import checked_parameters
 from workbench.plotting import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, fig_ladder, gpu_label,
                                 markdown_table, out_folder, same_run_times, save_figure, save_table, set_theme)
 from workbench.provenance import kernels_changed_since
 from workbench.results import load_bench
 
+# the parameters checked and converted in workbench.pipeline (booleans from text, folders from the repository
+# root, device cuda only on a GPU): a wrong one stops here, in one line
+globals().update(checked_parameters("05_optimization_ladder", globals()))
 set_theme()
 out_folder(out_dir)  # refused here, before anything runs, inside data/ or figures/: only publishing adds there
 df = load_bench(data_dir=data_dir)

@@ -69,7 +69,7 @@ def test_cli_defaults_leave_data_figures_and_git_status_alone(capsys):
     assert cli.main(["check"]) != 0
     assert cli.main(["check", "--sanitize", "simt"]) != 0
     assert cli.main(["bench"]) != 0
-    for argv in (["--only", UNKNOWN_NB], ["-p", "devcie", "cpu"], ["-f", "notebooks/tiny.yaml", "--publish"]):
+    for argv in (["--only", UNKNOWN_NB], ["-p", "devcie", "cpu"], ["-f", "notebooks/tiny", "--publish"]):
         with pytest.raises(SystemExit) as e:
             cli.main(["notebooks", *argv])
         assert e.value.code not in (0, None)
@@ -503,8 +503,8 @@ def test_parameters_cell_is_read_like_papermill_reads_it():
         assert list(pipeline.declared_parameters(path)) == list(pm.inspect_notebook(str(path)))
 
 
-@pytest.mark.parametrize("argv", [["-f", "notebooks/tiny.yaml"], ["-p", "heads_grid", "[1, 5]"],
-                                  ["-p", "03_occupancy", "{archs: [sm_90]}"]], ids=["tiny.yaml", "-p", "section"])
+@pytest.mark.parametrize("argv", [["-f", "notebooks/tiny"], ["-p", "heads_grid", "[1, 5]"],
+                                  ["-p", "03_occupancy", "{archs: [sm_90]}"]], ids=["tiny", "-p", "section"])
 def test_publish_refuses_a_reduced_parameter_set(argv, tmp_path):
     before = _tree("figures")
     msg = _pipeline_exit([*argv, "--publish"], tmp_path)
@@ -531,7 +531,7 @@ def test_force_publishes_a_reduced_set(tmp_path, monkeypatch):
         raise Ran
     monkeypatch.setattr(pm, "execute_notebook", execute_notebook)
     with pytest.raises(Ran):
-        pipeline.main(["-f", "notebooks/tiny.yaml", "--publish", "--force", "--runs-dir", str(tmp_path),
+        pipeline.main(["-f", "notebooks/tiny", "--publish", "--force", "--runs-dir", str(tmp_path),
                        "--no-progress"])
 
 

@@ -1,8 +1,12 @@
-"""Every notebook runs through the papermill pipeline on the CPU with tiny parameters and writes what it promises."""
+"""Every notebook runs through the papermill pipeline on the CPU with tiny parameters and writes what it promises;
+plain papermill runs them from any folder; their parameters are checked in one place (workbench.pipeline); the
+README's Python example runs and its module map names every module."""
 import json
+import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -37,7 +41,7 @@ def _run(args, **kw):
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
-    r = _run(["-f", "notebooks/tiny.yaml", "--runs-dir", str(runs)])
+    r = _run(["-f", "notebooks/tiny", "--runs-dir", str(runs)])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     (run_dir,) = list(runs.iterdir())
     return run_dir
@@ -137,7 +141,8 @@ def test_fresh_without_cuda_fails_loudly(tmp_path):
 def test_default_output_is_a_scratch_folder(nb):
     import papermill as pm
     default = pm.inspect_notebook(str(nb))["out_dir"]["default"].strip("\"'")
-    assert "figures" not in default and default.startswith("../runs/"), default
+    assert "figures" not in default and default.startswith("runs/"), default
+    assert pipeline.checked_parameters(nb.stem, {})["out_dir"] == str(ROOT / default), "from the repository root"
 
 
 def _tree(*dirs):
@@ -170,26 +175,213 @@ def test_save_helpers_refuse_data_and_figures_in_one_line(where, monkeypatch):
     assert _tree("data", "figures") == before
 
 
-@pytest.mark.parametrize("nb", sorted((ROOT / "notebooks").glob("0*.ipynb")), ids=lambda p: p.stem)
-def test_plain_papermill_refuses_out_dir_in_data_or_figures_before_computing(nb, tmp_path):
-    """papermill without the pipeline: the notebook's own first cell (out_folder) refuses, in one line."""
-    where = "../figures" if int(nb.stem[:2]) % 2 else "../data/new"  # both folders across the five
-    before = _tree("data", "figures")
-    executed = tmp_path / nb.name
-    r = subprocess.run([sys.executable, "-m", "papermill", str(nb), str(executed), "-p", "out_dir", where, "--cwd",
-                        str(ROOT / "notebooks"), "-k", pipeline.KERNEL, "--no-progress-bar"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
-    folder = where.split("/")[1]
-    assert r.returncode != 0
-    assert f"RefusedOutput: out_dir {where}: is inside {folder}/" in r.stderr, r.stderr[-3000:]
-    cells = [c for c in json.loads(executed.read_text())["cells"] if c["cell_type"] == "code"]
+def _papermill(nb, executed, *args, cwd=ROOT):
+    """Plain papermill, as a user types it (the kernel from the notebook's own metadata)."""
+    return subprocess.run([sys.executable, "-m", "papermill", str(nb), str(executed), *args, "--no-progress-bar"],
+                          cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def _stopped_in_the_set_up_cell(executed, ename):
+    """The executed notebook shows one error, ``ename`` in one line, raised by the set-up cell (the one that checks
+    the parameters and calls out_folder), and no cell after it ran."""
+    cells = [c for c in json.loads(Path(executed).read_text())["cells"] if c["cell_type"] == "code"]
     errors = [(i, o) for i, c in enumerate(cells) for o in c.get("outputs", []) if o["output_type"] == "error"]
     assert len(errors) == 1, errors
     i, error = errors[0]
-    assert error["ename"] == "RefusedOutput" and len(error["traceback"]) == 1, error["traceback"]
-    assert "out_folder(out_dir)" in "".join(cells[i]["source"]), "refused by the set-up cell"
+    assert error["ename"] == ename and len(error["traceback"]) == 1, error["traceback"]
+    source = "".join(cells[i]["source"])
+    assert "checked_parameters(" in source and "out_folder(out_dir)" in source, "refused by the set-up cell"
     assert all(c.get("execution_count") is None for c in cells[i + 1:]), "nothing after it ran"
+
+
+@pytest.mark.parametrize("nb", sorted((ROOT / "notebooks").glob("0*.ipynb")), ids=lambda p: p.stem)
+def test_plain_papermill_refuses_out_dir_in_data_or_figures_before_computing(nb, tmp_path):
+    """papermill without the pipeline: the notebook's own set-up cell refuses, in one line; a relative out_dir is
+    taken from the repository root whichever folder papermill runs in (the repository or another one)."""
+    where = "figures" if int(nb.stem[:2]) % 2 else "data/new"  # both folders across the five
+    cwd = ROOT if int(nb.stem[:2]) in (1, 2, 5) else tmp_path
+    before = _tree("data", "figures")
+    executed = tmp_path / nb.name
+    r = _papermill(nb, executed, "-p", "out_dir", where, cwd=cwd)
+    folder = where.split("/")[0]
+    assert r.returncode != 0
+    assert f"RefusedOutput: out_dir {where}: is inside {folder}/" in r.stderr, r.stderr[-3000:]
+    _stopped_in_the_set_up_cell(executed, "RefusedOutput")
     assert _tree("data", "figures") == before
+
+
+@pytest.mark.slow
+def test_plain_papermill_from_the_repository_root_takes_false_and_writes_only_inside_the_clone(tmp_path):
+    """The reported failure: `papermill notebooks/03_occupancy.ipynb out.ipynb -p fresh false` from the repository
+    root. It reads data/ and writes its figures into runs/scratch/ of the clone (nothing beside the clone), and
+    "false" (papermill passes it as text) is False: the fresh cross-compile does not run."""
+    scratch = ROOT / "runs" / "scratch"
+    beside = ROOT.parent / "runs"  # where the old relative default, ../runs/scratch from the repository root, went
+
+    def snapshot():
+        return sorted((str(p), p.stat().st_mtime) for p in beside.rglob("*")) if beside.exists() else None
+    beside_before = snapshot()
+    before = _tree("data", "figures")
+    executed = tmp_path / "out.ipynb"
+    t0 = time.time()
+    r = _papermill("notebooks/03_occupancy.ipynb", executed, "-f", "notebooks/tiny/03_occupancy.yaml",
+                   "-p", "fresh", "false", cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for f in PROMISED["03_occupancy"]:
+        path = scratch / f
+        assert path.is_file() and path.stat().st_mtime >= t0 - 1, f"{f} not written into {scratch}"
+    assert snapshot() == beside_before, f"written beside the clone, into {beside}"
+    assert _tree("data", "figures") == before
+    cells = [c for c in json.loads(executed.read_text())["cells"] if c["cell_type"] == "code"]
+    injected = next(c for c in cells if "injected-parameters" in c["metadata"].get("tags", []))
+    assert "fresh = \"false\"" in "".join(injected["source"]), "papermill passed the text"
+    shown = json.dumps([c["outputs"] for c in cells])
+    assert "status_fresh" not in shown, "fresh='false' ran the fresh cross-compile"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nb, args, message", [
+    ("02_correctness", ["-p", "heads_grid", "x"], "ParameterError: heads_grid: expected a list, each a positive integer"),
+    ("01_padding_derivation", ["-p", "device", "cuda"], "ParameterError: device cuda needs a CUDA GPU"),
+], ids=["type", "cuda"])
+def test_plain_papermill_stops_a_wrong_parameter_in_one_line_before_computing(nb, args, message, tmp_path):
+    import torch
+    if "cuda" in args and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    executed = tmp_path / f"{nb}.ipynb"
+    r = _papermill(ROOT / "notebooks" / f"{nb}.ipynb", executed, *args, cwd=tmp_path)
+    assert r.returncode != 0 and message in r.stderr, r.stderr[-3000:]
+    _stopped_in_the_set_up_cell(executed, "ParameterError")
+
+
+# ----------------------------------------------------------------------------- the parameter checks, in-process
+
+@pytest.mark.parametrize("text, value", [("false", False), ("False", False), ("FALSE", False), ("true", True),
+                                         ("True", True), (" true ", True), (False, False), (True, True),
+                                         (0, False), (1, True), ("no", False), ("yes", True)])
+def test_booleans_take_true_and_false_as_text(text, value):
+    """papermill's -p passes `-p fresh false` as the string "false", which Python would take as true."""
+    assert pipeline.checked_parameters("03_occupancy", {"fresh": text})["fresh"] is value
+    assert pipeline.check_parameter("fresh", text, True) is value
+
+
+@pytest.mark.parametrize("stem, name, value, expected", [
+    ("02_correctness", "heads_grid", "x", "a list, each a positive integer"),
+    ("02_correctness", "heads_grid", [1, 0], "a list, each a positive integer"),
+    ("02_correctness", "topk_grid", [], "a list, each a positive integer"),
+    ("02_correctness", "batch", "two", "a positive integer"),
+    ("02_correctness", "seed", 1.5, "an integer"),
+    ("03_occupancy", "fresh", "maybe", "true or false"),
+    ("03_occupancy", "archs", "sm_91", "a list, each one of sm_120"),
+    ("03_occupancy", "fresh_configs", [{"BLOCK_X": 16}], "a list, each a mapping with keys among BLOCK_H"),
+    ("04_throughput", "sweep", "nope", "one of smoke"),
+    ("01_padding_derivation", "device", "gpu", "one of cpu, cuda"),
+    ("01_padding_derivation", "device", None, "one of cpu, cuda"),
+])
+def test_a_wrong_parameter_is_one_line_naming_it_and_its_default(stem, name, value, expected):
+    with pytest.raises(pipeline.ParameterError) as e:
+        pipeline.checked_parameters(stem, {name: value})
+    msg = str(e.value)
+    assert msg.startswith(f"{name}: expected {expected}") and f"got {value!r}" in msg and "default" in msg, msg
+    assert "\n" not in msg and e.value._render_traceback_() == [f"ParameterError: {msg}"]
+
+
+def test_a_single_value_where_a_list_is_expected_is_a_list_of_one_and_text_is_read_as_yaml():
+    c = pipeline.checked_parameters("02_correctness", {"heads_grid": 5, "topk_grid": "[1, 37]", "batch": "3"})
+    assert c["heads_grid"] == [5] and c["topk_grid"] == [1, 37] and c["batch"] == 3
+    c = pipeline.checked_parameters("03_occupancy", {"archs": "sm_90", "fresh_configs": {"BLOCK_H": 32}})
+    assert c["archs"] == ["sm_90"] and c["fresh_configs"] == [{"BLOCK_H": 32}]
+    assert pipeline.checked_parameters("02_correctness", {}) == {  # the defaults pass as they are
+        k: (str(ROOT / v) if k in pipeline.PATH_PARAMETERS else v)
+        for k, v in pipeline.declared_parameters(ROOT / "notebooks" / "02_correctness.ipynb").items()}
+
+
+def test_device_cuda_without_cuda_is_one_line(monkeypatch, tmp_path):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for stem in ("01_padding_derivation", "03_occupancy"):
+        with pytest.raises(pipeline.ParameterError) as e:
+            pipeline.checked_parameters(stem, {"device": "cuda"})
+        assert str(e.value).startswith("device cuda needs a CUDA GPU") and "\n" not in str(e.value)
+    with pytest.raises(pipeline.ParameterError, match=r"^fresh=True measures a new sweep and needs a CUDA GPU.*"
+                                                      r"-p fresh false") as e:
+        pipeline.checked_parameters("04_throughput", {"fresh": "true"})
+    assert pipeline.checked_parameters("04_throughput", {"fresh": "false"})["fresh"] is False
+    # the pipeline checks every notebook before the first one starts: one line, no run folder
+    with pytest.raises(SystemExit) as e:
+        pipeline.main(["-p", "device", "cuda", "--runs-dir", str(tmp_path / "runs"), "--no-progress"])
+    assert "device cuda needs a CUDA GPU" in e.value.code and "\n" not in e.value.code
+    assert not (tmp_path / "runs").exists()
+
+
+def test_pipeline_checks_the_types_before_the_first_notebook(tmp_path):
+    with pytest.raises(SystemExit) as e:
+        pipeline.main(["-p", "heads_grid", "x", "--runs-dir", str(tmp_path / "runs"), "--no-progress"])
+    assert e.value.code.startswith("02_correctness: heads_grid: expected a list") and "\n" not in e.value.code
+    assert not (tmp_path / "runs").exists()
+
+
+def test_folders_are_taken_from_the_repository_root_wherever_it_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    c = pipeline.checked_parameters("03_occupancy", {})
+    assert c["data_dir"] == str(ROOT / "data") and c["out_dir"] == str(ROOT / "runs" / "scratch")
+    assert pipeline.checked_parameters("03_occupancy", {"out_dir": str(tmp_path)})["out_dir"] == str(tmp_path)
+    with pytest.raises(pipeline.ParameterError, match=r"^out_dir \.\./x: a relative folder is taken from the "
+                                                      r"repository root .* leads out of it"):
+        pipeline.checked_parameters("03_occupancy", {"out_dir": "../x"})
+    with pytest.raises(pipeline.ParameterError, match=r"^data_dir nope: no such folder"):
+        pipeline.checked_parameters("03_occupancy", {"data_dir": "nope"})
+
+
+def test_tiny_parameters_are_one_papermill_file_per_notebook():
+    """notebooks/tiny/<notebook>.yaml: what plain papermill's -f takes, every one checked; the pipeline's -f takes
+    the folder (a file named after no notebook is an error)."""
+    import yaml
+    files = sorted((ROOT / "notebooks" / "tiny").glob("*.yaml"))
+    assert [f.stem for f in files] == [p.stem for p in pipeline.all_notebooks()]
+    for f in files:
+        params = yaml.safe_load(f.read_text())
+        assert isinstance(params, dict), f
+        pipeline.checked_parameters(f.stem, params)
+    assert pipeline.parameters_from(ROOT / "notebooks" / "tiny")["02_correctness"]["heads_grid"] == [1, 5]
+
+
+def test_a_parameter_folder_with_a_file_named_after_no_notebook_is_refused(tmp_path):
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "07_nothing.yaml").write_text("seed: 1\n")
+    with pytest.raises(SystemExit) as e:
+        pipeline.main(["-f", str(tmp_path / "p"), "--runs-dir", str(tmp_path / "runs"), "--no-progress"])
+    assert "no such notebook" in e.value.code and not (tmp_path / "runs").exists()
+
+
+# ----------------------------------------------------------------------------- the README
+
+def _readme_part(title: str, end: str = "\n## ") -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(title)
+    stop = text.find(end, start + len(title))
+    return text[start:stop if stop >= 0 else None]
+
+
+@pytest.mark.slow
+def test_readme_python_example_runs_as_written(tmp_path):
+    """The README's "Use it from Python" block, in a fresh process in another folder, without TRITON_INTERPRET set
+    outside it: it must say True (the decode within the tolerances of the fp32 reference)."""
+    block = re.search(r"```python\n(.*?)```", _readme_part("## Use it from Python"), re.S).group(1)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["True"], r.stdout
+
+
+def test_readme_module_map_names_every_module():
+    """Every module of workbench/ and workbench/kernels/ is in the README's map (by name, in backticks)."""
+    text = _readme_part("Where things live", end="\n## ")
+    modules = [p.stem for d in ("workbench", "workbench/kernels") for p in sorted((ROOT / d).glob("*.py"))
+               if p.stem != "__init__"]
+    missing = [m for m in modules if f"`{m}`" not in text and f"`kernels/{m}`" not in text]
+    assert not missing, f"README's module map lacks {missing}"
 
 
 def test_executed_notebooks_end_in_a_verdict_without_noise(tiny_run):

@@ -1,21 +1,32 @@
-"""Run every notebook through papermill into a new dated run folder.
+"""Run every notebook through papermill into a new dated run folder, and check every notebook's parameters.
 
-    python -m workbench notebooks [-p NAME VALUE]... [-f params.yaml] [--only 02] [--publish] [--force]
+    python -m workbench notebooks [-p NAME VALUE]... [-f params.yaml | -f folder] [--only 02] [--publish] [--force]
 
-Parameters from -f (a YAML mapping; a key named after a notebook's stem holds that notebook's own
-parameters) and -p (YAML-parsed values) are passed to every notebook that declares them; a parameter
-no notebook declares in its `parameters` cell is an error. Executed notebooks, figures and tables land
-in runs/<UTC date-time>/; an earlier run is never overwritten. --publish also copies the figures and
-tables into figures/; it refuses a reduced parameter set (notebooks/tiny.yaml, or any grid smaller
-than a notebook's defaults) unless --force. A failing notebook stops the run with a non-zero exit and
-names the executed copy, which shows the failing cell.
+Parameters from -f and -p (YAML-parsed values) are passed to every notebook that declares them; a parameter
+no notebook declares in its `parameters` cell is an error. -f takes a YAML mapping, where a key named after a
+notebook's stem holds that notebook's own parameters, or a folder of papermill parameter files, one a notebook,
+named after it (`notebooks/tiny/` is the smallest set: `notebooks/tiny/02_correctness.yaml` is also what plain
+`papermill notebooks/02_correctness.ipynb out.ipynb -f notebooks/tiny/02_correctness.yaml` takes). Every
+notebook's parameters are type-checked (``checked_parameters``) before the first notebook starts, and a wrong
+one stops the run with one line. Executed notebooks, figures and tables land in runs/<UTC date-time>/; an
+earlier run is never overwritten. --publish also copies the figures and tables into figures/; it refuses a
+reduced parameter set (notebooks/tiny/, or any grid smaller than a notebook's defaults) unless --force. A
+failing notebook stops the run with a non-zero exit and names the executed copy, which shows the failing cell.
 
 -p out_dir DIR sends the figures and tables to DIR instead of the run folder's figures/ (and
--p data_dir DIR reads the tables from DIR); both are relative to the current folder, not to notebooks/
-where the notebooks run. An out_dir or --runs-dir inside the repository's data/ or figures/ is refused:
-only publishing adds to those. An out_dir that has files in it already is refused unless --force (then
-files of the same names are replaced); --publish copies the run folder's own figures/ and so is refused
-with -p out_dir, which keeps --force's two meanings apart.
+-p data_dir DIR reads the tables from DIR); both are relative to the current folder, as any command's path is.
+(Run by papermill or Jupyter without this command, a notebook takes a relative out_dir or data_dir from the
+repository root, wherever it runs: ``checked_parameters``.) An out_dir or --runs-dir inside the repository's
+data/ or figures/ is refused: only publishing adds to those. An out_dir that has files in it already is refused
+unless --force (then files of the same names are replaced); --publish copies the run folder's own figures/ and
+so is refused with -p out_dir, which keeps --force's two meanings apart.
+
+Every notebook's set-up cell calls ``checked_parameters`` right after its parameters cell (and after the
+interpreter switch, which must precede importing workbench), so papermill, Jupyter and this command all get
+the same checks: booleans accept true/false (any case, as papermill's -p passes them, as strings) besides real
+bools; an integer, list or choice of the wrong type or value is one line naming the parameter, its expected
+type and its default (a single value where a list is expected is taken as a one-element list: -p heads_grid 5
+is [5]); device cuda without a CUDA GPU is one line; relative paths are taken from the repository root.
 """
 from __future__ import annotations
 
@@ -24,6 +35,7 @@ import ast
 import datetime as dt
 import difflib
 import json
+import os
 import shutil
 import sys
 import time
@@ -38,7 +50,19 @@ KERNEL = "mla-workbench"
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 # Parameters the pipeline sets itself when not given; every notebook declares them.
 PIPELINE_DEFAULTS = ("out_dir", "data_dir")
-NOT_A_SIZE = ("seed",)  # integer parameters that are not grid sizes
+NOT_A_SIZE = ("seed",)  # integer parameters that are not grid sizes (every other integer is a size: 1 or more)
+# Parameters that name a folder: a relative one is taken from the repository root (ROOT), never the current folder.
+PATH_PARAMETERS = PIPELINE_DEFAULTS
+# Booleans as text (papermill's -p passes `-p fresh false` as the string "false"; YAML's words too); any case.
+BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False, "1": True, "0": False}
+# The values a string parameter (or each item of a list of strings) may take, where there is a fixed set.
+CHOICES = {
+    "device": lambda: ("cpu", "cuda"),
+    "sweep": lambda: __import__("workbench.sweeps", fromlist=["SWEEPS"]).SWEEPS,
+    "archs": lambda: tuple(__import__("workbench.targets", fromlist=["TARGETS"]).TARGETS),
+}
+# Notebook parameters that need a CUDA GPU when true, and what they do then.
+NEEDS_CUDA = {"04_throughput": {"fresh": "measures a new sweep"}}
 
 
 def all_notebooks() -> list[Path]:
@@ -90,12 +114,14 @@ def published_folder(path) -> str | None:
     return next((name for name in PUBLISH_STEP if p.is_relative_to((ROOT / name).resolve())), None)
 
 
-def refuse_published(path, what: str) -> Path:
+def refuse_published(path, what: str, shown=None) -> Path:
     """``path`` as a Path, or RefusedOutput when it is in the repository's data/ or figures/ (only publishing adds
-    to those). ``what`` names where the path came from ("--out", "out_dir") in the one-line message."""
+    to those). ``what`` names where the path came from ("--out", "out_dir") in the one-line message, and ``shown``
+    the path as the user typed it, where ``path`` is already resolved from it."""
     name = published_folder(path)
     if name is not None:
-        raise RefusedOutput(f"{what} {path}: is inside {name}/ ({(ROOT / name).resolve()}), and only publishing adds "
+        raise RefusedOutput(f"{what} {path if shown is None else shown}: is inside {name}/ ({(ROOT / name).resolve()}), "
+                            "and only publishing adds "
                             f"to {name}/ ({PUBLISH_STEP[name]}); write somewhere outside data/ and figures/")
     return Path(path)
 
@@ -145,6 +171,174 @@ def declared_parameters(path: Path) -> dict:
                     except ValueError:
                         out[t.id] = ast.get_source_segment(src, node.value)
     return out
+
+
+class ParameterError(ValueError):
+    """A notebook parameter of the wrong type or value, or one this machine cannot serve (device cuda without a
+    GPU). One line wherever it surfaces: the pipeline exits with it before any notebook starts, and in a notebook
+    IPython shows ``_render_traceback_`` in place of a traceback."""
+
+    def _render_traceback_(self):
+        return [f"{type(self).__name__}: {self}"]
+
+
+def notebook_path(stem: str) -> Path:
+    """The notebook named ``stem`` (e.g. "03_occupancy") in the repository's notebooks/ folder."""
+    path = NOTEBOOKS / f"{stem}.ipynb"
+    if not path.is_file():
+        raise ParameterError(f"{stem!r}: no such notebook; the notebooks are "
+                             f"{', '.join(p.stem for p in all_notebooks())}")
+    return path
+
+
+def repo_path(path) -> Path:
+    """A folder parameter as an absolute path: ``~`` expanded, a relative path taken from the repository root
+    (not from the current folder, which depends on how the notebook was started), '..' folded."""
+    return Path(os.path.normpath(ROOT / Path(path).expanduser()))
+
+
+def _shown(v) -> str:
+    return f"{v!r} ({type(v).__name__})"
+
+
+def _from_text(value):
+    """A string parameter read as YAML where the default is not a string (papermill's -p passes "[1, 5]" and
+    "false" as text); the string itself where it is not YAML."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+
+
+def _item(name: str, value, default):
+    """``value`` as the type of ``default`` (one scalar or mapping), or None where it is not one."""
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.strip().lower() in BOOL_WORDS:
+            return BOOL_WORDS[value.strip().lower()]
+        return None
+    if isinstance(default, int):
+        value = _from_text(value)
+        if isinstance(value, bool) or not isinstance(value, int) or (name not in NOT_A_SIZE and value < 1):
+            return None
+        return value
+    if isinstance(default, float):
+        value = _from_text(value)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if isinstance(default, str):
+        if name in PATH_PARAMETERS:
+            return str(value) if isinstance(value, (str, os.PathLike)) and str(value).strip() else None
+        choices = CHOICES.get(name)
+        if not isinstance(value, str) or (choices and value not in choices()):
+            return None
+        return value
+    if isinstance(default, dict):
+        value = _from_text(value)
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            return None
+        out = {}
+        for k, v in value.items():  # keys among the default's; an integer where the default has one
+            if k not in default:
+                return None
+            if isinstance(default[k], int) and not isinstance(default[k], bool):
+                v = _from_text(v)
+                if isinstance(v, bool) or not isinstance(v, int):
+                    return None
+            out[k] = v
+        return out
+    return value  # a default this check has no type for: taken as given
+
+
+def _expected(name: str, default) -> str:
+    """What ``_item`` accepts for ``default``, in words."""
+    if isinstance(default, bool):
+        return "true or false"
+    if isinstance(default, int):
+        return "an integer" if name in NOT_A_SIZE else "a positive integer"
+    if isinstance(default, float):
+        return "a number"
+    if isinstance(default, str):
+        if name in PATH_PARAMETERS:
+            return "a folder (a relative one is taken from the repository root)"
+        choices = CHOICES.get(name)
+        return f"one of {', '.join(choices())}" if choices else "a string"
+    if isinstance(default, dict):
+        return f"a mapping with keys among {', '.join(default)}"
+    return "a value"
+
+
+def check_parameter(name: str, value, default):
+    """``value`` as the type of its ``default`` (from the parameters cell), or ParameterError in one line.
+
+    Booleans: bools, 0/1, or true/false/yes/no/on/off as text in any case. Integers: a size is 1 or more (every
+    integer parameter but those in NOT_A_SIZE). Strings: one of CHOICES where the name has a fixed set; a folder
+    parameter stays as given (``checked_parameters`` resolves it). Lists: a list (or YAML text of one), each item
+    of the default's item type; a single item is taken as a one-element list (-p heads_grid 5 is [5]); an empty
+    list is refused."""
+    if isinstance(default, list) and default:
+        items = _from_text(value)
+        items = items if isinstance(items, (list, tuple)) else [items]
+        checked = [_item(name, v, default[0]) for v in items]
+        if not items or any(c is None for c in checked):
+            raise ParameterError(f"{name}: expected a list, each {_expected(name, default[0])} (one alone is a list "
+                                 f"of one), got {_shown(value)}; default {default!r}")
+        return checked
+    checked = _item(name, value, default)
+    if checked is None:
+        raise ParameterError(f"{name}: expected {_expected(name, default)}, got {_shown(value)}; default {default!r}")
+    return checked
+
+
+def _needs_cuda(what: str, hint: str) -> None:
+    import torch
+    if not torch.cuda.is_available():
+        raise ParameterError(f"{what} needs a CUDA GPU, and this torch ({torch.__version__}) sees none; {hint}")
+
+
+def checked_parameters(stem: str, given, *, check_folders: bool = True) -> dict:
+    """The parameters of notebook ``stem``, checked and converted: what every notebook's set-up cell calls, as
+    ``globals().update(checked_parameters("03_occupancy", globals()))``, and what the pipeline checks up front.
+
+    ``given``: a mapping holding some or all of the names the notebook's parameters cell declares (a notebook's
+    own globals, after papermill's injected cell); a missing name takes the cell's default. Returns
+    {name: value} for every declared name, each value of its default's type (``check_parameter``), and:
+    - out_dir and data_dir absolute, a relative one taken from the repository root (``repo_path``), so a notebook
+      reads and writes the same folders from wherever papermill or Jupyter started it; a relative one that leads
+      out of the repository ("../x") is refused (only an absolute path goes outside the clone), and so is an
+      out_dir inside the repository's data/ or figures/ (RefusedOutput: only publishing adds there);
+    - with ``check_folders``, data_dir must be an existing folder;
+    - device cuda needs a CUDA GPU here, and so does a NEEDS_CUDA parameter that is true (notebook 04's fresh).
+    Raises ParameterError (or RefusedOutput), one line, before the notebook computes anything.
+    """
+    declared = declared_parameters(notebook_path(stem))
+    values = {name: check_parameter(name, given.get(name, default), default) for name, default in declared.items()}
+    for name in PATH_PARAMETERS:
+        if name in values:
+            raw = given.get(name, declared[name])
+            values[name] = str(repo_path(values[name]))
+            if not Path(str(raw)).expanduser().is_absolute() and not Path(values[name]).is_relative_to(ROOT):
+                raise ParameterError(f"{name} {raw}: a relative folder is taken from the repository root ({ROOT}), "
+                                     f"and this one leads out of it ({values[name]}); name a folder inside the "
+                                     "repository, or give an absolute path")
+            if name == "out_dir":
+                refuse_published(values[name], name, shown=raw)
+            elif check_folders and not Path(values[name]).is_dir():
+                raise ParameterError(f"{name} {raw}: no such folder ({values[name]}; a relative path is taken from "
+                                     f"the repository root, {ROOT})")
+    device = values.get("device", "cpu")
+    if device == "cuda":
+        _needs_cuda("device cuda", "leave device at cpu to run the kernels in the Triton interpreter")
+    for name, what in NEEDS_CUDA.get(stem, {}).items():
+        if values.get(name) and device != "cuda":
+            raise ParameterError(
+                f"{name}=True {what} and needs a CUDA GPU (device={device!r}); on this machine run with -p {name} "
+                "false to use the committed tables in data/, or on a GPU with -p device cuda")
+    return values
 
 
 def _unknown(name: str, known, where: str) -> str:
@@ -221,6 +415,12 @@ def run(params: dict, *, only=None, runs_dir: Path = ROOT / "runs", publish: boo
         for name in PIPELINE_DEFAULTS:
             if name in p:
                 p[name] = str(Path(str(p[name])).absolute())
+    for stem, p in per_notebook.items():  # every notebook's types, choices and device, before the first one runs
+        try:
+            checked = checked_parameters(stem, p, check_folders=False)
+        except (ParameterError, RefusedOutput) as e:
+            raise SystemExit(f"{stem}: {e}") from None
+        p.update({name: checked[name] for name in p})  # as the notebook will see them: -p heads_grid 5 is [5]
     import papermill as pm
     run_dir = new_run_dir(Path(runs_dir))
     fig_dir = run_dir / "figures"
@@ -280,11 +480,37 @@ class _progress:
             self.bar = None
 
 
+def _yaml_mapping(path: Path) -> dict:
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise SystemExit(f"-f {path}: not YAML ({' '.join(str(e).split())})") from None
+    if not isinstance(loaded, dict):
+        raise SystemExit(f"-f {path}: expected a mapping of parameter names to values, got {type(loaded).__name__}")
+    return loaded
+
+
+def parameters_from(path: Path) -> dict:
+    """-f: a YAML file's mapping as it is, or a folder's papermill parameter files as {notebook stem: parameters}
+    (each ``<stem>.yaml`` is the one file plain papermill takes for that notebook; a notebook without one gets
+    none, and a file named after no notebook is an error, reported by ``notebook_parameters``)."""
+    if path.is_dir():
+        files = sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml"))
+        if not files:
+            raise SystemExit(f"-f {path}: a folder without parameter files (<notebook>.yaml)")
+        return {f.stem: _yaml_mapping(f) for f in files}
+    if not path.is_file():
+        raise SystemExit(f"-f {path}: no such file or folder")
+    return _yaml_mapping(path)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m workbench notebooks", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
-    ap.add_argument("-f", "--parameters-file", type=Path)
+    ap.add_argument("-f", "--parameters-file", type=Path, metavar="FILE_OR_FOLDER",
+                    help="a YAML mapping (a key named after a notebook holds its own parameters), or a folder of "
+                         "papermill parameter files named after the notebooks (notebooks/tiny: the smallest set)")
     ap.add_argument("--only", nargs="+", help="notebook name prefixes, e.g. 01 03")
     ap.add_argument("--runs-dir", type=Path, default=ROOT / "runs")
     ap.add_argument("--publish", action="store_true", help="also copy figures and tables into figures/")
@@ -296,7 +522,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     params: dict = {}
     if a.parameters_file:
-        params.update(yaml.safe_load(a.parameters_file.read_text()) or {})
+        params.update(parameters_from(a.parameters_file))
     for k, v in a.parameter:
         params[k] = yaml.safe_load(v)
     run(params, only=a.only, runs_dir=a.runs_dir, publish=a.publish, force=a.force, kernel=a.kernel,
