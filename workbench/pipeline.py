@@ -120,8 +120,8 @@ def refuse_published(path, what: str, shown=None) -> Path:
     the path as the user typed it, where ``path`` is already resolved from it."""
     name = published_folder(path)
     if name is not None:
-        raise RefusedOutput(f"{what} {path if shown is None else shown}: is inside {name}/ ({(ROOT / name).resolve()}), "
-                            "and only publishing adds "
+        shown = path if shown is None else shown
+        raise RefusedOutput(f"{what} {shown}: is inside {name}/ ({(ROOT / name).resolve()}), and only publishing adds "
                             f"to {name}/ ({PUBLISH_STEP[name]}); write somewhere outside data/ and figures/")
     return Path(path)
 
