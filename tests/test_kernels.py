@@ -1,9 +1,8 @@
 """The Triton kernels under the CPU interpreter: FlashMLA golden cases and the hostile catalogue's cases.
 
-Every split kernel on the ladder runs the golden cases; "tile512_bf16dq" runs tile512's numerics under
-the interpreter (its bit dequant is GPU-only; test_dequant_bits checks the formula), so it gets one
-hostile case for its launch path. Tests marked ``interpreter`` run the kernels on CPU tensors: with
-TRITON_INTERPRET=0 they are skipped (on a GPU, ``pytest -m gpu`` runs the same cases through the GPU checks).
+Every Triton split kernel on the ladder runs the golden cases (the Gluon rungs are GPU only). Tests marked
+``interpreter`` run the kernels on CPU tensors: with TRITON_INTERPRET=0 they are skipped (on a GPU,
+``pytest -m gpu`` runs the same cases through the GPU checks).
 """
 import pytest
 import torch
@@ -53,12 +52,6 @@ def hostile(request, catalogue_case):
 @pytest.mark.parametrize("impl", SPLIT_KERNELS + ["simt"])
 def test_kernel_matches_reference_on_hostile_case(hostile, impl):
     _check_hostile(hostile, impl)
-
-
-@interpreter
-def test_bf16_dequant_rung_launches_and_matches_reference(catalogue_case):
-    case = catalogue_case(cases.SHAPE_SWEEP)
-    _check_hostile((case, wb.sparse_mla_decode_reference(**case.kwargs())), "tile512_bf16dq")
 
 
 def _check_hostile(hostile, impl):

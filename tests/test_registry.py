@@ -30,9 +30,9 @@ def test_autotuner_prunes_to_the_head_group_of_the_call(kernel, heads, group):
 
 
 def test_registry_lists_every_builtin_kind():
-    assert {"mma", "simt", "reference", "tile512", "tile512_bf16dq"} <= set(registry.decode_impls())
+    assert {"mma", "simt", "reference", "tile512", "wgmma"} <= set(registry.decode_impls())
     assert registry.names("probe") == ("gather",)
-    assert [r.name for r in registry.rungs()][:3] == ["mma", "tile512", "tile512_bf16dq"]
+    assert [r.name for r in registry.rungs()][:3] == ["mma", "tile512", "wgmma"]
     assert all(r.prediction for r in registry.rungs()), "a rung states what it should move before it is measured"
 
 
@@ -82,28 +82,31 @@ def test_simt_has_a_typed_config_and_the_lab_finds_it_through_the_registry():
 
 
 def test_dequant_bits_formula_is_exact_for_every_code_and_scale():
-    """The bit move in tile512_bf16dq, in torch: bf16 bits of the e4m3 byte, times 2**64, times 2**(e-71)
-    (each an exact bf16 multiply, as mul.rn.bf16x2 does) == fp8 * 2**(e-127)."""
+    """The bf16 dequant of the Gluon kernel (common.e4m3_bf16x2_asm, wgmma._bf16_scale_pairs), in torch:
+    the bf16 bits of the e4m3 byte times 2**120 (bf16 0x7B80) is the fp8 value exactly, and times the scale's
+    bf16 (0x0040 for byte 0, else e << 7) it is bf16(fp8) * bf16(2**(e-127)), FlashMLA's value, for every code
+    and every scale byte 0..254 (each an exact-then-rounded bf16 multiply, as mul.rn.bf16x2 does)."""
     b = torch.arange(256, dtype=torch.int32)
     finite = (b & 0x7F) != 0x7F  # e4m3fn has NaN at 0x7F and 0xFF only
     bits = ((b & 0x80) << 8) | ((b & 0x7F) << 4)
     as_bf16 = bits.to(torch.int16).view(torch.bfloat16)
     exact = b.to(torch.uint8).view(torch.float8_e4m3fn).float()
-    c64 = torch.tensor(0x5F80, dtype=torch.int16).view(torch.bfloat16)
-    assert c64.item() == 2.0 ** 64
-    for e in (105, 120, 127, 160, 198):  # 2**-22 (the quantiser's floor) .. 2**71 (the formula's top)
-        sc = torch.tensor([(e + 56) << 7], dtype=torch.int16).view(torch.bfloat16)
-        assert sc.item() == 2.0 ** (e - 71)
-        got = (as_bf16 * c64) * sc
-        want = exact * 2.0 ** (e - 127)
-        assert torch.equal(got.float()[finite], want[finite]), e
+    c120 = torch.tensor(0x7B80, dtype=torch.int16).view(torch.bfloat16)
+    assert c120.item() == 2.0 ** 120
+    assert torch.equal((as_bf16 * c120).float()[finite], exact[finite])
+    for e in range(255):
+        sc = torch.tensor([0x0040 if e == 0 else e << 7], dtype=torch.int16).view(torch.bfloat16)
+        assert sc.item() == 2.0 ** (e - 127)
+        got = (as_bf16 * c120) * sc
+        want = exact.to(torch.bfloat16) * torch.tensor(2.0 ** (e - 127), dtype=torch.bfloat16)
+        assert torch.equal(got[finite], want[finite]), e
 
 
 def test_auto_picks_by_device_and_call_size(monkeypatch):
     """'auto' follows the crossover sweep on sm_90 and the portable rung elsewhere."""
     import workbench.kernels.common as common
     assert registry.resolve("auto", "cpu", heads=64, tokens=64 * 2048) == "tile512"
-    assert registry.resolve("tile512_3d", "cpu", heads=64, tokens=64 * 2048) == "tile512_3d"  # named: never replaced
+    assert registry.resolve("mma", "cpu", heads=64, tokens=64 * 2048) == "mma"  # named: never replaced
     monkeypatch.setattr(common, "INTERPRET", False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (9, 0))
     assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "wgmma_f16"

@@ -92,14 +92,9 @@ def _model_kernels():
             for n, lk in lab_kernels().items() if lk.shared_model is not None]
 
 
-# configs that cannot compile for a target, by design: the bf16-bits dequant multiplies with mul.rn.bf16x2 (sm_90+);
-# and a Gluon kernel off GLUON_ARCHS, which the lab skips (resources.arch_skip_reason)
-EXPECTED_COMPILE_ERRORS = {("tile512_bf16dq", "sm_89"): "PTXAS"}
-
-
 def _expected_error(kernel, arch):
-    if (kernel, arch) in EXPECTED_COMPILE_ERRORS:
-        return EXPECTED_COMPILE_ERRORS[kernel, arch]
+    """Configs that cannot compile for a target, by design: a Gluon kernel off GLUON_ARCHS, which the lab skips
+    (resources.arch_skip_reason)."""
     return "skipped: Gluon sm_90 kernel" if is_gluon(lab_kernels()[kernel]) and arch not in GLUON_ARCHS else None
 
 
@@ -129,17 +124,16 @@ def test_committed_lab_tables_never_underestimated_by_the_model(kernel):
 
 
 def test_committed_tables_have_the_ladder_columns():
-    """tile512 rungs: cp.async gathers exactly when pipelined (Triton 3.6 issues them from 2 stages on, not only
-    from 3); the rungs' switches as columns; provenance columns."""
+    """tile512: cp.async gathers exactly when pipelined (Triton 3.6 issues them from 2 stages on, not only from 3);
+    the ladder's columns; provenance columns."""
     for arch in TARGETS:
         df = _committed(arch)
         assert {"triton", "git_commit", "date", "config", "mma", "registers", "shared_bytes", "model_shared_bytes",
                 "status", "spill_stores", "warps_per_sm", "limiter", "ld_global_avg_bytes", "cp_async",
-                "mma_count", "DEQUANT", "GATHER3D"} <= set(df.columns)
-        t = df[df.kernel.str.startswith("tile512") & (df.status != "compile_error")]
-        assert ((t.cp_async > 0) == (t.num_stages >= 2)).all(), f"{arch}: cp.async unpipelined, or pipelined without"
-        assert set(t[t.kernel == "tile512_3d"].GATHER3D) == {1} and set(t[t.kernel == "tile512"].GATHER3D) == {0}
-        assert set(df[df.kernel == "tile512_bf16dq"].DEQUANT) == {1}
+                "mma_count"} <= set(df.columns)
+        t = df[(df.kernel == "tile512") & (df.status != "compile_error")]
+        assert len(t) and ((t.cp_async > 0) == (t.num_stages >= 2)).all(), (
+            f"{arch}: cp.async unpipelined, or pipelined without")
         assert (df[df.status != "compile_error"].ld_global_avg_bytes > 0).all()
 
 
@@ -152,25 +146,20 @@ def test_apply_model_reads_old_and_new_config_cells():
     assert got.model_shared_bytes.iloc[0] == got.model_shared_bytes.iloc[1] > 0
 
 
-def test_tile512_model_knows_the_3d_gather():
-    """The 3d gather buffers only the token's bytes per stage; with no switch given the model bounds every variant."""
+def test_tile512_model_per_target():
+    """The pipelined gathers buffer a tile of raw bytes per stage; with no target given the model bounds them all."""
     from workbench.kernels import tile512
     from workbench.kernels.configs import TiledConfig
     c = TiledConfig(BLOCK_H=16, BLOCK_T=32, num_warps=4, num_stages=3)
-    # the compiled numbers on sm_90 (issue 9): 131,328 B flat, 102,784 B gathered as [BLOCK_T, 8, 64]
-    assert tile512.estimate_shared_bytes(c, 0, "sm_90") == 131328
-    assert tile512.estimate_shared_bytes(c, 1, "sm_90") == 102784
-    assert tile512.estimate_shared_bytes(c) == max(tile512.estimate_shared_bytes(c, g, a) for g in (0, 1)
-                                                   for a in TARGETS)
+    assert tile512.estimate_shared_bytes(c, "sm_90") == 131328  # the compiled number on sm_90 (issue 9)
+    assert tile512.estimate_shared_bytes(c) == max(tile512.estimate_shared_bytes(c, a) for a in TARGETS)
     # BLOCK_H=64, BLOCK_T=64, 2 stages fits sm_90 (wgmma takes K from shared memory once) but not as mma.sync
     wide = TiledConfig(BLOCK_H=64, BLOCK_T=64, num_warps=8, num_stages=2)
-    assert tile512.prune_reason(wide, 64, get_target("sm_90"), GATHER3D=0)[1] is None
-    assert "shared memory" in tile512.prune_reason(wide, 64, get_target("sm_120"), GATHER3D=0)[1]
-    for name in ("tile512", "tile512_bf16dq", "tile512_3d"):
-        spec = registry.get(name)
-        for arch in (None, *TARGETS):
-            assert spec.shared_model(c, arch=arch) == tile512.estimate_shared_bytes(
-                c, spec.fixed_meta.get("GATHER3D", 0), arch)
+    assert tile512.prune_reason(wide, 64, get_target("sm_90"))[1] is None
+    assert "shared memory" in tile512.prune_reason(wide, 64, get_target("sm_120"))[1]
+    spec = registry.get("tile512")
+    for arch in (None, *TARGETS):
+        assert spec.shared_model(c, arch=arch) == tile512.estimate_shared_bytes(c, arch)
 
 
 # ----------------------------------------------------------------------------- one registration
@@ -204,7 +193,7 @@ def test_adding_a_kernel_is_one_registration():
     try:
         assert "toy_copy" in registry.compiled_kernels()
         assert "toy_copy" in resources.KERNELS
-        assert {k for k, _, _ in resources.sweep_jobs("sm_90", "all")} >= {"toy_copy", "mma", "tile512_3d", "combine"}
+        assert {k for k, _, _ in resources.sweep_jobs("sm_90", "all")} >= {"toy_copy", "mma", "tile512", "combine"}
         assert "toy_copy" in bench.provider_names()
         sub = next(a for a in cli.parser()._actions if a.dest == "cmd").choices["resources"]
         assert "toy_copy" in next(a for a in sub._actions if "--kernel" in a.option_strings).choices
@@ -221,6 +210,27 @@ def test_adding_a_kernel_is_one_registration():
     assert df.loc[2048, "ld_global_16B"] == 1 and df.loc[2048, "ld_global"] == 1
     assert df.loc[2048, "ld_global_avg_bytes"] == 16.0
     assert df.loc[512, "ld_global_4B"] == 1 and df.loc[512, "ld_global"] == 1
+
+
+@triton.jit
+def toy_switched(src, dst, OTHER: tl.constexpr, FLAG: tl.constexpr = 7):
+    """A kernel with two switches, one of them defaulted: only its signature is read (never compiled here)."""
+    tl.store(dst + tl.program_id(0), tl.load(src + tl.program_id(0)) + FLAG + OTHER)
+
+
+def test_a_siblings_switch_becomes_a_column_at_the_launch_default():
+    """A switch that a sibling entry of the same jit function pins but this entry does not is a constexpr and a
+    table column of this entry too, at the value a launch that omits it gets: the parameter's default, else 0."""
+    from workbench.resources import _from_spec
+    base = dict(kind="probe", summary="test-only", jit=toy_switched, config_cls=ToyConfig,
+                config_space=(ToyConfig(BLOCK=512),), lab_signature=dict(src="*fp32", dst="*fp32"),
+                lab_constexprs=lambda c: {})
+    pinned = KernelSpec(name="toy_pinned", fixed_meta=dict(FLAG=1, OTHER=3), **base)
+    plain = KernelSpec(name="toy_plain", **base)
+    assert _from_spec(plain, [pinned, plain]).fixed_meta == dict(FLAG=7, OTHER=0)
+    assert _from_spec(plain, [pinned, plain]).constexprs(ToyConfig()) == dict(FLAG=7, OTHER=0)
+    assert _from_spec(pinned, [pinned, plain]).fixed_meta == dict(FLAG=1, OTHER=3)
+    assert _from_spec(plain, [plain]).fixed_meta == {}
 
 
 def test_an_unaligned_integer_narrows_the_loads():

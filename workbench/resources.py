@@ -20,7 +20,7 @@ time it is asked for, so a kernel registered later is a choice of ``python -m wo
 with no other edit.
 
 Per compiled config the table has the flat config columns (``BLOCK_H``, ``BLOCK_T``, ``num_warps``,
-``num_stages``, ``PREFETCH`` and the rung's switches such as ``DEQUANT``/``GATHER3D``), the config's
+``num_stages``, ``PREFETCH`` and the rung's switches such as ``K_BUFFERS``/``F16``), the config's
 short ``config`` label, the model's and the compiler's shared bytes, registers, spills, occupancy,
 and what the optimisation ladder reads: ``ld_global_{1,2,4,8,16}B`` (static ``ld.global``
 instructions in the PTX by bytes per instruction), ``ld_global`` and ``ld_global_avg_bytes``
@@ -77,10 +77,9 @@ class CombineConfig(KernelConfig):
 def _from_spec(spec, siblings=()) -> LabKernel:
     """A registry entry as the lab sees it.
 
-    A switch that a sibling entry of the same jit function pins (tile512_3d's GATHER3D=1) but this entry does
-    not takes the value a launch that omits it gets: the jit parameter's default (the Gluon kernel's
-    TOKEN_LANES=32, K_BUFFERS=2), else off (0), as the tile512 launcher defaults it; it becomes a constexpr and a
-    table column of this entry too.
+    A switch that a sibling entry of the same jit function pins but this entry does not (e.g. a variant registered
+    for one exploratory run) takes the value a launch that omits it gets: the jit parameter's default, else off
+    (0); it becomes a constexpr and a table column of this entry too.
     """
     defaults = _param_defaults(spec.jit)
     switches = {k: defaults.get(k, 0) for s in siblings if s.jit is spec.jit and s is not spec for k in s.fixed_meta}

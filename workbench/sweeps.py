@@ -96,7 +96,7 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
     if name == "forced":  # the configs the autotuner chooses among, each forced, to check its choice
         plan = []
         for shape, group in ((BenchShape(64, 16, 2048), 16), (BenchShape(64, 64, 2048), 64)):
-            for kernel in ("tile512", "tile512_3d"):
+            for kernel in ("tile512",):
                 plan += [(shape, (kernel,), ("graph",), {"BLOCK_H": group, "BLOCK_T": bt, "num_warps": w,
                                                          "num_stages": st})
                          for bt in (16, 32) for w in ((4, 8) if group < 64 else (8,)) for st in (1, 3)]

@@ -50,31 +50,20 @@ register(KernelSpec(
     lab_constexprs=lambda c: dict(HAS_TOPK_LEN=False, DOT_FP32=False, **layout_constexprs(), **c.meta())))
 
 
-def _tile512(name, rung, summary, prediction, **fixed):
-    return register(KernelSpec(
-        name=name, kind="split", rung=rung, summary=summary, prediction=prediction,
-        launch=lambda **kw: tile512.launch_tile512_partial(**kw, **fixed), jit=tile512.tile512_partial_kernel,
-        config_cls=TiledConfig, allowed=tile512.ALLOWED, config_space=tuple(tile512.CONFIG_SPACE),
-        fixed_meta=fixed, lab_signature=SPLIT_SIGNATURE,
-        shared_model=lambda c, arch=None: tile512.estimate_shared_bytes(c, fixed.get("GATHER3D", 0), arch),
-        check_configs=tuple(dict(BLOCK_H=bh, BLOCK_T=bt, num_warps=w, num_stages=st)
-                            for bh, bt, w, st in ((64, 32, 8, 1), (16, 16, 4, 1), (32, 32, 8, 3), (64, 16, 8, 3),
-                                                  (16, 64, 4, 1))),
-        lab_constexprs=lambda c: dict(HAS_TOPK_LEN=False, DOT_FP32=False, **layout_constexprs(keys=tile512.LAYOUT_KEYS),
-                                      **fixed, **c.meta())))
+register(KernelSpec(
+    name="tile512", kind="split", rung=2,
+    summary="one [BLOCK_T, 512] tile: rope in the nope padding slot, one QK and one PV dot",
+    prediction="11% fewer dequant/MMA columns and one dot instead of two: 5-10% at b64; registers stay ~255 "
+               "(q's mma.sync operand is 128 of them), so occupancy should not move",
+    launch=tile512.launch_tile512_partial, jit=tile512.tile512_partial_kernel, config_cls=TiledConfig,
+    allowed=tile512.ALLOWED, config_space=tuple(tile512.CONFIG_SPACE), lab_signature=SPLIT_SIGNATURE,
+    shared_model=tile512.estimate_shared_bytes,
+    check_configs=tuple(dict(BLOCK_H=bh, BLOCK_T=bt, num_warps=w, num_stages=st)
+                        for bh, bt, w, st in ((64, 32, 8, 1), (16, 16, 4, 1), (32, 32, 8, 3), (64, 16, 8, 3),
+                                              (16, 64, 4, 1))),
+    lab_constexprs=lambda c: dict(HAS_TOPK_LEN=False, DOT_FP32=False, **layout_constexprs(keys=tile512.LAYOUT_KEYS),
+                                  **c.meta())))
 
-
-_tile512("tile512", 2, "one [BLOCK_T, 512] tile: rope in the nope padding slot, one QK and one PV dot",
-         "11% fewer dequant/MMA columns and one dot instead of two: 5-10% at b64; registers stay ~255 "
-         "(q's mma.sync operand is 128 of them), so occupancy should not move", DEQUANT=0)
-_tile512("tile512_bf16dq", 3, "tile512 with dequant in bf16 bits: byte shuffles + bf16x2 multiply, no fp32",
-         "no fp32 convert or multiply (sm_90 loop body: FMUL 274 -> 146, F2FP 98 -> 2) but byte shuffles "
-         "PRMT 287 -> 383 and static instructions 2800 -> 2864: expect within +-5% of tile512", DEQUANT=1)
-
-_tile512("tile512_3d", 4, "tile512 gathered as a [BLOCK_T, 8, 64] view: exact-size loads, free scale broadcast",
-         "a 3-stage pipeline buffers 576 B/token instead of 1.6 KB (102 KB vs 131+ KB at BLOCK_H=16, BLOCK_T=32), so "
-         "cp.async gathers fit 2 blocks/SM; unpipelined it adds layout shuffles (STS 73 -> 312): expect the tuner "
-         "to pick 3 stages and gain 10-20% at h16", GATHER3D=1)
 
 # the Gluon kernel's page stride is a multiple of 16 bytes at every launch (256 tokens * 584 B), and its gathers
 # address through it with no multiple_of hint: typed plainly, the lab would compile narrower loads than run

@@ -109,11 +109,10 @@ def e4m3_bf16x2_asm(scale_lo: str, scale_hi: str) -> str:
 
     ``((b & 0x80) << 8) | ((b & 0x7F) << 4)`` is the bf16 of the e4m3 value times 2**-120 (subnormals
     included); two exact bf16x2 multiplies restore it and apply the UE8M0 scale: by 2**120 (bf16 0x7B80), then by
-    the scale pair 2**(e-127), which :func:`bf16_scale_bits` gives for every byte 0..254 (byte 0 as the bf16
-    subnormal 2**-127), so the result is bf16(fp8) * bf16(scale), FlashMLA's value. ``scale_lo`` and ``scale_hi``
-    are the operands holding the scale pairs of bytes 0-1 and 2-3: "$3", "$4" where Triton packs four bf16 scales
-    into two registers (tile512, pack=4), "$3", "$3" where one register holds one scale twice (wgmma, pack=1).
-    Jit code reads it through a module-level ``constexpr``.
+    the scale pair 2**(e-127), which :func:`workbench.kernels.wgmma._bf16_scale_pairs` gives for every byte
+    0..254 (byte 0 as the bf16 subnormal 2**-127), so the result is bf16(fp8) * bf16(scale), FlashMLA's value.
+    ``scale_lo`` and ``scale_hi`` are the operands holding the scale pairs of bytes 0-1 and 2-3: "$3", "$3" where
+    one register holds one scale twice (wgmma, pack=1). Jit code reads it through a module-level ``constexpr``.
     """
     return f"""{{
         .reg .b32 t0, t1, u0, u1, c120;
@@ -133,13 +132,6 @@ def e4m3_bf16x2_asm(scale_lo: str, scale_hi: str) -> str:
         mul.rn.bf16x2 $0, t0, {scale_lo};
         mul.rn.bf16x2 $1, t1, {scale_hi};
         }}"""
-
-
-@triton.jit
-def bf16_scale_bits(sbyte):
-    """UE8M0 scale bytes -> int32 bf16 bits of 2**(e-127) for every byte 0..254 (0 is the subnormal 0x0040)."""
-    e = sbyte.to(tl.int32)
-    return tl.where(e == 0, 0x0040, e << 7)
 
 
 def cdiv(a: int, b: int) -> int:

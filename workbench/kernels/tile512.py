@@ -17,8 +17,8 @@ import triton
 import triton.language as tl
 
 from ..layout import layout_of
-from .common import (D_NOPE, D_ROPE, INTERPRET, NUM_TILES, SCALE_BYTES, TILE, DATA_BYTES, bf16_scale_bits, cdiv,
-                     e4m3_bf16x2_asm, head_group, launch, layout_constexprs, mma, partial_args, to_bf16, ue8m0_fp32)
+from .common import (INTERPRET, cdiv, head_group, launch, layout_constexprs, mma, partial_args, to_bf16,
+                     ue8m0_fp32)
 from .tuning import call_args, current_target, record_prune
 from .configs import TiledConfig, tiled_space
 
@@ -28,41 +28,36 @@ CONFIG_SPACE = tiled_space(ALLOWED)
 TUNE_SPACE = [c for c in CONFIG_SPACE if c.BLOCK_T <= 32 and c.num_stages != 2]
 
 
-def estimate_shared_bytes(c: TiledConfig, GATHER3D: int | None = None, arch: str | None = None) -> int:
+def estimate_shared_bytes(c: TiledConfig, arch: str | None = None) -> int:
     """Shared-memory model, fitted to what Triton 3.6 compiles (the resource lab's tables), in bytes.
 
     Main loop: the bf16 q tile (1024 B per head) and the bf16 K tile: 2048 B per token where the dots
     are mma.sync (sm_89, sm_120, and BLOCK_H < 64 everywhere: the tile and its transposed copy for
     the two dots), 1024 B per token where they take K from shared memory (wgmma on sm_90, tcgen05 on
     sm_100, at BLOCK_H = 64).
-    From 2 stages on, the pipelined gathers buffer one tile of raw bytes: 1536 B per token for the
-    flat gather (the 512 fp8 bytes and the 512-wide masked bf16 rope load, 1024 B), 636 B for the
-    [BLOCK_T, 8, 64] gather (GATHER3D=1: 448 + 128 bytes and its scale bytes); and each stage past the
-    first buffers the indices and row offsets (4 B per token flat, 8 B per token 3d).
+    From 2 stages on, the pipelined gathers buffer one tile of raw bytes: 1536 B per token (the 512 fp8
+    bytes and the 512-wide masked bf16 rope load, 1024 B); and each stage past the first buffers the
+    indices and row offsets (4 B per token).
     sm_100 at BLOCK_H = 64 keeps tcgen05 barriers and staging: 512 B, plus 16 B per token when pipelined
-    (the model takes the largest of num_warps 4/8 and DEQUANT 0/1).
+    (the model takes the larger of num_warps 4 and 8).
     sm_90 at BLOCK_H = 64 converts the fp32 [BLOCK_H, 512] accumulator through shared memory in the
     epilogue (2048 B per head), which reuses the loop's space: the larger of the two counts.
-    DEQUANT (the bf16-bits dequant) changes none of these.
 
-    ``GATHER3D``: the rung's switch; None (unknown) takes the larger of the two gathers. ``arch``: a
-    target name ("sm_90"); None takes the largest over every target. Checked against every compiled
-    config of tile512, tile512_bf16dq and tile512_3d (num_stages 1-3) on sm_90, sm_100, sm_120 and
-    sm_89: never below the compiled number, exact on sm_90, sm_120 and sm_89, at most 1.5 KB above on
-    sm_100, never on the wrong side of a per-block limit (tests/test_resources.py).
+    ``arch``: a target name ("sm_90"); None takes the largest over every target. Checked against every
+    compiled config (num_stages 1-3) on sm_90, sm_100, sm_120 and sm_89: never below the compiled number,
+    exact on sm_90, sm_120 and sm_89, at most 1.5 KB above on sm_100, never on the wrong side of a
+    per-block limit (tests/test_resources.py).
     """
-    if GATHER3D is None:
-        return max(estimate_shared_bytes(c, g, arch) for g in (0, 1))
     if arch is None:
         from ..targets import TARGETS
-        return max(estimate_shared_bytes(c, GATHER3D, a) for a in TARGETS)
+        return max(estimate_shared_bytes(c, a) for a in TARGETS)
     from ..targets import get_target
     cap = get_target(arch).capability
     wide = c.BLOCK_H >= 64
     smem_operands = wide and cap in (90, 100)
     loop = 1024 * c.BLOCK_H + (1024 if smem_operands else 2048) * c.BLOCK_T
     if c.num_stages >= 2:
-        loop += (636 if GATHER3D else 1536) * c.BLOCK_T + (8 if GATHER3D else 4) * (c.num_stages - 1) * c.BLOCK_T
+        loop += 1536 * c.BLOCK_T + 4 * (c.num_stages - 1) * c.BLOCK_T
     if wide and cap == 100:
         loop += 512 + (16 * c.BLOCK_T if c.num_stages >= 2 else 0)
     if wide and cap == 90:
@@ -70,9 +65,9 @@ def estimate_shared_bytes(c: TiledConfig, GATHER3D: int | None = None, arch: str
     return loop
 
 
-def prune_reason(c: TiledConfig, heads: int, target, GATHER3D: int | None = None) -> tuple[int, str | None]:
-    """(estimated shared bytes on ``target``, reason to prune or None); GATHER3D None bounds both gathers."""
-    est = estimate_shared_bytes(c, GATHER3D, target.arch)
+def prune_reason(c: TiledConfig, heads: int, target) -> tuple[int, str | None]:
+    """(estimated shared bytes on ``target``, reason to prune or None)."""
+    est = estimate_shared_bytes(c, target.arch)
     if est > target.smem_per_block:
         return est, f"shared memory ~{est} B > {target.smem_per_block} B per block on {target.arch}"
     if c.BLOCK_H * 512 // (32 * c.num_warps) > 128:
@@ -108,53 +103,6 @@ def dequant_fp32(k8, sbyte, BLOCK_T: tl.constexpr, SCALE_BYTES: tl.constexpr, TI
     return (k8.to(tl.float32) * scale).to(tl.bfloat16)
 
 
-# common.e4m3_bf16x2_asm with pack=4: four bf16 scales come in two registers, $3 (bytes 0-1) and $4 (2-3)
-_DEQUANT_ASM = tl.constexpr(e4m3_bf16x2_asm("$3", "$4"))
-
-
-@triton.jit
-def dequant_bf16_bits(k8, sbyte, BLOCK_T: tl.constexpr, SCALE_BYTES: tl.constexpr, TILE: tl.constexpr,
-                      D: tl.constexpr):
-    """[BLOCK_T, D] bf16 without fp32, from the raw uint8 bytes k8 [BLOCK_T, D].
-
-    The e4m3 byte's bits moved into a bf16, ``((b & 0x80) << 8) | ((b & 0x7F) << 4)``, are its value
-    times 2**-120 exactly, subnormals included. Two exact bf16 multiplies restore it and apply the scale, for
-    every scale byte 0..254 (common.e4m3_bf16x2_asm). Two lanes per instruction (prmt, lop, mul.rn.bf16x2).
-    fp8 NaN codes become finite here; only unselected pages may hold them, and those are never loaded.
-    Invalid tokens and the pad group load zero bytes, so they give 0 whatever their scale. GPU only: the
-    interpreter decodes fp8 at load and garbles these bit casts, so it runs dequant_fp32 for this rung; the tests
-    check the formula in torch.
-    """
-    sc = bf16_scale_bits(sbyte).to(tl.int16).to(tl.bfloat16, bitcast=True)
-    sc = tl.reshape(tl.broadcast_to(sc[:, :, None], (BLOCK_T, SCALE_BYTES, TILE)), (BLOCK_T, D))
-    return tl.inline_asm_elementwise(
-        asm=_DEQUANT_ASM,
-        constraints="=r,=r,r,r,r", args=[k8, sc], dtype=tl.bfloat16, is_pure=True, pack=4)
-
-
-@triton.jit
-def gather_tile_3d(cache_f8, cache_u8, cache_bf16, row, srow, valid, BLOCK_T: tl.constexpr, D_NOPE: tl.constexpr,
-                   NUM_TILES: tl.constexpr, TILE: tl.constexpr, SCALE_BYTES: tl.constexpr):
-    """[BLOCK_T, 512] bf16 from a [BLOCK_T, 8, 64] view: groups 0..6 are fp8 nope tiles, group 7 the rope.
-
-    Each load is exactly what the token holds (no 512-wide masked rope), so a pipelined loop buffers
-    448 + 128 bytes per token, and each scale byte broadcasts over its group's 64 columns for free.
-    """
-    g = tl.arange(0, SCALE_BYTES)
-    c = tl.arange(0, TILE)
-    nope = (g < NUM_TILES)[None, :, None]  # [1, 8, 1]
-    k8 = tl.load(cache_f8 + row[:, None, None] + (g * TILE)[None, :, None] + c[None, None, :],
-                 mask=valid[:, None, None] & nope, other=0.0)  # [BLOCK_T, 8, 64] fp8
-    rrow = tl.multiple_of(row // 2 + D_NOPE // 2, 8)
-    rope = tl.load(cache_bf16 + rrow[:, None, None] + c[None, None, :], mask=valid[:, None, None],
-                   other=0.0)  # [BLOCK_T, 1, 64] bf16
-    sbyte = tl.load(cache_u8 + srow[:, None, None] + g[None, :, None], mask=valid[:, None, None] & nope,
-                    other=0)  # [BLOCK_T, 8, 1]
-    scale = ue8m0_fp32(sbyte)
-    k = tl.where(nope, (k8.to(tl.float32) * scale).to(tl.bfloat16), rope)
-    return tl.reshape(k, (BLOCK_T, SCALE_BYTES * TILE))
-
-
 @triton.autotune(configs=[c.to_triton() for c in TUNE_SPACE], key=["H", "TOKENS_BUCKET", "QUERIES_BUCKET"],
                  prune_configs_by={"early_config_prune": prune_configs},
                  do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup=3, rep=15, quantiles=quantiles))
@@ -177,7 +125,7 @@ def tile512_partial_kernel(
     HAS_TOPK_LEN: tl.constexpr, DOT_FP32: tl.constexpr,
     D_NOPE: tl.constexpr, D_ROPE: tl.constexpr, TILE: tl.constexpr, NUM_TILES: tl.constexpr,
     DATA_BYTES: tl.constexpr, SCALE_BYTES: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, DEQUANT: tl.constexpr, GATHER3D: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
 ):
     D: tl.constexpr = D_NOPE + D_ROPE
     pid_h = tl.program_id(0)
@@ -213,26 +161,15 @@ def tile512_partial_kernel(
         off = (safe % block_size).to(tl.int64)
         row = tl.multiple_of(page * stride_page + off * DATA_BYTES, 16)  # [BLOCK_T] byte offset of the token
         srow = page * stride_page + block_size * DATA_BYTES + off * SCALE_BYTES
-        if GATHER3D:
-            k = gather_tile_3d(cache_f8, cache_u8, cache_bf16, row, srow, valid, BLOCK_T, D_NOPE, NUM_TILES, TILE,
-                               SCALE_BYTES)
-        else:
-            if DEQUANT == 0 or DOT_FP32:  # the interpreter decodes fp8 at load and garbles bit casts
-                k8 = tl.load(cache_f8 + row[:, None] + d[None, :], mask=valid[:, None] & is_nope[None, :],
-                             other=0.0)
-            else:
-                k8 = tl.load(cache_u8 + row[:, None] + d[None, :], mask=valid[:, None] & is_nope[None, :], other=0)
-            # bf16 element (row + 448)/2 + (d - 448) for the rope columns; the nope columns are masked off
-            rrow = tl.multiple_of(row // 2 - D_NOPE // 2, 8)
-            rope = tl.load(cache_bf16 + rrow[:, None] + d[None, :], mask=valid[:, None] & (d >= D_NOPE)[None, :],
-                           other=0.0)  # [BLOCK_T, 512] bf16, zero outside the rope columns
-            sbyte = tl.load(cache_u8 + srow[:, None] + g[None, :], mask=valid[:, None] & (g < NUM_TILES)[None, :],
-                            other=0)  # [BLOCK_T, SCALE_BYTES]; the pad byte's group is the rope's: scale 0
-            if DEQUANT == 0 or DOT_FP32:
-                k_nope = dequant_fp32(k8, sbyte, BLOCK_T, SCALE_BYTES, TILE, D)
-            else:
-                k_nope = dequant_bf16_bits(k8, sbyte, BLOCK_T, SCALE_BYTES, TILE, D)
-            k = tl.where(is_nope[None, :], k_nope, rope)  # [BLOCK_T, 512] bf16, exact
+        k8 = tl.load(cache_f8 + row[:, None] + d[None, :], mask=valid[:, None] & is_nope[None, :], other=0.0)
+        # bf16 element (row + 448)/2 + (d - 448) for the rope columns; the nope columns are masked off
+        rrow = tl.multiple_of(row // 2 - D_NOPE // 2, 8)
+        rope = tl.load(cache_bf16 + rrow[:, None] + d[None, :], mask=valid[:, None] & (d >= D_NOPE)[None, :],
+                       other=0.0)  # [BLOCK_T, 512] bf16, zero outside the rope columns
+        sbyte = tl.load(cache_u8 + srow[:, None] + g[None, :], mask=valid[:, None] & (g < NUM_TILES)[None, :],
+                        other=0)  # [BLOCK_T, SCALE_BYTES]; the pad byte's group is the rope's: scale 0
+        k_nope = dequant_fp32(k8, sbyte, BLOCK_T, SCALE_BYTES, TILE, D)
+        k = tl.where(is_nope[None, :], k_nope, rope)  # [BLOCK_T, 512] bf16, exact
         if DOT_FP32:
             k = k.to(tl.float32)
         s = mma(q, tl.trans(k), DOT_FP32)  # [BLOCK_H, BLOCK_T]
@@ -274,13 +211,12 @@ def check_config(config) -> TiledConfig:
 
 
 def launch_tile512_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
-                           tokens_per_split, sm_scale, config=None, DEQUANT=0, GATHER3D=0):
+                           tokens_per_split, sm_scale, config=None):
     """Run the 512-tile partial kernel for one KV scope into splits [split_offset, split_offset+num_splits)."""
     b, s_q, h, _ = q.shape
     args = dict(**partial_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
                                part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
-                               sm_scale=sm_scale), **layout_constexprs(layout_of(cache), LAYOUT_KEYS), DEQUANT=DEQUANT,
-                GATHER3D=GATHER3D)
+                               sm_scale=sm_scale), **layout_constexprs(layout_of(cache), LAYOUT_KEYS))
     if INTERPRET and config is None:
         config = interpreter_config(h)
     if config is None:
