@@ -56,7 +56,6 @@ def register_ws_variant(p: argparse.ArgumentParser, text: str) -> None:
     from workbench.kernels import catalog
     name, _, switches = text.partition(":")
     base = dict(registry.get("wgmma_ws").fixed_meta)
-    base.pop("LAUNCH_DEPENDENTS", None)  # the factory sets it
     try:
         changed = {k: int(v) for k, v in (kv.split("=") for kv in switches.split(","))}
     except ValueError:

@@ -16,10 +16,13 @@ import torch
 from workbench import registry
 from workbench.codec import page_bytes_view, quantize_kv, raw_scale_bytes, to_device
 from workbench.decode import sparse_mla_decode
-from workbench.kernels.wgmma import F16_K_SHIFT, F16_MAX_SCALE_BYTE, F16_MIN_SCALE_BYTE
+from workbench.kernels.gluon_common import F16_K_SHIFT, F16_MAX_SCALE_BYTE, F16_MIN_SCALE_BYTE
+from workbench.kernels.wgmma_ws import ws_partial_kernel
 from workbench.metrics import compare
 
-F16_RUNGS = tuple(n for n in registry.names("split") if registry.get(n).fixed_meta.get("F16"))
+# the rungs with an f16 window: those of wgmma's kernel with F16=1, and wgmma_ws's (f16 throughout, no switch)
+F16_RUNGS = tuple(n for n in registry.names("split")
+                  if registry.get(n).fixed_meta.get("F16") or registry.get(n).jit is ws_partial_kernel)
 B, H, TOPK, PAGES, BS = 3, 16, 128, 6, 64
 Q_COL, ROPE_AT = 5, (4, 17, 448 + 9)  # (page, token, column): a token only query 2 selects
 ROPE_LIMIT = 2.0 ** (16 - F16_K_SHIFT)  # 512: the first rope magnitude outside the f16 tile
@@ -61,6 +64,11 @@ def _assert_exact(q, cache, idx, impl, queries=range(B)):
     ms = per_query(out, lse, *sparse_mla_decode(q, cache, idx, impl="reference"))
     for b in queries:
         assert ms[b]["passed"], (b, ms[b])
+
+
+def test_every_f16_rung_is_covered():
+    """The GPU tests below run every rung with an f16 window: the three "auto" picks among on sm_90."""
+    assert set(F16_RUNGS) == {"wgmma_f16", "wgmma_f16_2cta", "wgmma_ws"}
 
 
 @pytest.mark.gpu

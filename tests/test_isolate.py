@@ -3,7 +3,7 @@ bench finds them (the timings themselves need an sm_90 GPU: the isolate sweep, d
 import pytest
 
 from workbench import isolate, providers, registry
-from workbench.kernels.wgmma import LEAVE_OUT_BITS
+from workbench.kernels.gluon_common import LEAVE_OUT_BITS
 
 
 def test_each_variant_drops_the_stages_it_names():

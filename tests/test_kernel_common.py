@@ -103,6 +103,6 @@ def test_the_gluon_shared_model_rejects_a_misspelled_switch():
     from workbench.kernels.configs import TiledConfig
     c = TiledConfig(BLOCK_H=16, BLOCK_T=64, num_warps=8)
     same = wgmma.estimate_shared_bytes(c, K_BUFFERS=1)
-    assert wgmma.estimate_shared_bytes(c, TOKEN_LANES=4, F16=1, K_BUFFERS=1) == same  # they move no bytes
-    with pytest.raises(TypeError, match="HEAD_WARP"):
-        wgmma.estimate_shared_bytes(c, HEAD_WARP=1)
+    assert wgmma.estimate_shared_bytes(c, F16=1, K_BUFFERS=1, LEAVE_OUT=2) == same  # they move no bytes
+    with pytest.raises(TypeError, match="K_BUFFER"):
+        wgmma.estimate_shared_bytes(c, K_BUFFER=1)

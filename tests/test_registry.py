@@ -30,9 +30,9 @@ def test_autotuner_prunes_to_the_head_group_of_the_call(kernel, heads, group):
 
 
 def test_registry_lists_every_builtin_kind():
-    assert {"mma", "simt", "reference", "tile512", "wgmma"} <= set(registry.decode_impls())
+    assert {"mma", "simt", "reference", "tile512", "wgmma_xchg"} <= set(registry.decode_impls())
     assert registry.names("probe") == ("gather",)
-    assert [r.name for r in registry.rungs()][:3] == ["mma", "tile512", "wgmma"]
+    assert [r.name for r in registry.rungs()][:3] == ["mma", "tile512", "wgmma_xchg"]
     assert all(r.prediction for r in registry.rungs()), "a rung states what it should move before it is measured"
 
 
@@ -82,7 +82,7 @@ def test_simt_has_a_typed_config_and_the_lab_finds_it_through_the_registry():
 
 
 def test_dequant_bits_formula_is_exact_for_every_code_and_scale():
-    """The bf16 dequant of the Gluon kernel (common.e4m3_bf16x2_asm, wgmma._bf16_scale_pairs), in torch:
+    """The bf16 dequant of the Gluon kernels (common.e4m3_bf16x2_asm, gluon_common.bf16_scale_pairs), in torch:
     the bf16 bits of the e4m3 byte times 2**120 (bf16 0x7B80) is the fp8 value exactly, and times the scale's
     bf16 (0x0040 for byte 0, else e << 7) it is bf16(fp8) * bf16(2**(e-127)), FlashMLA's value, for every code
     and every scale byte 0..254 (each an exact-then-rounded bf16 multiply, as mul.rn.bf16x2 does)."""

@@ -2,11 +2,11 @@
 
 Issue 9 asks that a missed goal name its limit and back it with "a variant that isolates the cost". Each variant
 here runs the decode's own launch sequence (``decode.launch_stages``) with a Gluon partial kernel's ``LEAVE_OUT``
-switch set (``workbench.kernels.wgmma.LEAVE_OUT_BITS``: no next-tile gathers, no dequant, no softmax, no QK MMA,
-no PV MMA; wgmma_ws takes the same bits), or without the combine launch. With every bit clear the switch compiles
-to the same SASS as the kernel had without it (every Gluon rung and config, sm_90 lab, checked when the switch was
-added; wgmma_f16_2cta again when the pv bit was), so the whole decode timed beside the variants is the one every
-other table times.
+switch set (``workbench.kernels.gluon_common.LEAVE_OUT_BITS``: no next-tile gathers, no dequant, no softmax, no QK
+MMA, no PV MMA; both Gluon kernels, wgmma's and wgmma_ws's, take the same bits), or without the combine launch. With
+every bit clear the switch compiles to the same SASS as the kernel had without it (every Gluon rung and config,
+sm_90 lab, checked when the switch was added; wgmma_f16_2cta again when the pv bit was), so the whole decode timed
+beside the variants is the one every other table times.
 
 What a variant leaves out beyond its name (a review of fce87fb; the compiler drops loads whose values go unused):
 with the dequant bit, the scale bytes are never read (both kernels), and in wgmma_ws the rope's bytes are not read
@@ -38,7 +38,7 @@ VARIANTS = {
 
 def leave_out_bits(stages) -> int:
     """The LEAVE_OUT mask for stage names (``LEAVE_OUT_BITS`` keys); a ValueError names an unknown one."""
-    from .kernels.wgmma import LEAVE_OUT_BITS
+    from .kernels.gluon_common import LEAVE_OUT_BITS
     unknown = [s for s in stages if s not in LEAVE_OUT_BITS]
     if unknown:
         raise ValueError(f"stages: expected some of {tuple(LEAVE_OUT_BITS)}, got {unknown}")

@@ -6,7 +6,7 @@ A new variant costs one module and one ``register(KernelSpec(...))``.
 
 Kinds:
 - ``split``: a partial kernel per KV scope into fp32 split scratch, merged by the combine kernel
-  (``launch`` takes the partial-launch keywords of :func:`workbench.kernels.common.partial_args`);
+  (``launch`` takes the partial-launch keywords of :func:`workbench.kernels.common.split_args`);
 - ``fused``: one launch writes out and lse (``launch`` takes the whole call);
 - ``reference``: torch, no kernel;
 - ``probe``: not a decode; the bench times it beside the decodes (the gather floor).
@@ -34,7 +34,7 @@ class KernelSpec:
     lab_signature: dict = field(default_factory=dict)  # runtime argument -> Triton type, for the lab
     lab_constexprs: Callable | None = None  # typed config -> every constexpr of a compile
     compile_options: dict = field(default_factory=dict)  # extra compile options the launcher passes, e.g.
-    # {"maxnreg": 128} for wgmma_2cta (its launcher passes maxnreg=128): the lab passes them to triton.compile too
+    # {"maxnreg": 128} for wgmma_f16_2cta (its launcher passes maxnreg=128): the lab passes them to triton.compile too
     check_configs: tuple = ()               # configs (dicts) the GPU checks cycle through; the first is "fixed"
     split_waves: int = 2                    # split kinds: programs per SM the split plan aims for
     split_granule: int = 16                 # split kinds: tokens per split are a multiple of this
@@ -111,11 +111,12 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     tokens were timed). In the 2341 crossover (24 shapes, rungs 2, 7, 8, 10, 11, 12 and 13) the rule's pick is
     within 2% of the fastest at every shape but b32 h16 topk2048, where the rule of that run (wgmma_ws above
     65536 tokens only) was 2.9% off; this rule picks wgmma_ws there. Earlier crossovers, before rung 13, over
-    tile512, wgmma_rope, wgmma_2cta, wgmma_xchg, wgmma_f16 and wgmma_f16_2cta: the pick within 2% at all 24 shapes
-    in 0430 and 0448, at all but one in 0647 (b4 h16 topk2048: 13.8 vs 13.5 us for wgmma_f16_2cta, 2.6%) and in
+    tile512, rungs 7 and 8 (removed since: data/rungs.csv), wgmma_xchg, wgmma_f16 and wgmma_f16_2cta: the pick
+    within 2% at all 24 shapes in 0430 and 0448, at all but one in 0647 (b4 h16 topk2048: 13.8 vs 13.5 us for wgmma_f16_2cta, 2.6%) and in
     0709 (b1 h16 topk512: 8.8 vs 8.5 us for wgmma_xchg, 4.1%), and with the combine as a programmatic dependent
     launch (decode.combine_pdl) at all 24 in 1103 (at most 1.6%). The f16 rungs are exact on every cache: a split
-    with a scale byte outside 105..127 or a rope of 512 or more runs again with bf16 operands (wgmma.F16_MIN_SCALE_BYTE).
+    with a scale byte outside 105..127 or a rope of 512 or more runs again with bf16 operands
+    (gluon_common.F16_MIN_SCALE_BYTE).
     Any other GPU: the portable "tile512".
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
@@ -149,6 +150,7 @@ def compiled_kernels() -> tuple[str, ...]:
 
 
 def rungs() -> list[KernelSpec]:
+    """The registered rungs of the optimisation ladder, by rung number (the removed ones: data/rungs.csv)."""
     return sorted((s for s in (REGISTRY[n] for n in names()) if s.rung is not None), key=lambda s: s.rung)
 
 

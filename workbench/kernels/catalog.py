@@ -1,8 +1,14 @@
-"""The built-in kernels, registered once each. A new variant adds one module and one entry here."""
+"""The built-in kernels, registered once each. A new variant adds one module and one entry here.
+
+Only the kernels that serve a purpose today are registered: the per-head "before" (simt), the seed (mma), the
+portable default off Hopper (tile512), the fastest bf16 Hopper rung (wgmma_xchg), the f16 rungs "auto" runs
+(registry.auto_kernel), the gather probe and the reference. Every rung that was ever registered, with the commit
+that still runs it and the tables that hold its measured rows, is in data/rungs.csv.
+"""
 from __future__ import annotations
 
 from ..registry import KernelSpec, register
-from . import gather, mma, simt, tile512, wgmma, wgmma_ws
+from . import gather, gluon_common, mma, simt, tile512, wgmma, wgmma_ws
 from .configs import SimtConfig, TiledConfig
 from .common import layout_constexprs
 
@@ -16,6 +22,12 @@ SPLIT_SIGNATURE = dict(
     **Q_SIGNATURE, **SCOPE_SIGNATURE, part_out_ptr="*fp32", part_lse_ptr="*fp32", sm_scale_log2="fp32",
     H="i32", S_Q="i32", TOPK="i32", split_offset="i32", tokens_per_split="i32", s_total="i32",
     TOKENS_BUCKET="i32", QUERIES_BUCKET="i32")
+# the Gluon kernels' runtime arguments (common.split_args): the cache as bytes alone, no autotuner's keys. Their page
+# stride is a multiple of 16 bytes at every launch (256 tokens * 584 B), and their gathers address through it with
+# no multiple_of hint: typed plainly, the lab would compile narrower loads than run
+GLUON_SIGNATURE = {**{k: t for k, t in SPLIT_SIGNATURE.items()
+                      if k not in ("cache_f8", "cache_bf16", "TOKENS_BUCKET", "QUERIES_BUCKET")},
+                   "stride_page": "i64:16"}
 # runtime arguments of the fused SIMT baseline: both scopes (the extra one's prefixed x_), the sink, out and lse
 SIMT_SIGNATURE = dict(
     **Q_SIGNATURE, **{f"{p}{k}": t for p in ("", "x_") for k, t in SCOPE_SIGNATURE.items()}, TOPK="i32",
@@ -65,69 +77,39 @@ register(KernelSpec(
                                   **c.meta())))
 
 
-# the Gluon kernel's page stride is a multiple of 16 bytes at every launch (256 tokens * 584 B), and its gathers
-# address through it with no multiple_of hint: typed plainly, the lab would compile narrower loads than run
-WGMMA_SIGNATURE = dict(SPLIT_SIGNATURE, stride_page="i64:16")
+def _gluon_lab_constexprs(fixed):
+    """Every constexpr of a lab compile of a Gluon rung: pages of 256 tokens (BS_SHIFT=8), as every benchmark shape
+    has them, and the rung's switches."""
+    return lambda c: dict(HAS_TOPK_LEN=False, BS_SHIFT=8, **layout_constexprs(keys=gluon_common.LAYOUT_KEYS), **fixed,
+                          **c.meta())
 
 
 def _wgmma(name, rung, summary, prediction, *, allowed=wgmma.ALLOWED, split_waves=1, maxnreg=None, **fixed):
-    """A rung of the Gluon kernel: its constexpr switches (``fixed``), head groups and register cap. Every rung
-    lets its combine launch as a programmatic dependent (pdl, LAUNCH_DEPENDENTS; see decode.combine_pdl)."""
-    fixed = dict(fixed, LAUNCH_DEPENDENTS=1)
+    """A rung of the Gluon kernel of ``wgmma``: its constexpr switches (``fixed``: K_BUFFERS, F16), head groups and
+    register cap. Every rung lets its combine launch as a programmatic dependent (pdl; see decode.combine_pdl)."""
     checks = tuple({"BLOCK_H": bh, "BLOCK_T": 64, "num_warps": 8} for bh in (64, 16, 32) if bh in allowed["BLOCK_H"])
     options = {"maxnreg": maxnreg} if maxnreg else {}
     return register(KernelSpec(
         name=name, kind="split", rung=rung, interpretable=False, split_waves=split_waves, summary=summary, pdl=True,
-        split_granule=64,  # whole 64-token tiles: b1 h64 topk512, wgmma_4lane 18.3 us at 16-token splits, 14.5 at 64
+        # whole 64-token tiles: b1 h64 topk512, 18.3 us at 16-token splits, 14.5 at 64 (rung 6, the 4-lane build)
+        split_granule=64,
         prediction=prediction, jit=wgmma.wgmma_partial_kernel, config_cls=TiledConfig, allowed=allowed,
         launch=lambda **kw: wgmma.launch_wgmma_partial(**kw, allowed=allowed, name=name, **options, **fixed),
         config_space=tuple(c for c in wgmma.CONFIG_SPACE if c.BLOCK_H in allowed["BLOCK_H"]), fixed_meta=fixed,
         shared_model=lambda c: wgmma.estimate_shared_bytes(c, **fixed), check_configs=checks,
-        compile_options=options, lab_signature=WGMMA_SIGNATURE,
-        # pages of 256 tokens (BS_SHIFT=8), as every benchmark shape has them
-        lab_constexprs=lambda c: dict(HAS_TOPK_LEN=False, DOT_FP32=False, BS_SHIFT=8,
-                                      **layout_constexprs(keys=wgmma.LAYOUT_KEYS), **fixed, **c.meta())))
+        compile_options=options, lab_signature=GLUON_SIGNATURE, lab_constexprs=_gluon_lab_constexprs(fixed)))
 
 
 # split_waves=1: one 150-205 KB block per SM, so one wave, and half the fp32 partials the combine reads
-_wgmma("wgmma", 5, "Gluon, sm_90: K and q in shared memory for wgmma (tokens as M), next tile's loads in flight, "
-       "async PV overlapping the next dequant",
-       "no q operand in registers and loads overlapped with MMA: h16 50-70 us (from 113), h64 < 100 us")
-_wgmma("wgmma_4lane", 6, "wgmma with 4 lanes per token, not 32: each thread gathers 2 tokens a tile, not 8",
-       "every lane sharing a token repeats its index, address and mask arithmetic: at 32 lanes a thread does 8 "
-       "tokens' worth per 64-token tile. Lab, sm_90, h16 loop body: 1201 -> 849 instructions, registers 190 -> "
-       "130; h64 1587 -> ~1190. Loads stay 64 B contiguous per 4 lanes. Expect 10-20% at b64 (a try with one "
-       "whole group per thread, 849 instructions too but 32 scattered 16 B pieces per load, ran 25% slower)",
-       TOKEN_LANES=4)
-_wgmma("wgmma_rope", 7, "wgmma_4lane with the rope loaded in the words' own layout: each thread stores its own "
-       "token's nope and rope, so one CTA barrier and two layout conversions less per tile",
-       "the rope came in its own layout and overwrote the last group's garbage after a barrier. Lab (sm_90) loop "
-       "body: h16 849 -> 768 instructions, h64 1196 -> 1098; barriers in the kernel 27 -> 20 (h16), 43 -> 36 "
-       "(h64); ncu puts barrier stalls first at h64 (1.80 of 7.26 cycles per instruction). Expect 5-10%",
-       TOKEN_LANES=4, ROPE_WORDS=1)
-_wgmma("wgmma_2cta", 8, "wgmma_rope at 16 heads, two blocks per SM: one K buffer (84 KB) and a 128-register cap",
-       "at BLOCK_H=16 the kernel needs 130-134 registers and 150 KB: one block (8 warps) per SM. One K buffer "
-       "(the next tile waits for the last PV) and maxnreg=128 (lab: no spills with the rope in words; 16 bytes "
-       "of stack without) fit two, 16 warps per SM, with split waves 2. Expect h16 at b64 5-10% below "
-       "wgmma_rope; useless above 16 heads except where 64-head groups leave SMs idle (small calls)",
-       allowed=dict(wgmma.ALLOWED, BLOCK_H=(16,)), split_waves=2, maxnreg=128, TOKEN_LANES=4, K_BUFFERS=1,
-       ROPE_WORDS=1)
-_wgmma("wgmma_headwarps", 9, "wgmma_rope with the softmax in a layout where each warp holds whole heads: the max "
-       "over a tile's tokens is in-thread plus shuffles, the row sums stay per thread until the end",
-       "ncu (wgmma_2cta, h16) put barrier stalls second (2.30 of 12.1 cycles per instruction) and short scoreboard "
-       "first (3.27): S^T spreads a head's 64 tokens over 4 warps, so each tile's max and sum were two cross-warp "
-       "reductions (shuffles, shared memory, 3 barriers each). One layout conversion of S^T replaces them. Lab "
-       "(sm_90) loop body: barriers 12 -> 8 (h16, both compiled as wgmma_2cta's one-buffer build), 14 -> 8 "
-       "(h64); instructions 795 -> 744, 1103 -> 942. Expect 5-10% at h16, more at h64 where the reductions were "
-       "over 64 heads",
-       TOKEN_LANES=4, ROPE_WORDS=1, HEAD_WARPS=1)
-_wgmma("wgmma_xchg", 10, "wgmma_headwarps with the valid mask and the rescale factors moved through shared memory "
-       "at the tile's existing barriers instead of by layout conversions",
+_wgmma("wgmma_xchg", 10, "Gluon, sm_90, bf16 operands: K and q in shared memory for wgmma (tokens as M), the next "
+       "tile's loads in flight, async PV overlapping the next dequant, 4 lanes a token, the rope in the words' layout, "
+       "a softmax with whole heads per warp, and the valid mask and rescale factors moved through shared memory at "
+       "the tile's existing barriers instead of by layout conversions",
        "each conversion (valid mask into the softmax layout, alpha into the accumulator's) brought a barrier of "
        "its own. Written to shared memory before the barriers the tile already has and read after them: lab "
        "barriers per tile 8 -> 4 at h16 and h64, instructions unchanged. Expect a few % where barrier stalls "
        "lead (h16, one block of 8 warps per SM), nothing at h64",
-       TOKEN_LANES=4, ROPE_WORDS=1, HEAD_WARPS=1, SMEM_XCHG=1)
+       K_BUFFERS=2, F16=0)
 _wgmma("wgmma_f16", 11, "wgmma_xchg with K, q and P in f16: the hardware e4m3 -> f16 pair convert and one f16 "
        "multiply by the scale replace the bit-built bf16 dequant; q scaled per head by a power of two; a split "
        "with a scale byte outside 105..127 or a rope value of 512 or more runs again in bf16 (exact everywhere)",
@@ -135,24 +117,20 @@ _wgmma("wgmma_f16", 11, "wgmma_xchg with K, q and P in f16: the hardware e4m3 ->
        "dequant (PRMT, SHF, LOP3 and two HMUL2 a pair). Lab (sm_90) loop body: h16 720 -> 568 instructions, "
        "registers 132 -> 128 (lab table); h64 944 -> 793. The loop is latency-bound, not issue-bound, so expect "
        "less than the 22%: 5-10% at h16 and h64",
-       TOKEN_LANES=4, ROPE_WORDS=1, HEAD_WARPS=1, SMEM_XCHG=1, F16=1)
-_wgmma("wgmma_f16_2cta", 12, "wgmma_f16 at 16 heads, two blocks per SM: one K buffer and a 128-register cap, as "
-       "wgmma_2cta is to wgmma_rope",
+       K_BUFFERS=2, F16=1)
+_wgmma("wgmma_f16_2cta", 12, "wgmma_f16 at 16 heads, two blocks per SM: one K buffer and a 128-register cap",
        "at 16 heads wgmma_f16 needs 128 registers (lab) but 154 KB: one block of 8 warps per SM. With one K "
        "buffer (88,192 B, lab) two blocks fit, 16 warps, at 128 registers (lab: no spills). Two blocks lost to "
        "one at rung 10 (56.4 vs 55.2 us, exploratory run): the bf16 dequant kept the ALUs busy. With a fifth "
        "fewer instructions a tile, expect h16 at b64 3-5% below wgmma_f16 (an exploratory run before this "
        "entry: 53.1 vs 55.6 us)",
-       allowed=dict(wgmma.ALLOWED, BLOCK_H=(16,)), split_waves=2, maxnreg=128, TOKEN_LANES=4, K_BUFFERS=1,
-       ROPE_WORDS=1, HEAD_WARPS=1, SMEM_XCHG=1, F16=1)
-
+       allowed=dict(wgmma.ALLOWED, BLOCK_H=(16,)), split_waves=2, maxnreg=128, K_BUFFERS=1, F16=1)
 
 
 def _wgmma_ws(name, rung, summary, prediction, *, consumer_warps=4, **fixed):
-    """A rung of the warp-specialised Gluon kernel (wgmma_ws): its constexpr switches (``fixed``) and the
-    consumer's warps (the kernel's num_warps). One block per SM, so split waves 1, and a register cap that
-    spreads an SM's registers over the block's warps (wgmma_ws.register_cap)."""
-    fixed = dict(fixed, LAUNCH_DEPENDENTS=1)
+    """A rung of the warp-specialised Gluon kernel (wgmma_ws): its constexpr switches (``fixed``: NUM_BUFS,
+    PRODUCER_WARPS, PRODUCER_REGS) and the consumer's warps (the kernel's num_warps). One block per SM, so split
+    waves 1, and a register cap that spreads an SM's registers over the block's warps (wgmma_ws.register_cap)."""
     allowed = dict(wgmma_ws.ALLOWED, num_warps=(consumer_warps,))
     checks = tuple({"BLOCK_H": bh, "BLOCK_T": 64, "num_warps": consumer_warps} for bh in allowed["BLOCK_H"])
     options = {"maxnreg": wgmma_ws.register_cap(consumer_warps, fixed["PRODUCER_WARPS"])}
@@ -163,9 +141,7 @@ def _wgmma_ws(name, rung, summary, prediction, *, consumer_warps=4, **fixed):
                                                                         **fixed),
         config_space=tuple(c for c in wgmma_ws.CONFIG_SPACE if c.num_warps == consumer_warps), fixed_meta=fixed,
         shared_model=lambda c: wgmma_ws.estimate_shared_bytes(c, **fixed), check_configs=checks,
-        compile_options=options, lab_signature=WGMMA_SIGNATURE,
-        lab_constexprs=lambda c: dict(HAS_TOPK_LEN=False, DOT_FP32=False, BS_SHIFT=8,
-                                      **layout_constexprs(keys=wgmma.LAYOUT_KEYS), **fixed, **c.meta())))
+        compile_options=options, lab_signature=GLUON_SIGNATURE, lab_constexprs=_gluon_lab_constexprs(fixed)))
 
 
 _wgmma_ws("wgmma_ws", 13, "wgmma_f16 warp-specialised at 16 heads: a producer partition (8 warps) gathers and "
@@ -174,7 +150,7 @@ _wgmma_ws("wgmma_ws", 13, "wgmma_f16 warp-specialised at 16 heads: a producer pa
           "next-tile gathers, 40.1 with only the gathers, K stores and PV, floor 32.6: the loads and the math "
           "barely overlap. With the gathers in warps of their own, expect b64 h16 at 36-42 us (one 12-warp block "
           "per SM, split waves 1)",
-          NUM_BUFS=3, PRODUCER_WARPS=8, PRODUCER_REGS=152, F16=1)
+          NUM_BUFS=3, PRODUCER_WARPS=8, PRODUCER_REGS=152)
 
 register(KernelSpec(
     name="gather", kind="probe", summary="speed-of-light probe: the decode's bytes and split plan, no math",

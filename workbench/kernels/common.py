@@ -109,10 +109,11 @@ def e4m3_bf16x2_asm(scale_lo: str, scale_hi: str) -> str:
 
     ``((b & 0x80) << 8) | ((b & 0x7F) << 4)`` is the bf16 of the e4m3 value times 2**-120 (subnormals
     included); two exact bf16x2 multiplies restore it and apply the UE8M0 scale: by 2**120 (bf16 0x7B80), then by
-    the scale pair 2**(e-127), which :func:`workbench.kernels.wgmma._bf16_scale_pairs` gives for every byte
+    the scale pair 2**(e-127), which :func:`workbench.kernels.gluon_common.bf16_scale_pairs` gives for every byte
     0..254 (byte 0 as the bf16 subnormal 2**-127), so the result is bf16(fp8) * bf16(scale), FlashMLA's value.
     ``scale_lo`` and ``scale_hi`` are the operands holding the scale pairs of bytes 0-1 and 2-3: "$3", "$3" where
-    one register holds one scale twice (wgmma, pack=1). Jit code reads it through a module-level ``constexpr``.
+    one register holds one scale twice (the Gluon kernels, pack=1). Jit code reads it through a module-level
+    ``constexpr``.
     """
     return f"""{{
         .reg .b32 t0, t1, u0, u1, c120;
@@ -173,18 +174,22 @@ def cache_views(cache: torch.Tensor):
     return flat.view(torch.float8_e4m3fn), flat, flat.view(torch.bfloat16)
 
 
+CACHE_VIEWS = ("cache_f8", "cache_u8", "cache_bf16")  # the argument names of cache_views' three views
+
+
 LOG2E = 1.4426950408889634  # kernels run the softmax in base 2: scores are scaled by sm_scale * LOG2E
 
 
-def scope_args(prefix: str, cache: torch.Tensor, indices: torch.Tensor, topk_length) -> dict:
+def scope_args(prefix: str, cache: torch.Tensor, indices: torch.Tensor, topk_length,
+               views: tuple = CACHE_VIEWS) -> dict:
     """Kernel arguments describing one KV scope; ``prefix`` names the scope's parameters (``x_`` = extra).
 
     cache: [num_blocks, block_size, 1, 584] view; indices: [b, s_q, topk] int32; topk_length: [b] int32 or None
     (the indices pointer stands in, unread, when there is none), any stride: batch i reads
     ``topk_len_ptr + i * stride_tl`` (an expanded tensor has stride 0; an offset view its own data_ptr).
+    views: which of the cache's views (:data:`CACHE_VIEWS`) the kernel takes.
     """
-    f8, u8, bf = cache_views(cache)
-    return {f"{prefix}cache_f8": f8, f"{prefix}cache_u8": u8, f"{prefix}cache_bf16": bf,
+    return {**{f"{prefix}{n}": v for n, v in zip(CACHE_VIEWS, cache_views(cache)) if n in views},
             f"{prefix}stride_page": cache.stride(0), f"{prefix}block_size": cache.shape[1],
             f"{prefix}num_tokens": cache.shape[0] * cache.shape[1], f"{prefix}idx_ptr": indices,
             f"{prefix}stride_ib": indices.stride(0), f"{prefix}stride_is": indices.stride(1),
@@ -237,17 +242,27 @@ class capture_launches:
         _CAPTURE.stack.pop()
 
 
-def partial_args(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, tokens_per_split,
-                 sm_scale) -> dict:
-    """The runtime arguments every split (partial) kernel takes, for one KV scope.
+def split_args(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, tokens_per_split, sm_scale,
+               views: tuple = ("cache_u8",)) -> dict:
+    """The arguments every split (partial) kernel takes for one KV scope: q, the scope (:func:`scope_args`, with
+    the cache ``views`` named: the Gluon kernels read its bytes alone), the partial buffers, the sizes and
+    HAS_TOPK_LEN. The Gluon kernels take exactly these.
 
     q: [b, s_q, h, 512] bf16; part_out: [b*s_q, h, s_total, 512] fp32; part_lse: [b*s_q, h, s_total] fp32.
     """
     b, s_q, h, _ = q.shape
     return dict(q_ptr=q, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
-                **scope_args("", cache, indices, topk_length), part_out_ptr=part_out, part_lse_ptr=part_lse,
+                **scope_args("", cache, indices, topk_length, views), part_out_ptr=part_out, part_lse_ptr=part_lse,
                 sm_scale_log2=sm_scale * LOG2E, H=h, S_Q=s_q, TOPK=indices.shape[2], split_offset=split_offset,
-                tokens_per_split=tokens_per_split, s_total=part_lse.shape[-1],
-                TOKENS_BUCKET=next_pow2(tokens_per_split),
-                QUERIES_BUCKET=next_pow2(b * s_q), HAS_TOPK_LEN=topk_length is not None,
-                DOT_FP32=INTERPRET)
+                tokens_per_split=tokens_per_split, s_total=part_lse.shape[-1], HAS_TOPK_LEN=topk_length is not None)
+
+
+def partial_args(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, tokens_per_split,
+                 sm_scale) -> dict:
+    """:func:`split_args` with all three cache views, and what the Triton split kernels (mma, tile512) take beyond
+    it: their autotuners' keys (TOKENS_BUCKET, QUERIES_BUCKET) and DOT_FP32 (fp32 dots under the interpreter)."""
+    b, s_q, _, _ = q.shape
+    return dict(**split_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
+                             part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
+                             sm_scale=sm_scale, views=CACHE_VIEWS),
+                TOKENS_BUCKET=next_pow2(tokens_per_split), QUERIES_BUCKET=next_pow2(b * s_q), DOT_FP32=INTERPRET)

@@ -1,22 +1,27 @@
-"""Ladder rung "wgmma_ws": the Gluon kernel warp-specialised, a producer partition and a consumer partition.
+"""Ladder rung "wgmma_ws": the f16 Gluon kernel warp-specialised, a producer partition and a consumer partition.
 
-Every rung up to wgmma_f16_2cta runs one instruction stream per warp: gather, dequantise, store K, QK, softmax,
-store P, PV, with CTA barriers between them, so a warp waiting on its tile's bytes holds up the MMAs and the MMAs
-hold up the next gathers. The cost isolation of wgmma_f16_2cta (data/bench_h200_20261201-2308_isolate.csv, b64
-h16 topk2048, CUDA graphs) shows it: the whole decode 52.1 us, without the next-tile gathers 37.0, with only the
-gathers, K stores and PV 40.1, the gather floor 32.6: loads and math take about as long as each other and are
-barely overlapped.
+The kernel of ``wgmma`` (wgmma_f16, wgmma_f16_2cta) runs one instruction stream per warp: gather, dequantise,
+store K, QK, softmax, store P, PV, with CTA barriers between them, so a warp waiting on its tile's bytes holds up
+the MMAs and the MMAs hold up the next gathers. The cost isolation of wgmma_f16_2cta
+(data/bench_h200_20261201-2308_isolate.csv, b64 h16 topk2048, CUDA graphs) shows it: the whole decode 52.1 us,
+without the next-tile gathers 37.0, with only the gathers, K stores and PV 40.1, the gather floor 32.6: loads and
+math take about as long as each other and are barely overlapped.
 
 Here (FlashMLA's SM90 schedule, written in Gluon) the block's warps split into two partitions that meet only at
 mbarriers around a ring of NUM_BUFS K tiles in shared memory:
 
-- the producer (a worker partition of PRODUCER_WARPS warps) gathers a tile's bytes with 16-byte loads, the next
-  tile's loads in flight while it waits for a free slot, dequantises them (f16 as rung 11, or bf16 as rung 10)
-  into the slot with the rope in the last group's words (as rung 7), writes the tile's valid mask beside it, and
-  signals the slot full;
+- the producer (a worker partition of PRODUCER_WARPS warps) gathers a tile's bytes with 16-byte loads, 4 lanes a
+  token, the next tile's loads in flight while it waits for a free slot, dequantises them (f16, or bf16 in the
+  rerun: gluon_common's dequants) into the slot with the rope in the last group's words, writes the tile's valid
+  mask beside it, and signals the slot full;
 - the consumer (the default partition: the kernel's num_warps, one warpgroup at 16 heads) waits for a full slot,
   runs QK (S^T = K q^T, tokens as M), the online softmax and the PV wgmma (O^T += K^T P^T), and hands the slot
   back once the wgmma that read it has retired.
+
+K, q and P are f16, as in wgmma_f16: a split with a valid token outside the f16 window comes out non-finite and
+runs again with bf16 operands in the same two partitions (gluon_common.F16_MIN_SCALE_BYTE), so every cache is
+exact. After its main loop the consumer signals griddepcontrol.launch_dependents, so a combine launched as a
+programmatic dependent starts while the epilogue runs (decode.combine_pdl).
 
 What it should move (written before measuring): b64 h16 from 52 us towards the gather floor plus the combine,
 36-42 us. One 12-warp block per SM (3 K slots: 215,552 B, lab), so split waves 1: half the splits of
@@ -33,18 +38,16 @@ GPU only (sm_90): Gluon does not run under the interpreter.
 """
 from __future__ import annotations
 
-import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_init, warpgroup_mma_wait)
 
-from ..layout import layout_of
-from .common import cdiv, launch, layout_constexprs, partial_args
+from .common import cdiv, launch, split_args
 from .configs import TiledConfig
-from .wgmma import (F16_OUT_MULT, LAYOUT_KEYS, _bf16_scale_pairs, _bf16x4_to_f16, _dequant_words, _dequant_words_f16,
-                    _f16_scale_pairs, _load_idx, _load_tile, _softmax_step, load_q, not_finite, qk_scale,
-                    scale_q_per_head, store_partial)
+from .gluon_common import (F16_OUT_MULT, bf16_scale_pairs, bf16x4_to_f16, cache_constexprs, dequant_words,
+                           dequant_words_f16, f16_scale_pairs, load_idx, load_q, load_tile, not_finite, qk_scale,
+                           require_sm90, scale_q_per_head, softmax_step, store_partial)
 
 # 16 heads only: at 32 the accumulator is 128 registers a consumer thread and 3 K slots need 234,240 B (lab), over
 # sm_90's 232,448 B a block
@@ -54,7 +57,7 @@ CONFIG_SPACE = [TiledConfig(BLOCK_H=bh, BLOCK_T=64, num_warps=w) for bh in ALLOW
 
 
 def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 3, PRODUCER_WARPS: int = 8, PRODUCER_REGS: int = 152,
-                          F16: int = 1, LAUNCH_DEPENDENTS: int = 0, LEAVE_OUT: int = 0) -> int:
+                          LEAVE_OUT: int = 0) -> int:
     """Shared bytes of one block, as the compiler allocates them (sm_90 lab, 215,552 B at 16 heads): NUM_BUFS 16-bit
     K tiles (1 KB/token each) with their valid bytes and two mbarriers each, q (1 KB/head), P (2 B/token/head)
     and the softmax's cross-warp max/sum (16 B/head), rounded up to 128 B; the epilogue's transposed accumulator
@@ -69,7 +72,7 @@ def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 3, PRODUCER_WARPS: int
 def ws_partial_kernel(
     q_ptr,            # [b, s_q, h, 512] bf16, last stride 1
     stride_qb, stride_qs, stride_qh,
-    cache_f8, cache_u8, cache_bf16,  # flat views of one cache
+    cache_u8,         # the flat bytes of one cache
     stride_page, block_size, num_tokens,
     idx_ptr,          # [b, s_q, topk] int32
     stride_ib, stride_is,
@@ -78,20 +81,16 @@ def ws_partial_kernel(
     part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2
     sm_scale_log2,
     H, S_Q, TOPK, split_offset, tokens_per_split, s_total,
-    TOKENS_BUCKET, QUERIES_BUCKET,
-    HAS_TOPK_LEN: gl.constexpr, DOT_FP32: gl.constexpr,
-    D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, NUM_TILES: gl.constexpr,
-    DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr,
+    HAS_TOPK_LEN: gl.constexpr,
+    D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
+    SCALE_BYTES: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr,
-    NUM_BUFS: gl.constexpr = 3,        # K tiles in the ring: the producer runs up to NUM_BUFS tiles ahead
-    PRODUCER_WARPS: gl.constexpr = 8,  # warps of the producer partition (gathers and dequant)
-    PRODUCER_REGS: gl.constexpr = 152,  # its registers per thread (setmaxnreg); the consumer gets the rest
-    F16: gl.constexpr = 1,             # 1: K, q and P in f16 (rung 11's dequant and window, bf16 rerun); 0: bf16
-    LAUNCH_DEPENDENTS: gl.constexpr = 0,  # 1: the combine may launch once the main loop is done (PDL)
-    LEAVE_OUT: gl.constexpr = 0,       # measurement only: wgmma.LEAVE_OUT_BITS, same meanings; wrong output
+    NUM_BUFS: gl.constexpr,            # K tiles in the ring: the producer runs up to NUM_BUFS tiles ahead
+    PRODUCER_WARPS: gl.constexpr,      # warps of the producer partition (gathers and dequant)
+    PRODUCER_REGS: gl.constexpr,       # its registers per thread (setmaxnreg); the consumer gets the rest
+    LEAVE_OUT: gl.constexpr = 0,       # measurement only: gluon_common.LEAVE_OUT_BITS; wrong output
 ):
-    KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16  # the MMA operands' type: K, q, P
-    CW: gl.constexpr = gl.num_warps()  # the consumer's warps (the default partition)
+    KT: gl.constexpr = gl.float16  # the MMA operands' type: K, q, P (bf16 in the rerun)
     D: gl.constexpr = D_NOPE + D_ROPE
     K_SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16)
     Q_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D], KT)
@@ -125,34 +124,31 @@ def ws_partial_kernel(
     m_i, l_i, acc = gl.warp_specialize([
         (_consumer, (q_smem, k_smem, valid_smem, p_smem, full, empty, start, end,
                      q_ptr + bi * stride_qb + si * stride_qs, stride_qh, pid_h, H, sm_scale_log2, BLOCK_H, BLOCK_T, D,
-                     NUM_BUFS, F16, LAUNCH_DEPENDENTS, LEAVE_OUT)),
-        (_producer, (k_smem, valid_smem, full, empty, cache_u8, cache_bf16, stride_page, block_size,
-                     num_tokens, idx_row, start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT,
-                     NUM_BUFS, F16, LEAVE_OUT)),
+                     NUM_BUFS, 1, 1, LEAVE_OUT)),
+        (_producer, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row, start,
+                     end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS, 1, LEAVE_OUT)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])
-    out_mult = 1.0
-    if F16:
-        bad = not_finite(l_i)  # as rung 11: a token outside the f16 window makes some row sum non-finite
-        out_mult = gl.where(bad, 1.0, F16_OUT_MULT)
-        if bad:  # rare: the split again with bf16 operands (rung 10's dequant, unscaled q) in the same two
-            # partitions. A rerun by the consumer warps alone (rung 10's non-specialised loop) cost 4-7% at h16
-            # though it never ran: its code changed how ptxas scheduled the fast loop (same-run A/B, H200)
-            for i in gl.static_range(NUM_BUFS):
-                mbarrier.invalidate(full.index(i))
-                mbarrier.invalidate(empty.index(i))
-                mbarrier.init(full.index(i), count=1)
-                mbarrier.init(empty.index(i), count=1)
-            fence_async_shared()
-            m_i, l_i, acc = gl.warp_specialize([
-                (_consumer, (q_smem._reinterpret(gl.bfloat16, [BLOCK_H, D], Q_SMEM),
-                             k_smem._reinterpret(gl.bfloat16, [NUM_BUFS, BLOCK_T, D], K_SMEM), valid_smem,
-                             p_smem._reinterpret(gl.bfloat16, [BLOCK_T, BLOCK_H], P_SMEM), full, empty, start, end,
-                             q_ptr + bi * stride_qb + si * stride_qs, stride_qh, pid_h, H, sm_scale_log2, BLOCK_H,
-                             BLOCK_T, D, NUM_BUFS, 0, 0, LEAVE_OUT)),
-                (_producer, (k_smem._reinterpret(gl.bfloat16, [NUM_BUFS, BLOCK_T, D], K_SMEM), valid_smem, full, empty,
-                             cache_u8, cache_bf16, stride_page, block_size, num_tokens, idx_row, start, end, D_NOPE,
-                             D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS, 0, LEAVE_OUT)),
-            ], [PRODUCER_WARPS], [PRODUCER_REGS])
+    bad = not_finite(l_i)  # a token outside the f16 window makes some row sum non-finite
+    out_mult = gl.where(bad, 1.0, F16_OUT_MULT)
+    if bad:  # rare: the split again with bf16 operands (the bf16 dequant, unscaled q) in the same two partitions.
+        # A rerun by the consumer warps alone (wgmma's non-specialised loop) cost 4-7% at h16 though it never ran:
+        # its code changed how ptxas scheduled the fast loop (same-run A/B, H200)
+        for i in gl.static_range(NUM_BUFS):
+            mbarrier.invalidate(full.index(i))
+            mbarrier.invalidate(empty.index(i))
+            mbarrier.init(full.index(i), count=1)
+            mbarrier.init(empty.index(i), count=1)
+        fence_async_shared()
+        m_i, l_i, acc = gl.warp_specialize([
+            (_consumer, (q_smem._reinterpret(gl.bfloat16, [BLOCK_H, D], Q_SMEM),
+                         k_smem._reinterpret(gl.bfloat16, [NUM_BUFS, BLOCK_T, D], K_SMEM), valid_smem,
+                         p_smem._reinterpret(gl.bfloat16, [BLOCK_T, BLOCK_H], P_SMEM), full, empty, start, end,
+                         q_ptr + bi * stride_qb + si * stride_qs, stride_qh, pid_h, H, sm_scale_log2, BLOCK_H,
+                         BLOCK_T, D, NUM_BUFS, 0, 0, LEAVE_OUT)),
+            (_producer, (k_smem._reinterpret(gl.bfloat16, [NUM_BUFS, BLOCK_T, D], K_SMEM), valid_smem, full, empty,
+                         cache_u8, stride_page, block_size, num_tokens, idx_row, start, end, D_NOPE, D_ROPE, TILE,
+                         DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS, 0, LEAVE_OUT)),
+        ], [PRODUCER_WARPS], [PRODUCER_REGS])
     store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pid_h, split, split_offset, s_total,
                   H, BLOCK_H, D)
 
@@ -161,9 +157,10 @@ def ws_partial_kernel(
 def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row, stride_qh, pid_h, H, sm_scale_log2,
               BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr,
               LAUNCH_DEPENDENTS: gl.constexpr, LEAVE_OUT: gl.constexpr):
-    """q into q_smem (as rung 11: each head's largest |q| scaled into [2**14, 2**15), the scores scaled back), then
+    """q into q_smem (with F16, each head's largest |q| scaled into [2**14, 2**15), the scores scaled back), then
     QK, softmax and PV over the full slots, in order; returns (m_i, l_i, O^T [D, BLOCK_H] fp32). q is the
-    consumer's own work, so the producer's first gathers start with the block."""
+    consumer's own work, so the producer's first gathers start with the block. LAUNCH_DEPENDENTS (the first
+    pass): signal the combine's launch once the main loop is done."""
     KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16
     CW: gl.constexpr = gl.num_warps()
     QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [CW, 1], [1, 0])  # [BLOCK_H, D] bf16
@@ -197,7 +194,7 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row
             s = warpgroup_mma(kb, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)  # [BLOCK_T, BLOCK_H]
             s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))  # also retires the last PV
         v = valid_smem.index(buf).load(gl.SliceLayout(1, SL)) != 0
-        p, alpha, m_i = _softmax_step(s, v, m_i, scale, F16, LEAVE_OUT & 4)
+        p, alpha, m_i = softmax_step(s, v, m_i, scale, F16, LEAVE_OUT & 4)
         l_i = l_i * alpha + gl.sum(p, 0)
         # every consumer warp has retired the last PV (it read P and the previous slot) before the barrier inside
         # gl.max above, so P may be overwritten and that slot handed back to the producer
@@ -212,15 +209,15 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row
             acc = warpgroup_mma(kb.permute((1, 0)), p_smem, acc, is_async=True)  # O^T += K^T P^T
         i += 1
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    if LAUNCH_DEPENDENTS:  # see rung 5: the combine's launch overlaps the epilogue (and a bf16 pass, if one follows)
+    if LAUNCH_DEPENDENTS:  # the combine's launch overlaps the epilogue (and a bf16 pass, if one follows)
         gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
                                   is_pure=False, pack=1)
     return m_i, l_i, acc
 
 
 @gluon.jit
-def _producer(k_smem, valid_smem, full, empty, cache_u8, cache_bf16, stride_page, block_size, num_tokens, idx_row,
-              start, end, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
+def _producer(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row, start, end,
+              D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
               SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr,
               F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
     """Gather and dequantise each tile of the split into the next free slot, then mark it full."""
@@ -228,25 +225,23 @@ def _producer(k_smem, valid_smem, full, empty, cache_u8, cache_bf16, stride_page
     D: gl.constexpr = D_NOPE + D_ROPE
     G: gl.constexpr = SCALE_BYTES
     W: gl.constexpr = TILE // 4
-    # [BLOCK_T, G, W] raw words, as rung 6: 4 lanes share a token, each 16 B of every group
+    # [BLOCK_T, G, W] raw words: 4 lanes share a token, each 16 B of every group
     L3: gl.constexpr = gl.BlockedLayout([1, 8, 4], [8, 1, 4], [PW, 1, 1], [2, 1, 0])
     ROWS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))        # [BLOCK_T]
     GRP2: gl.constexpr = gl.SliceLayout(2, L3)                           # [BLOCK_T, G]
     KW: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32)
-    ROPE: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [PW, 1], [1, 0])  # unused: the rope comes in words
     g = gl.arange(0, G, layout=gl.SliceLayout(0, GRP2))
     g3 = gl.expand_dims(gl.expand_dims(g, 0), 2)  # [1, G, 1]
     w3 = gl.expand_dims(gl.expand_dims(gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
-    rc = gl.arange(0, TILE, layout=gl.SliceLayout(0, ROPE))
     cache_w = cache_u8.to(gl.pointer_type(gl.int32), bitcast=True)
     cache_d = cache_u8.to(gl.pointer_type(gl.int64), bitcast=True)
     is_rope = g3 == G - 1
 
-    idx = _load_idx(idx_row, start, end, BLOCK_T, ROWS)
-    words, rope, sbyte, valid = _load_tile(cache_w, cache_d, cache_u8, cache_bf16, idx, start, end, num_tokens,
-                                           stride_page, block_size, g, g3, w3, rc, D_NOPE, DATA_BYTES, SCALE_BYTES, W,
-                                           BLOCK_T, ROWS, ROPE, BS_SHIFT, 1)
-    idx = _load_idx(idx_row, start + BLOCK_T, end, BLOCK_T, ROWS)
+    idx = load_idx(idx_row, start, end, BLOCK_T, ROWS)
+    words, rope, sbyte, valid = load_tile(cache_w, cache_d, cache_u8, idx, start, end, num_tokens, stride_page,
+                                          block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS,
+                                          BS_SHIFT)
+    idx = load_idx(idx_row, start + BLOCK_T, end, BLOCK_T, ROWS)
     i = 0
     for t0 in range(start, end, BLOCK_T):
         buf = i % NUM_BUFS
@@ -254,19 +249,18 @@ def _producer(k_smem, valid_smem, full, empty, cache_u8, cache_bf16, stride_page
         if LEAVE_OUT & 1:  # no loads: every tile reuses the first tile's bytes
             n_words, n_rope, n_sbyte, n_valid = words, rope, sbyte, valid
         else:
-            n_words, n_rope, n_sbyte, n_valid = _load_tile(cache_w, cache_d, cache_u8, cache_bf16, idx, t0 + BLOCK_T,
-                                                           end, num_tokens, stride_page, block_size, g, g3, w3, rc,
-                                                           D_NOPE, DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS, ROPE,
-                                                           BS_SHIFT, 1)
-            idx = _load_idx(idx_row, t0 + 2 * BLOCK_T, end, BLOCK_T, ROWS)
+            n_words, n_rope, n_sbyte, n_valid = load_tile(cache_w, cache_d, cache_u8, idx, t0 + BLOCK_T, end,
+                                                          num_tokens, stride_page, block_size, g, g3, w3, D_NOPE,
+                                                          DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS, BS_SHIFT)
+            idx = load_idx(idx_row, t0 + 2 * BLOCK_T, end, BLOCK_T, ROWS)
         if LEAVE_OUT & 2:  # no dequant: f16 1.0 or 0 in every half
             lo = words & 0x3C003C00
             hi = lo
         elif F16:
-            lo, hi = _dequant_words_f16(words, gl.expand_dims(_f16_scale_pairs(sbyte), 2))
-            rlo, rhi = _bf16x4_to_f16(rope)
+            lo, hi = dequant_words_f16(words, gl.expand_dims(f16_scale_pairs(sbyte), 2))
+            rlo, rhi = bf16x4_to_f16(rope)
         else:
-            lo, hi = _dequant_words(words, gl.expand_dims(_bf16_scale_pairs(sbyte), 2))
+            lo, hi = dequant_words(words, gl.expand_dims(bf16_scale_pairs(sbyte), 2))
             rlo = rope.to(gl.int32)
             rhi = (rope >> 32).to(gl.int32)
         if not LEAVE_OUT & 2:
@@ -290,29 +284,23 @@ def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
 
 
 def launch_ws_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
-                      tokens_per_split, sm_scale, config=None, allowed=ALLOWED, name="wgmma_ws", maxnreg=None,
-                      **switches):
+                      tokens_per_split, sm_scale, name, allowed=ALLOWED, config=None, maxnreg=None, **switches):
     """Run the warp-specialised partial kernel for one KV scope into splits [split_offset, split_offset+num_splits).
 
-    allowed, name: the registered rung's config table and name; switches: its constexprs (NUM_BUFS, PRODUCER_WARPS,
-    PRODUCER_REGS, F16, LAUNCH_DEPENDENTS); maxnreg: the block's register cap per thread (None:
+    name, allowed: the registered rung's name and config table; switches: its constexprs (NUM_BUFS, PRODUCER_WARPS,
+    PRODUCER_REGS; LEAVE_OUT for a measurement); maxnreg: the block's register cap per thread (None:
     :func:`register_cap`), from which the producer gets PRODUCER_REGS and the consumer the rest.
     """
-    if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] != 9:
-        raise RuntimeError(f"impl={name!r} is a Hopper (sm_90) Gluon kernel: it needs an sm_90 GPU "
-                           "(it does not run under TRITON_INTERPRET)")
+    require_sm90(q, name)
     b, s_q, h, _ = q.shape
     cfg = default_config(h, allowed) if config is None else TiledConfig.from_any(config, allowed, name)
-    args = partial_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
-                        part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
-                        sm_scale=sm_scale)
+    args = split_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
+                      part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
+                      sm_scale=sm_scale)
     grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
-    bs = cache.shape[1]
-    bs_shift = bs.bit_length() - 1 if bs & (bs - 1) == 0 else -1  # shifts for power-of-two pages
-    launch(ws_partial_kernel, grid, dict(**args, BS_SHIFT=bs_shift, **layout_constexprs(layout_of(cache), LAYOUT_KEYS),
-                                         BLOCK_H=cfg.BLOCK_H, BLOCK_T=cfg.BLOCK_T, num_warps=cfg.num_warps,
-                                         maxnreg=maxnreg or register_cap(cfg.num_warps,
-                                                                         switches.get("PRODUCER_WARPS", 8)),
+    launch(ws_partial_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H, BLOCK_T=cfg.BLOCK_T,
+                                         num_warps=cfg.num_warps,
+                                         maxnreg=maxnreg or register_cap(cfg.num_warps, switches["PRODUCER_WARPS"]),
                                          **switches))
 
 

@@ -1,0 +1,280 @@
+"""What the two Gluon partial kernels share (``wgmma``: every warp runs the whole loop; ``wgmma_ws``: a producer
+partition gathers and dequantises, a consumer warpgroup runs the MMAs): the launch checks and constexprs, the
+gathers, the dequants, q's per-head scaling, the softmax step and the epilogue, and the f16 window's constants.
+
+Both kernels gather a tile of BLOCK_T tokens as [BLOCK_T, G, W] int32 words (G = 8 groups of TILE = 64 columns,
+W = 16 words of four e4m3 bytes each, 16 bytes a load) with the rope in the last group's words, and dequantise it
+in one of two ways:
+
+- bf16 (:func:`dequant_words`): the e4m3 bits moved into bf16 and two exact bf16x2 multiplies, every scale byte
+  0..254 (:func:`workbench.kernels.common.e4m3_bf16x2_asm`);
+- f16 (:func:`dequant_words_f16`): the hardware e4m3x2 -> f16x2 convert and one f16 multiply by the scale times
+  2**F16_K_SHIFT, exact inside the f16 window (scale bytes F16_MIN_SCALE_BYTE..F16_MAX_SCALE_BYTE, ropes below
+  512); a split with a valid token outside it comes out non-finite (:func:`not_finite`) and runs again in bf16.
+
+GPU only (sm_90): Gluon does not run under the interpreter.
+"""
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from ..layout import layout_of
+from .common import e4m3_bf16x2_asm, layout_constexprs
+
+# the cache layout's constants the Gluon kernels declare (common.layout_constexprs)
+LAYOUT_KEYS = ("D_NOPE", "D_ROPE", "TILE", "DATA_BYTES", "SCALE_BYTES")
+
+# The f16 window. The hardware converts e4m3 pairs to f16 pairs exactly in one instruction (cvt.rn.f16x2.e4m3x2,
+# sm_89+); it has no bf16 form, and the bit-built bf16 costs ~6 instructions a pair. One f16 multiply then applies
+# the scale, times 2**F16_K_SHIFT: the f16 K tile holds K * 2**7, and the scores and the output take the 2**-7
+# back (qk_scale, F16_OUT_MULT). f16 has 5 exponent bits: e4m3 magnitudes are 2**-9..448 and f16's
+# 2**-24..65504, so the product is exact for scale bytes e in [F16_MIN_SCALE_BYTE, F16_MAX_SCALE_BYTE] = [105, 127]
+# (scales 2**-22..2**0: vLLM's writers give small tiles bytes 105..111, FlashMLA's quantiser 114 and up; 127 is
+# amax 448), and the rope (bf16, scaled by 2**7 in fp32 before its f16 rounding) for |rope| < 512 (exact from
+# 2**-24 up; below that, absolute errors under 2**-32). q needs no window: each head is scaled by a power of two,
+# so its products stay far inside fp32. Outside the window nothing is checked per tile: a scale byte outside it
+# dequantises to NaN and a rope of 512 or more to f16 inf, so the split's row sums or accumulator come out
+# non-finite, and the split runs again with bf16 operands (unscaled q), exactly as the bf16 kernel: every scale
+# byte 0..254, any rope. Non-finite data (NaN in a selected token) takes the same second pass, to FlashMLA's NaN.
+F16_MIN_SCALE_BYTE, F16_MAX_SCALE_BYTE = 105, 127
+F16_K_SHIFT = 7
+_K_SHIFT = gl.constexpr(F16_K_SHIFT)
+F16_OUT_MULT = gl.constexpr(2.0 ** -F16_K_SHIFT)
+Q_TOP = gl.constexpr(14)     # each head's largest |q| is scaled into [2**Q_TOP, 2**(Q_TOP+1)): f16-exact down to
+                             # 2**-31 of it
+Q_EXP_CLAMP = gl.constexpr(100)  # the head exponent's range: zero, tiny and inf heads stay finite powers of two
+# LEAVE_OUT's bits (measurement only, workbench.isolate): the loop stages a timing may drop (the first tile is still
+# loaded with "loads" left out). Any bit set makes the output wrong.
+LEAVE_OUT_BITS = {"loads": 1, "dequant": 2, "softmax": 4, "qk": 8, "pv": 16}
+
+
+# ----------------------------------------------------------------------------- host side
+
+def require_sm90(q: torch.Tensor, name: str) -> None:
+    """A RuntimeError naming the registered kernel unless q is on an sm_90 GPU."""
+    if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] != 9:
+        raise RuntimeError(f"impl={name!r} is a Hopper (sm_90) Gluon kernel: it needs an sm_90 GPU "
+                           "(it does not run under TRITON_INTERPRET)")
+
+
+def cache_constexprs(cache: torch.Tensor) -> dict:
+    """The constexprs a cache fixes: its layout's (LAYOUT_KEYS) and BS_SHIFT, log2 of a power-of-two page size
+    (the gathers then shift and mask) or -1 (they divide)."""
+    bs = cache.shape[1]
+    bs_shift = bs.bit_length() - 1 if bs & (bs - 1) == 0 else -1
+    return dict(BS_SHIFT=bs_shift, **layout_constexprs(layout_of(cache), LAYOUT_KEYS))
+
+
+# ----------------------------------------------------------------------------- gathers
+
+@gluon.jit
+def load_idx(idx_row, t0, end, BLOCK_T: gl.constexpr, ROWS: gl.constexpr):
+    offs = t0 + gl.arange(0, BLOCK_T, layout=ROWS)
+    return gl.load(idx_row + offs, mask=offs < end, other=-1)
+
+
+@gluon.jit
+def load_tile(cache_w, cache_d, cache_u8, idx, t0, end, num_tokens, stride_page, block_size, g, g3, w3,
+              D_NOPE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, W: gl.constexpr,
+              BLOCK_T: gl.constexpr, ROWS: gl.constexpr, BS_SHIFT: gl.constexpr):
+    """Issue one tile's loads: (words [BLOCK_T, G, W] int32 = 4 fp8 each, rope [BLOCK_T, G, W] int64, scale bytes
+    [BLOCK_T, G] u8, valid [BLOCK_T]). The rope comes in the words' layout, group G-1 only: two bf16 pairs each,
+    the ones that group's outputs must become. Invalid tokens load as zero, so NaN in an unselected page never
+    enters a dot. Group G-1 of the words reads the first rope bytes and the pad scale byte: both are replaced.
+    cache_w and cache_d are the cache's bytes as int32 and int64.
+    """
+    offs = t0 + gl.arange(0, BLOCK_T, layout=ROWS)
+    valid = (offs < end) & (idx >= 0) & (idx < num_tokens)
+    safe = gl.where(valid, idx, 0)
+    if BS_SHIFT >= 0:  # power-of-two pages: every lane of a warp splits the same 8 indices, so keep it cheap
+        page = (safe >> BS_SHIFT).to(gl.int64)
+        off = (safe & ((1 << BS_SHIFT) - 1)).to(gl.int64)
+    else:
+        page = (safe.to(gl.uint32) // block_size.to(gl.uint32)).to(gl.int64)
+        off = (safe.to(gl.uint32) % block_size.to(gl.uint32)).to(gl.int64)
+    row = page * stride_page + off * DATA_BYTES  # [BLOCK_T] byte offset of the token
+    row3 = gl.expand_dims(gl.expand_dims(row // 4, 1), 2)
+    v3 = gl.expand_dims(gl.expand_dims(valid, 1), 2)
+    words = gl.load(cache_w + row3 + g3 * W + w3, mask=v3, other=0)
+    srow = page * stride_page + block_size * DATA_BYTES + off * SCALE_BYTES
+    sbyte = gl.load(cache_u8 + gl.expand_dims(srow, 1) + gl.expand_dims(g, 0), mask=gl.expand_dims(valid, 1),
+                    other=_F16_LO)  # a masked token's zero words times an in-window scale: 0 in both dequants
+    rrow3 = gl.expand_dims(gl.expand_dims((row + D_NOPE) // 8, 1), 2)
+    rope = gl.load(cache_d + rrow3 + w3, mask=v3 & (g3 == SCALE_BYTES - 1), other=0)
+    return words, rope, sbyte, valid
+
+
+# ----------------------------------------------------------------------------- dequants
+
+# common.e4m3_bf16x2_asm with pack=1: one int32 register ($3) holds the group's bf16 scale twice
+_DEQUANT_ASM = gl.constexpr(e4m3_bf16x2_asm("$3", "$3"))
+
+
+@gluon.jit
+def bf16_scale_pairs(sbyte):
+    """Scale bytes [BLOCK_T, G] u8 -> int32 words holding the bf16 of 2**(e-127) twice, for every byte 0..254
+    (byte 0 as the bf16 subnormal 0x0040)."""
+    e = sbyte.to(gl.int32)
+    return gl.where(e == 0, 0x0040, e << 7) * 65537
+
+
+@gluon.jit
+def dequant_words(words, sc):
+    """Four e4m3 bytes (one int32 word) -> two words of bf16 pairs, exactly, with no fp32 step, times the scale
+    pair sc (:func:`bf16_scale_pairs`; the formula: :func:`workbench.kernels.common.e4m3_bf16x2_asm`)."""
+    return gl.inline_asm_elementwise(
+        asm=_DEQUANT_ASM,
+        constraints="=r,=r,r,r", args=[words, sc], dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+
+
+_F16_LO = gl.constexpr(F16_MIN_SCALE_BYTE)  # 2**-22 * 2**7 = 2**-15: f16's subnormal 0x0200
+_F16_HI = gl.constexpr(F16_MAX_SCALE_BYTE)
+_DEQUANT_F16_ASM = gl.constexpr("""{
+    .reg .b16 l, h;
+    .reg .b32 a, b;
+    mov.b32 {l, h}, $2;
+    cvt.rn.f16x2.e4m3x2 a, l;
+    cvt.rn.f16x2.e4m3x2 b, h;
+    mul.rn.f16x2 $0, a, $3;
+    mul.rn.f16x2 $1, b, $3;
+    }""")
+# four bf16 (one int64) -> two f16 pairs of the values times 2**F16_K_SHIFT, scaled exactly in fp32 and then
+# rounded: exact for 2**-24 <= |x| < 512 (and 0), f16 inf from 512 up (which makes the split's result non-finite)
+_BF16X4_F16_ASM = gl.constexpr("""{
+    .reg .b32 a, b, x0, x1, x2, x3;
+    mov.b64 {a, b}, $2;
+    shl.b32 x0, a, 16;
+    and.b32 x1, a, 0xFFFF0000;
+    shl.b32 x2, b, 16;
+    and.b32 x3, b, 0xFFFF0000;
+    mul.f32 x0, x0, 0f43000000;
+    mul.f32 x1, x1, 0f43000000;
+    mul.f32 x2, x2, 0f43000000;
+    mul.f32 x3, x3, 0f43000000;
+    cvt.rn.f16x2.f32 $0, x1, x0;
+    cvt.rn.f16x2.f32 $1, x3, x2;
+    }""")
+
+
+@gluon.jit
+def f16_scale_pairs(sbyte):
+    """Scale bytes [BLOCK_T, G] u8 -> int32 words holding the f16 of 2**(e - 127 + F16_K_SHIFT) twice, for e in
+    the window [105, 127]; NaN for every other byte, so that a valid token outside the window makes its split's
+    result non-finite (masked tokens load an in-window byte and zero words)."""
+    e = sbyte.to(gl.int32)
+    bits = gl.where(e > _F16_LO, (e - _F16_LO) << 10, 0x200)  # f16's exponent field: e - 120 + 15
+    return gl.where((e < _F16_LO) | (e > _F16_HI), 0x7E00, bits) * 65537
+
+
+@gluon.jit
+def dequant_words_f16(words, sc):
+    """Four e4m3 bytes (one int32 word) -> two words of f16 pairs (bytes 0-1, 2-3), times the scale pair sc."""
+    return gl.inline_asm_elementwise(asm=_DEQUANT_F16_ASM, constraints="=r,=r,r,r", args=[words, sc],
+                                     dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+
+
+@gluon.jit
+def bf16x4_to_f16(rope):
+    """int64 words of four bf16 -> (int32, int32) words of two f16 each (times 2**F16_K_SHIFT), in the same
+    order."""
+    return gl.inline_asm_elementwise(asm=_BF16X4_F16_ASM, constraints="=r,=r,l", args=[rope],
+                                     dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+
+
+# ----------------------------------------------------------------------------- q, softmax, epilogue
+
+@gluon.jit
+def _pow2(e):
+    """int32 e in [-126, 127] -> fp32 2**e, exactly."""
+    return ((e + 127) << 23).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def load_q(q_row, stride_qh, pid_h, H, BLOCK_H: gl.constexpr, D: gl.constexpr, QL: gl.constexpr):
+    """The block's heads of one query: [BLOCK_H, D] bf16 in layout QL, zero past the last head."""
+    qh = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, QL))
+    qd = gl.arange(0, D, layout=gl.SliceLayout(0, QL))
+    return gl.load(q_row + qh[:, None] * stride_qh + qd[None, :], mask=(qh < H)[:, None], other=0.0)
+
+
+@gluon.jit
+def scale_q_per_head(q):
+    """q [BLOCK_H, D] bf16 -> (q * 2**-E fp32, E int32 [BLOCK_H]): E puts each head's largest |q| in
+    [2**Q_TOP, 2**(Q_TOP+1)), so q fits f16 wherever bf16 puts it (a power of two: exact in bf16 too). Heads of
+    zeros, subnormals or non-finite values get E clamped to +-Q_EXP_CLAMP."""
+    qf = q.to(gl.float32)
+    amax = gl.max(gl.abs(qf), axis=1)
+    e = ((amax.to(gl.int32, bitcast=True) >> 23) & 0xFF) - 127 - Q_TOP
+    e = gl.minimum(gl.maximum(e, -Q_EXP_CLAMP), Q_EXP_CLAMP)
+    return qf * gl.expand_dims(_pow2(-e), 1), e
+
+
+@gluon.jit
+def qk_scale(sm_scale_log2, q_exp, F16: gl.constexpr):
+    """The per-head factor that turns an MMA score into log2 units: sm_scale * log2(e) * 2**E, and 2**-7 more
+    for the f16 K tile (it holds K * 2**F16_K_SHIFT)."""
+    if F16:
+        return sm_scale_log2 * _pow2(q_exp - _K_SHIFT)
+    return sm_scale_log2 * _pow2(q_exp)
+
+
+@gluon.jit
+def softmax_step(s, v, m_i, scale, INF_TO_NAN: gl.constexpr, SKIP: gl.constexpr):
+    """_online_softmax, or with SKIP (LEAVE_OUT's softmax bit) the scores as P and no rescaling."""
+    if SKIP:
+        return s, m_i * 0.0 + 1.0, m_i
+    return _online_softmax(s, v, m_i, scale, INF_TO_NAN)
+
+
+@gluon.jit
+def _online_softmax(s, v, m_i, scale, INF_TO_NAN: gl.constexpr):
+    """One tile's step of the base-2 online softmax over S^T [BLOCK_T, BLOCK_H] (tokens on axis 0, any layout):
+    masked scores in log2 units (scale [BLOCK_H]: qk_scale), the new running max, P and the factor alpha that
+    rescales what came before."""
+    if INF_TO_NAN:
+        # f16 operands: q is scaled and K in the window stays below 2**16, so the fp32 scores cannot overflow: an
+        # infinite score comes from an f16 inf in K (a rope of 512 or more). -inf would drop its token without a
+        # trace; NaN makes the split's row sums NaN (+inf already does, through inf - inf in exp2), and so sends
+        # it to the bf16 pass (not_finite)
+        s = gl.where(s == float("-inf"), float("nan"), s)
+    s = gl.where(gl.expand_dims(v, 1), s * gl.expand_dims(scale, 0), float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 0))
+    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
+    alpha = gl.exp2(m_i - m_use)
+    p = gl.exp2(s - gl.expand_dims(m_use, 0))
+    return p, alpha, m_new
+
+
+@gluon.jit
+def not_finite(l_i):
+    """Whether any head's row sum in the block is NaN or infinite (a full reduction). With f16 operands, a scale
+    byte outside the window (NaN in K), a rope of 512 or more (f16 inf in K: an infinite score, or NaN where q is
+    0) and NaN in the data all make some row sum NaN. (A check of the accumulator too made ptxas serialise every
+    wgmma of the kernel: C7515, sm_90 lab.)"""
+    return gl.reduce_or((l_i != l_i) | (gl.abs(l_i) == float("inf")), 0)
+
+
+@gluon.jit
+def store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pid_h, split, split_offset, s_total,
+                  H, BLOCK_H: gl.constexpr, D: gl.constexpr):
+    """The epilogue: the split's normalised output acc / l * out_mult (acc: O^T [D, BLOCK_H] fp32) and its
+    base-2 LSE m + log2(l) into the partial buffers."""
+    NW: gl.constexpr = gl.num_warps()
+    OL: gl.constexpr = acc.type.layout
+    OUT: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, NW], [0, 1])  # [D, BLOCK_H], coalesced along d
+    live = l_i != 0  # a NaN sum is live: written as NaN, never dropped by the combine as an empty split
+    inv_l = gl.where(live, out_mult / l_i, 0.0)
+    lse2 = gl.where(live, m_i + gl.log2(l_i), float("-inf"))
+    heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=l_i.type.layout)
+    slot = (pid_q * H + heads) * s_total + split_offset + split  # [BLOCK_H]
+    gl.store(part_lse_ptr + slot, lse2, mask=heads < H)
+    out = gl.convert_layout(acc * gl.expand_dims(gl.convert_layout(inv_l, gl.SliceLayout(0, OL)), 0), OUT)
+    oh = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, OUT))
+    od = gl.arange(0, D, layout=gl.SliceLayout(1, OUT))
+    oslot = (pid_q * H + oh) * s_total + split_offset + split
+    live_o = gl.convert_layout(live, gl.SliceLayout(0, OUT))
+    # an empty split writes only its -inf LSE; the combine never reads its out
+    gl.store(part_out_ptr + gl.expand_dims(oslot.to(gl.int64) * D, 0) + gl.expand_dims(od, 1), out,
+             mask=gl.expand_dims((oh < H) & live_o, 0))
