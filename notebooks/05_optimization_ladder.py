@@ -17,8 +17,11 @@
 # # 5. The optimisation ladder: what each idea was worth on the H200
 #
 # Issue 9 asks for the head-batched kernel at FlashMLA's speed and past it, one measured step at a
-# time. Each step is a *rung*: a kernel in the registry (`workbench.registry.rungs()`) with a
-# prediction written before it was measured. This notebook reads only `data/` (no GPU, no kernel
+# time. Each step is a *rung*: a kernel with a prediction written before it was measured. The
+# ladder is read from its record, `data/rungs.csv` (every rung ever registered: what it tried, kept or
+# removed, and a commit that still runs it), not from the registry, which holds only the kept rungs
+# (`workbench.registry.rungs()`, where a kept rung's prediction is); a removed rung's measured rows stay
+# in the tables and it stays on the ladder here. This notebook reads only `data/` (no GPU, no kernel
 # launch): the ladder table timed every rung beside FlashMLA and the gather floor (a kernel that
 # reads exactly the bytes a decode reads and does no math) in one CUDA-graph run with cold KV; the
 # headline tables timed the default kernel (`impl="auto"`: on sm_90 an f16 Gluon rung, `wgmma_f16`,
@@ -59,8 +62,11 @@ out_folder(out_dir)  # refused here, before anything runs, inside data/ or figur
 df = load_bench(data_dir=data_dir)
 ok = df[df.status == "ok"].copy()
 ok["config"] = ok.config.fillna("")
-rungs = registry.rungs()
-RUNGS = [s.name for s in rungs]
+# the ladder, removed rungs included, from its record in data/ (the registry holds the kept rungs only)
+record = pd.read_csv(Path(data_dir, "rungs.csv"), dtype={"rung": "Int64", "commit": str, "tried": str})
+rungs = record[record.rung.notna()].sort_values("rung").reset_index(drop=True)
+RUNGS = list(rungs.name)
+registered = {s.name: s for s in registry.rungs()}  # the kept rungs: their registry entries (predictions, splits)
 PEERS = ["flashmla", "gather"]
 # the headline shapes: key -> (batch, heads, topk, extra_topk, title)
 SHAPES = {"h16": (64, 16, 2048, 0, "b64 h16 topk2048"), "h64": (64, 64, 2048, 0, "b64 h64 topk2048"),
@@ -74,10 +80,12 @@ def at(frame, key):
                  & (frame.s_q == 1) & (frame["mode"] == "graph")]
 
 
-# the current ladder table: the newest table of the "ladder" sweep whose rung rows match the checked-out kernels
+# the current ladder table: the newest table of the "ladder" sweep whose rows of the kept rungs match the checked-out
+# kernels (a removed rung has no checked-out kernel to match)
+kept_rows = ok.kernel.isin(list(registered))
 ladders = (ok[ok.sweep == "ladder"].groupby("source")
            .agg(date=("date", "max"), commit=("git_commit", "first"),
-                stale=("stale", lambda s: bool(s[ok.loc[s.index, "kernel"].isin(RUNGS)].fillna(True).any())))
+                stale=("stale", lambda s: bool(s[kept_rows.loc[s.index]].fillna(True).any())))
            .sort_values("date"))
 fresh_ladders = ladders[~ladders.stale]
 current = (fresh_ladders if len(fresh_ladders) else ladders).index[-1]
@@ -94,7 +102,8 @@ default_at = {key: auto_kernel(key) for key in SHAPES}
 default_rung = default_at["h16"]
 print(f"{label}; current ladder table {current} (commit {ladders.loc[current, 'commit']})")
 print(note)
-print("rungs:", ", ".join(f"{s.rung} {s.name}" for s in rungs))
+print("rungs:", ", ".join(f"{r.rung} {r.name}" + ("" if r.name in registered else " (removed)")
+                          for r in rungs.itertuples()))
 print("'auto' runs: " + ", ".join(f"{SHAPES[k][4]} -> {v}" for k, v in default_at.items()))
 print("all ladder tables:\n" + ladders.to_string())
 
@@ -116,7 +125,7 @@ for key in SHAPES:
         if len(r):
             times.append(dict(panel=key, kernel=k, median_us=float(r.median_us.median())))
 times = pd.DataFrame(times)
-labels = {s.name: f"{s.rung} {s.name}" for s in rungs}
+labels = {r.name: f"{r.rung} {r.name}" for r in rungs.itertuples()}
 fig = fig_ladder(times, [(k, SHAPES[k][4]) for k in ("h16", "h64", "h128")], RUNGS, default=default_at,
                  labels=labels)
 save_figure(fig, "ladder_time_per_rung", out_dir, title=f"Time per rung, s_q=1, page 256, CUDA-graph replay, "
@@ -158,17 +167,18 @@ if len(pdl_rows):
     pdl_rows = pdl_rows[pdl_rows.source == pdl_src]
     ab = pdl_rows.pivot_table(index=["batch", "heads", "topk", "extra_topk", "kernel"], columns="provider",
                               values="median_us").reset_index()
-    spec_of = {s.name: s for s in registry.rungs()}
     sms = int(pdl_rows.sm_count.iloc[0])
 
     def splits_a_row(r):
-        spec = spec_of[r.kernel]
+        spec = registered.get(r.kernel)
+        if spec is None:  # a removed rung: its split plan left with its registry entry
+            return np.nan
         topks = [r.topk] + ([r.extra_topk] if r.extra_topk else [])
         return sum(plan_splits(queries=r.batch, heads=r.heads, topk=k, num_sms=sms, waves=spec.split_waves,
                                granule=spec.split_granule).num_splits for k in topks)
 
     ab["splits a row"] = [splits_a_row(r) for r in ab.itertuples()]
-    ab["auto launches"] = ["pdl" if pdl_by_splits(n) else "serial" for n in ab["splits a row"]]
+    ab["auto launches"] = ["" if n != n else "pdl" if pdl_by_splits(int(n)) else "serial" for n in ab["splits a row"]]
     ab["pdl / serial"] = ab["auto+pdl"] / ab["auto+serial"]
     ab["source"], ab["git_commit"], ab["stale"] = pdl_src, str(pdl_rows.git_commit.iloc[0])[:7], \
         bool(pdl_rows.stale.fillna(True).any())
@@ -179,15 +189,17 @@ else:
 
 # %% [markdown]
 # ## Prediction and measurement per rung
-# Each rung's prediction is the text in its registry entry, written before it was measured. Each
+# A kept rung's prediction is the text in its registry entry, written before it was measured; a removed
+# rung shows what it tried and the commit that still runs it (`data/rungs.csv`). Each
 # shape's cell: time, speed vs FlashMLA (above 1: faster) and time / gather floor (1 = the floor),
 # all from the current ladder table. "h16 vs previous rung" is what moved where the prediction was
 # made (negative: faster).
 
 # %%
 t = times.pivot_table(index="kernel", columns="panel", values="median_us")
+MEASURED = [k for k in RUNGS if k in t.index]  # the rungs the current ladder table timed
 meas = []
-for s in rungs:
+for s in rungs.itertuples():
     for key in SHAPES:
         us = t.loc[s.name, key] if s.name in t.index and key in t.columns else np.nan
         meas.append(dict(rung=s.rung, kernel=s.name, shape=SHAPES[key][4], key=key, us=us,
@@ -197,11 +209,19 @@ meas["source"], meas["git_commit"] = current, ladders.loc[current, "commit"]
 save_table(meas, "ladder_measurements", out_dir)
 cell = meas.assign(text=[f"{r.us:.1f} us, {r.speed_vs_flashmla:.2f}x FM, {r.time_over_floor:.1f}x floor"
                          for r in meas.itertuples()]).pivot(index="kernel", columns="key", values="text")
-prev = t.loc[RUNGS, "h16"]
+prev = t.loc[MEASURED, "h16"]
 moved = (prev / prev.shift(1) - 1).map(lambda v: "" if not np.isfinite(v) else f"{100 * v:+.0f}%")
-pred = pd.DataFrame([dict(rung=s.rung, kernel=s.name, prediction=s.prediction,
+
+
+def prediction(r):
+    if r.name in registered:
+        return registered[r.name].prediction
+    return f"(removed; runs at {r.commit[:7]}, data/rungs.csv) tried: {r.tried}"
+
+
+pred = pd.DataFrame([dict(rung=s.rung, kernel=s.name, prediction=prediction(s),
                           **{SHAPES[k][4]: cell.loc[s.name, k] for k in SHAPES},
-                          **{"h16 vs previous rung": moved[s.name]}) for s in rungs])
+                          **{"h16 vs previous rung": moved.get(s.name, "")}) for s in rungs.itertuples()])
 refs = pd.DataFrame([dict(rung="", kernel=p, prediction="(reference, same run)",
                           **{SHAPES[k][4]: f"{t.loc[p, k]:.1f} us" for k in SHAPES}, **{"h16 vs previous rung": ""})
                      for p in PEERS])
@@ -382,7 +402,7 @@ for r in goals.itertuples():
 # what the ladder and the profiles say about the misses
 lines.append("\n**What the data says about the misses:**" if (goals.met == False).any()  # noqa: E712
              else "\n**What the data says (no goal missed):**")
-best_rung = {key: t.loc[RUNGS, key].idxmin() for key in SHAPES}
+best_rung = {key: t.loc[MEASURED, key].idxmin() for key in SHAPES}
 for key in SHAPES:
     b, d = best_rung[key], default_at[key]
     if t.loc[d, key] > 1.01 * t.loc[b, key]:

@@ -92,6 +92,8 @@ def test_ladder_numbers_come_from_data(tiny_run):
         assert r.us == pytest.approx(us)
         assert r.speed_vs_flashmla == pytest.approx(_graph_row(table, "flashmla", b, h, k, e) / us)
         assert r.time_over_floor == pytest.approx(us / _graph_row(table, "gather", b, h, k, e))
+    record = pd.read_csv(ROOT / "data" / "rungs.csv").dropna(subset=["rung"]).sort_values("rung")
+    assert list(dict.fromkeys(meas.kernel)) == list(record.name), "the ladder, removed rungs too, from data/rungs.csv"
     goals = pd.read_csv(tiny_run / "figures" / "ladder_goals.csv")
     assert len(goals) == 6
     from workbench import registry
@@ -241,7 +243,8 @@ def test_plain_papermill_from_the_repository_root_takes_false_and_writes_only_in
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nb, args, message", [
-    ("02_correctness", ["-p", "heads_grid", "x"], "ParameterError: heads_grid: expected a list, each a positive integer"),
+    ("02_correctness", ["-p", "heads_grid", "x"], "ParameterError: heads_grid: expected a list, each a positive "
+                                                  "integer"),
     ("01_padding_derivation", ["-p", "device", "cuda"], "ParameterError: device cuda needs a CUDA GPU"),
 ], ids=["type", "cuda"])
 def test_plain_papermill_stops_a_wrong_parameter_in_one_line_before_computing(nb, args, message, tmp_path):
