@@ -86,3 +86,16 @@ def test_committed_logs_cover_every_kernel_with_every_tool():
     assert s.case_passed.eq(True).all()  # None (no passed= line) is not a pass
     assert (s[s.tool != "racecheck"].errors == 0).all()
     assert set(s.kernel) <= set(registry.names())
+
+
+def test_a_removed_rungs_logs_keep_its_name(tmp_path):
+    """A rung that left the registry (data/rungs.csv lists it) is still read as itself, not as a registered
+    kernel whose name it starts with, nor dropped."""
+    (tmp_path / "rungs.csv").write_text("name,status\ntile512,kept\ntile512_3d,removed\nwgmma_rope,removed\n")
+    folder = tmp_path / "sanitizer_h200_20990101-0000"
+    folder.mkdir()
+    (folder / "sanitizer_tile512_3d.log").write_text(SYNC)
+    (folder / "sanitizer_wgmma_rope.log").write_text(SYNC)
+    (folder / "sanitizer_tile512.log").write_text(SYNC)
+    df = load_sanitizer(tmp_path)
+    assert sorted(zip(df.kernel, df.args)) == [("tile512", ""), ("tile512_3d", ""), ("wgmma_rope", "")]

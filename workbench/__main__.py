@@ -110,8 +110,8 @@ def _cmd_bench(a):
 
 
 def _resource_table(df) -> str:
-    """The printout of a lab table: one row per config, PREFETCH and the rungs' switches (DEQUANT, GATHER3D)
-    included, then the numbers; "-" where a kernel has no such key."""
+    """The printout of a lab table: one row per config, PREFETCH and the rungs' switches included, then the
+    numbers; "-" where a kernel has no such key."""
     import pandas as pd
 
     from .results import parse_config

@@ -112,11 +112,10 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     impl: "auto" (default: the fastest kernel that passes every GPU check for this device and call size; on
     sm_90 an f16 Gluon rung, "wgmma_f16_2cta" at 17-64 heads up to 4096 selected tokens, the warp-specialised
     "wgmma_ws" at <= 16 heads from 65536 up, else "wgmma_f16"; otherwise "tile512"; see registry.auto_kernel), any
-    registered kernel (``workbench.registry.decode_impls()``: the optimisation ladder's rungs "mma", "tile512",
-    "tile512_bf16dq", "tile512_3d", "wgmma", "wgmma_4lane", "wgmma_rope", "wgmma_2cta", "wgmma_headwarps",
-    "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws" (the f16 rungs are exact on every cache: outside their
-    f16 window a split runs again in bf16, see wgmma.F16_MIN_SCALE_BYTE), the per-head "simt"), or
-    "reference".
+    registered kernel (``workbench.registry.decode_impls()``: the seed's "mma", the portable "tile512", the bf16
+    Hopper rung "wgmma_xchg", the f16 rungs "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws" (exact on every cache:
+    outside their f16 window a split runs again in bf16, see gluon_common.F16_MIN_SCALE_BYTE), the per-head
+    "simt"; the ladder's removed rungs are in data/rungs.csv), or "reference".
     config: one kernel config (dict) to run without autotuning, e.g. for CUDA graph capture; the keys are
     the kernel's ``registry.get(impl).allowed`` (tiled kernels: BLOCK_H, BLOCK_T, num_warps, num_stages).
     plan: a :class:`workbench.plan.DecodePlan` from :func:`workbench.plan_decode` for inputs of these shapes,

@@ -185,6 +185,20 @@ SANITIZER_TOOLS = {"sanitizer": "memcheck", "racecheck": "racecheck", "synccheck
 SANITIZER_META = "sanitizer.meta.json"  # a folder's provenance (scripts/gpu_session.sh writes it)
 
 
+RUNGS = "rungs.csv"  # every rung the ladder ever registered (kept or removed), and where each can still run
+
+
+def kernel_names_ever(data_dir: Path | str = DATA) -> tuple[str, ...]:
+    """Every kernel name a published row may carry: the registered ones and the removed rungs of ``rungs.csv``."""
+    import pandas as pd
+    from . import registry
+    names = set(registry.names())
+    path = Path(data_dir) / RUNGS
+    if path.exists():
+        names |= set(pd.read_csv(path)["name"].dropna().astype(str))
+    return tuple(sorted(names))
+
+
 def _sanitizer_log_row(path: Path, kernels) -> dict | None:
     """One log's row, or None when its name is not ``<prefix>_<kernel>[_<args>].log`` of a registered kernel."""
     import re
@@ -222,8 +236,7 @@ def load_sanitizer(data_dir: Path | str = DATA):
 
     import pandas as pd
 
-    from . import registry
-    kernels = registry.names()
+    kernels = kernel_names_ever(data_dir)
     rows = []
     for folder in sorted(Path(data_dir).glob("sanitizer_*")):
         if not folder.is_dir():
