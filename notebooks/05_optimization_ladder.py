@@ -63,7 +63,8 @@ df = load_bench(data_dir=data_dir)
 ok = df[df.status == "ok"].copy()
 ok["config"] = ok.config.fillna("")
 # the ladder, removed rungs included, from its record in data/ (the registry holds the kept rungs only)
-record = pd.read_csv(Path(data_dir, "rungs.csv"), dtype={"rung": "Int64", "commit": str, "tried": str})
+record = pd.read_csv(Path(data_dir, "rungs.csv"),
+                     dtype={"rung": "Int64", "commit": str, "tried": str, "prediction": str})
 rungs = record[record.rung.notna()].sort_values("rung").reset_index(drop=True)
 RUNGS = list(rungs.name)
 registered = {s.name: s for s in registry.rungs()}  # the kept rungs: their registry entries (predictions, splits)
@@ -189,8 +190,8 @@ else:
 
 # %% [markdown]
 # ## Prediction and measurement per rung
-# A kept rung's prediction is the text in its registry entry, written before it was measured; a removed
-# rung shows what it tried and the commit that still runs it (`data/rungs.csv`). Each
+# A rung's prediction is the text written before it was measured: a kept rung's registry entry, a removed
+# rung's record in `data/rungs.csv` (with the commit that still runs it). Each
 # shape's cell: time, speed vs FlashMLA (above 1: faster) and time / gather floor (1 = the floor),
 # all from the current ladder table. "h16 vs previous rung" is what moved where the prediction was
 # made (negative: faster).
@@ -216,7 +217,9 @@ moved = (prev / prev.shift(1) - 1).map(lambda v: "" if not np.isfinite(v) else f
 def prediction(r):
     if r.name in registered:
         return registered[r.name].prediction
-    return f"(removed; runs at {r.commit[:7]}, data/rungs.csv) tried: {r.tried}"
+    said = getattr(r, "prediction", None)
+    said = said if isinstance(said, str) and said else f"tried: {r.tried}"
+    return f"{said} (removed; runs at {r.commit[:7]}, data/rungs.csv)"
 
 
 pred = pd.DataFrame([dict(rung=s.rung, kernel=s.name, prediction=prediction(s),
