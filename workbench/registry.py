@@ -89,36 +89,19 @@ def decode_impls() -> tuple[str, ...]:
     return (AUTO,) + names("split", "fused", "reference")
 
 
-# The two-blocks-per-SM build (16-head groups, wgmma_f16_2cta) wins at 17-64 heads on calls too small to fill the
-# GPU with 64-head groups; the warp-specialised wgmma_ws at <= 16 heads on the biggest calls (auto_kernel's
-# docstring has the measurements, data/*_crossover.csv and *_ladder.csv)
-TWO_BLOCK_MAX_TOKENS_H64 = 4096    # h64: b1-b8 topk512 and b1-b2 topk2048 win, 8192 tokens lose (crossover 0430)
-# h16: b32 topk2048 (65536 tokens) and up; below, wgmma_f16 (b16 topk2048, 32768 tokens: 1.3% off in 2341; the
-# production shape, 40960 tokens on two scopes: 28.4 vs 29.6 us in the 2340 ladder)
+# auto_kernel's thresholds, from the crossover sweeps (data/*_crossover.csv; the numbers: docs/decisions.md)
+TWO_BLOCK_MAX_TOKENS_H64 = 4096    # h64: up to b8 topk512 and b2 topk2048 the 16-head groups win
 WS_MIN_TOKENS_H16 = 65536
 
 
 def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     """What "auto" runs on a GPU of ``capability`` ("sm_90", ...) for a call of this size (a pure rule).
 
-    On sm_90, an f16 Gluon rung: "wgmma_f16" (rung 11), except where the two-blocks-per-SM build
-    "wgmma_f16_2cta" (rung 12) wins: at 17-64 heads on calls of at most 4096 selected tokens, where 64-head
-    groups leave most SMs idle (crossover sweep, data/bench_h200_20261201-0430_crossover.csv: b1 h64 topk512
-    9.2 vs 13.0 us; b4 h64 topk2048, 8192 tokens, 25.7 vs 21.4); and at <= 16 heads from 65536 tokens up the
-    warp-specialised "wgmma_ws" (rung 13; before it, rung 12 above 65536 tokens: ladder 0708, b64 h16 topk2048
-    53.06 vs 55.03 us for rung 11): ladder 2340, b64 h16 topk2048, 51.6 us vs 52.9 for rung 12 and 55.1 for
-    rung 11; crossover 2341, b32 h16 topk2048, 30.72 vs 31.60 for rung 11 (no calls between 65536 and 131072
-    tokens were timed). In the 2341 crossover (24 shapes, rungs 2, 7, 8, 10, 11, 12 and 13) the rule's pick is
-    within 2% of the fastest at every shape but b32 h16 topk2048, where the rule of that run (wgmma_ws above
-    65536 tokens only) was 2.9% off; this rule picks wgmma_ws there. Earlier crossovers, before rung 13, over
-    tile512, rungs 7 and 8 (removed since: data/rungs.csv), wgmma_xchg, wgmma_f16 and wgmma_f16_2cta: the pick
-    within 2% at all 24 shapes in 0430 and 0448, at all but one in 0647 (b4 h16 topk2048: 13.8 vs 13.5 us for wgmma_f16_2cta, 2.6%) and in
-    0709 (b1 h16 topk512: 8.8 vs 8.5 us for wgmma_xchg, 4.1%), and with the combine as a programmatic dependent
-    launch (decode.combine_pdl) at all 24 in 1103 (at most 1.6%). The f16 rungs are exact on every cache: a split
-    with a scale byte outside 105..127 or a rope of 512 or more runs again with bf16 operands
-    (gluon_common.F16_MIN_SCALE_BYTE).
-    Any other GPU: the portable "tile512".
-    ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
+    On sm_90: "wgmma_f16_2cta" at 17-64 heads up to TWO_BLOCK_MAX_TOKENS_H64 selected tokens (64-head groups
+    leave most SMs idle there), "wgmma_ws" at <= 16 heads from WS_MIN_TOKENS_H16 up, else "wgmma_f16"; any other
+    GPU: the portable "tile512". Why: the crossover sweep picks within 2% of the fastest kept rung at its shapes
+    (data/bench_h200_20261201-2341_crossover.csv; the history of the rule: docs/decisions.md). ``tokens`` is the
+    call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
         return "tile512"
