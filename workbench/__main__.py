@@ -72,11 +72,14 @@ def _cmd_check(a):
         return rc
     import pandas as pd
 
-    from .gpu_check import run_checks, sanitizer_case, write_table
+    from .gpu_check import partial_writer, run_checks, sanitizer_case, write_table
     if a.sanitize:
         sanitizer_case(a.sanitize, case_id=a.case, pdl={"rule": None, "pdl": True, "serial": False}[a.combine])
         return 0
-    csv = write_table(run_checks(impls=a.impls), _out_dir(a, "check"), a.name)
+    out = _out_dir(a, "check")
+    partial = partial_writer(out, a.name)  # what was checked so far, if the run is cut short
+    csv = write_table(run_checks(impls=a.impls, on_rows=partial), out, a.name)
+    partial.path.unlink(missing_ok=True)
     df = pd.read_csv(csv)
     bad = df[df["passed"] != True]  # noqa: E712
     print(df.groupby(["check", "impl"])[["out_rel_norm", "out_elem_ratio", "lse_ratio"]].max().to_string())

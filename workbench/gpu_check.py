@@ -266,19 +266,41 @@ def write_table(rows: list[dict], out_dir: str | Path, name: str = TABLE_NAME) -
     return csv
 
 
-def run_checks(device="cuda", progress=True, impls=None) -> list[dict]:
+def run_checks(device="cuda", progress=True, impls=None, on_rows=None) -> list[dict]:
     """Every check's rows, as run (``write_table`` orders them and adds the provenance); ``impls``: only these
-    (default: ``case_impls()``, every kernel and "auto")."""
+    (default: ``case_impls()``, every kernel and "auto"); ``on_rows(rows)``: called with the rows so far after
+    each case, so a run cut short (a device call's time limit) still leaves what it checked."""
     from tqdm.auto import tqdm
     rows = []
+
+    def add(new):
+        rows.extend(new)
+        if on_rows is not None:
+            on_rows(rows)
     for name in tqdm(golden_names(), desc="golden", disable=not progress):
-        rows += golden_rows(name, impls=impls, device=device)
+        add(golden_rows(name, impls=impls, device=device))
     for i, entry in enumerate(tqdm(gpu_cases(), desc="catalogue", disable=not progress)):
-        rows += case_rows(entry, i, impls=impls, device=device)
+        add(case_rows(entry, i, impls=impls, device=device))
     bitwise_case = catalogue.get(catalogue.BITWISE).build(device=device)
     for impl in [i for i in (impls or checked_impls()) if i in checked_impls()]:
-        rows += bitwise_rows(impl, device, bitwise_case)
+        add(bitwise_rows(impl, device, bitwise_case))
     return rows
+
+
+def partial_writer(out_dir: str | Path, name: str = TABLE_NAME):
+    """An ``on_rows`` for :func:`run_checks`: the rows so far as ``<name stem>.partial.csv`` in ``out_dir``
+    (provenance columns included), rewritten after each case; :func:`write_table` writes the whole table at the
+    end, and the caller removes the partial one then."""
+    import pandas as pd
+    out_dir = Path(out_dir)
+    path = out_dir / (Path(name).stem + ".partial.csv")
+    prov = provenance()
+
+    def write(rows):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(table_rows(rows, prov)).to_csv(path, index=False)
+    write.path = path
+    return write
 
 
 def sanitizer_case(impl: str, device="cuda", case_id: str = catalogue.SANITIZER, pdl: bool | None = None) -> None:
