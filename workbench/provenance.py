@@ -93,7 +93,10 @@ def _source_paths(root: Path) -> list[str]:
     paths = []
     for top in KERNEL_SOURCES:
         p = root / top
-        paths += [q.relative_to(root).as_posix() for q in p.rglob("*.py")] if p.is_dir() else [top] if p.exists() else []
+        if p.is_dir():
+            paths += [q.relative_to(root).as_posix() for q in p.rglob("*.py")]
+        elif p.exists():
+            paths.append(top)
     return sorted(paths)
 
 
