@@ -45,6 +45,17 @@ INTERPRETER_LOCK = threading.RLock()
 _SERIALISE_LAUNCHES = INTERPRET  # fixed at import, like the kernels' decoration (tests patch INTERPRET itself)
 
 
+# plan.make_plan, handed over by workbench.plan when it is imported (the package imports it): plan builds on
+# decode, so decode does not import plan
+_PLAN_MAKER = None
+
+
+def use_plan_maker(make_plan) -> None:
+    """Where the plain path's plan cache gets its plans (``workbench.plan`` sets ``plan.make_plan``)."""
+    global _PLAN_MAKER
+    _PLAN_MAKER = make_plan
+
+
 def interpreter_lock():
     """INTERPRETER_LOCK under the interpreter, a no-op context when the kernels are compiled."""
     return INTERPRETER_LOCK if _SERIALISE_LAUNCHES else contextlib.nullcontext()
@@ -486,10 +497,11 @@ class PlainPlans:
             t = inputs[INPUT_NAMES.index(name)]
             if t is not None and t.stride(-1) != 1:
                 return self._bypass("row stride")
-        from . import plan as plan_mod  # plan imports decode
+        if _PLAN_MAKER is None:
+            return self._bypass("no plan module")
         try:
-            plan = plan_mod.make_plan(dict(zip(INPUT_NAMES, inputs)), sm_scale=sm_scale, impl=impl, config=config,
-                                      output_slots=True)
+            plan = _PLAN_MAKER(dict(zip(INPUT_NAMES, inputs)), sm_scale=sm_scale, impl=impl, config=config,
+                               output_slots=True)
         except torch.OutOfMemoryError:  # perhaps not next time: not remembered
             return self._bypass("plan failed")
         except Exception as e:  # noqa: BLE001  refused (invalid arguments, launches a plan cannot bind): remembered;

@@ -99,26 +99,3 @@ def isolated_launches(kw: dict, *, impl: str, variant: str, config=None):
             stage.run()
         return work.out, work.lse
     return run
-
-
-class IsolationProvider:
-    """A bench provider for ``<decode>~<variant>``: timed like a decode, never checked (see the module doc)."""
-
-    is_probe = True
-
-    def __init__(self, impl: str, variant: str):
-        if variant not in VARIANTS:
-            raise ValueError(f"variant: expected one of {tuple(VARIANTS)}, got {variant!r}")
-        self.impl, self.variant, self.name = impl, variant, f"{impl}{SEPARATOR}{variant}"
-        if not torch.cuda.is_available():
-            from .providers import Skip
-            raise Skip("no CUDA GPU: the Gluon rungs run only on sm_90")
-
-    def prepare(self, kw: dict, config=None):
-        from .providers import Skip
-        try:
-            return isolated_launches(kw, impl=self.impl, variant=self.variant, config=config)
-        except ValueError as e:
-            if "no LEAVE_OUT switch" in str(e):
-                raise Skip(str(e)) from e
-            raise

@@ -520,3 +520,6 @@ def _c_launch(run):
     if type(run) is not CudaLauncher or run.global_scratch_size > 0 or run.profile_scratch_size > 0:
         return None  # a kernel with scratch needs the launcher's allocator, per launch
     return run.launch
+
+
+decode.use_plan_maker(make_plan)  # the plain path's plan cache makes its plans here

@@ -21,6 +21,7 @@ import inspect
 
 import torch
 
+from . import isolate
 from .decode import sparse_mla_decode
 from .layout import MODEL1
 
@@ -219,12 +220,33 @@ class ProbeProvider:
         return run
 
 
+class IsolationProvider:
+    """A bench provider for ``<decode>~<variant>``: timed like a decode, never checked (see the module doc)."""
+
+    is_probe = True
+
+    def __init__(self, impl: str, variant: str):
+        if variant not in isolate.VARIANTS:
+            raise ValueError(f"variant: expected one of {tuple(isolate.VARIANTS)}, got {variant!r}")
+        self.impl, self.variant, self.name = impl, variant, f"{impl}{isolate.SEPARATOR}{variant}"
+        if not torch.cuda.is_available():
+            raise Skip("no CUDA GPU: the Gluon rungs run only on sm_90")
+
+    def prepare(self, kw: dict, config=None):
+        try:
+            return isolate.isolated_launches(kw, impl=self.impl, variant=self.variant, config=config)
+        except ValueError as e:
+            if "no LEAVE_OUT switch" in str(e):
+                raise Skip(str(e)) from e
+            raise
+
+
 def provider_names() -> tuple[str, ...]:
     """Every provider the bench knows: the registered kernels (decodes and probes), FlashMLA, and the default
     decode through a plan ("auto+plan"; make_provider takes any decode name with "+plan") or with its combine's
     launch forced ("auto+pdl", "auto+serial"; also any decode that asks for PDL), and the default decode with one
     stage left out ("auto~no_loads", ...: workbench.isolate; also any Gluon rung)."""
-    from . import isolate, registry
+    from . import registry
     return (registry.names() + ("flashmla", "auto" + PLAN, "auto" + COMPILED)
             + tuple("auto" + s for s in COMBINE_LAUNCH) + isolate.provider_names("auto"))
 
@@ -245,18 +267,16 @@ def make_provider(name: str):
     for suffix in COMBINE_LAUNCH:
         if name.endswith(suffix) and name[: -len(suffix)] in registry.decode_impls():
             return CombineLaunchProvider(name[: -len(suffix)], suffix)
-    from . import isolate
     parts = isolate.split_provider(name)
     if parts and parts[0] in registry.decode_impls():
-        return isolate.IsolationProvider(*parts)
+        return IsolationProvider(*parts)
     raise ValueError(f"provider: expected one of {provider_names()}, got {name!r}")
 
 
 def base_impl(provider: str) -> str:
     """The decode a provider name runs, without its "+plan", "+compiled", "+pdl" or "+serial" suffix (one: they do
     not stack) or its isolation variant ("~no_loads", ...)."""
-    from .isolate import SEPARATOR
-    provider = provider.split(SEPARATOR, 1)[0]
+    provider = provider.split(isolate.SEPARATOR, 1)[0]
     for suffix in (PLAN, COMPILED, *COMBINE_LAUNCH):
         if provider.endswith(suffix):
             return provider[: -len(suffix)]

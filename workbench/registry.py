@@ -13,59 +13,7 @@ Kinds:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
-
-KINDS = ("split", "fused", "reference", "probe")
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    name: str
-    kind: str
-    summary: str
-    launch: Callable | None = None          # see the module docstring for each kind's keywords
-    jit: object = None                      # the @triton.autotune / @triton.jit object (None for the reference)
-    config_cls: type | None = None          # the typed config of its family
-    allowed: dict = field(default_factory=dict)  # config key -> permitted values
-    config_space: tuple = ()                # every typed config the lab compiles
-    fixed_meta: dict = field(default_factory=dict)  # constexpr switches this entry pins (a ladder rung)
-    shared_model: Callable | None = None    # typed config -> estimated shared bytes
-    lab_signature: dict = field(default_factory=dict)  # runtime argument -> Triton type, for the lab
-    lab_constexprs: Callable | None = None  # typed config -> every constexpr of a compile
-    compile_options: dict = field(default_factory=dict)  # extra compile options the launcher passes, e.g.
-    # {"maxnreg": 128} for wgmma_f16_2cta (its launcher passes maxnreg=128): the lab passes them to triton.compile too
-    check_configs: tuple = ()               # configs (dicts) the GPU checks cycle through; the first is "fixed"
-    split_waves: int = 2                    # split kinds: programs per SM the split plan aims for
-    split_granule: int = 16                 # split kinds: tokens per split are a multiple of this
-    interpretable: bool = True              # False: GPU only (Gluon); CPU tests skip it, the GPU checks cover it
-    pdl: bool = False                       # split kinds: the combine is a programmatic dependent launch (sm_90)
-    rung: int | None = None                 # position on the optimisation ladder (None: not a rung)
-    prediction: str = ""                    # written before it was measured: what should move
-
-    def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"kind: expected one of {KINDS}, got {self.kind!r}")
-
-    def check_config(self, config):
-        """A user's config as this kernel's typed config; TypeError/ValueError name the problem."""
-        if self.config_cls is None:
-            raise ValueError(f"config: the {self.name} implementation takes no kernel config")
-        return self.config_cls.from_any(config, self.allowed, self.name)
-
-
-REGISTRY: dict[str, KernelSpec] = {}
-
-
-def register(spec: KernelSpec) -> KernelSpec:
-    if spec.name in REGISTRY and REGISTRY[spec.name] is not spec:
-        raise ValueError(f"a kernel named {spec.name!r} is registered already")
-    REGISTRY[spec.name] = spec
-    return spec
-
-
-def unregister(name: str) -> None:
-    REGISTRY.pop(name, None)
+from .kernel_spec import KINDS, REGISTRY, KernelSpec, register, unregister  # noqa: F401  (the registry's API)
 
 
 def get(name: str) -> KernelSpec:

@@ -7,7 +7,7 @@ that still runs it and the tables that hold its measured rows, is in data/rungs.
 """
 from __future__ import annotations
 
-from ..registry import KernelSpec, register
+from ..kernel_spec import KernelSpec, register
 from . import gather, gluon_common, mma, simt, tile512, wgmma, wgmma_ws
 from .configs import SimtConfig, TiledConfig
 from .common import layout_constexprs
