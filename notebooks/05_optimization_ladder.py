@@ -52,7 +52,7 @@ from workbench.pipeline import checked_parameters
 from workbench.plotting import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, fig_ladder, gpu_label,
                                 markdown_table, out_folder, same_run_times, save_figure, save_table, set_theme)
 from workbench.provenance import kernels_changed_since
-from workbench.results import load_bench
+from workbench.results import current_tables, load_bench
 
 # the parameters checked and converted in workbench.pipeline (booleans from text, folders from the repository
 # root, device cuda only on a GPU): a wrong one stops here, in one line
@@ -81,15 +81,14 @@ def at(frame, key):
                  & (frame.s_q == 1) & (frame["mode"] == "graph")]
 
 
-# the current ladder table: the newest table of the "ladder" sweep whose rows of the kept rungs match the checked-out
-# kernels (a removed rung has no checked-out kernel to match)
+# the current ladder table (workbench.results.current_tables): the newest ladder table whose rows of the kept rungs
+# match the checked-out kernels (a removed rung has no checked-out kernel to match); all of them listed below
 kept_rows = ok.kernel.isin(list(registered))
 ladders = (ok[ok.sweep == "ladder"].groupby("source")
            .agg(date=("date", "max"), commit=("git_commit", "first"),
                 stale=("stale", lambda s: bool(s[kept_rows.loc[s.index]].fillna(True).any())))
            .sort_values("date"))
-fresh_ladders = ladders[~ladders.stale]
-current = (fresh_ladders if len(fresh_ladders) else ladders).index[-1]
+current = current_tables(ok).set_index("sweep").loc["ladder", "source"]  # data/README.md: one rule for every sweep
 lad = ok[(ok.source == current) & (ok.config == "")]
 label = gpu_label(lad)
 note = bench_provenance(lad)

@@ -5,9 +5,11 @@ import pytest
 from workbench import results
 
 
-def _rows(source, sweep, date, stale, provider="auto"):
-    return [dict(source=source, sweep=sweep, date=date, git_commit="abc", provider=provider, stale=stale),
-            dict(source=source, sweep=sweep, date=date, git_commit="abc", provider="flashmla", stale=False)]
+def _rows(source, sweep, date, stale, provider="auto", kernel="wgmma_ws"):
+    return [dict(source=source, sweep=sweep, date=date, git_commit="abc", provider=provider, kernel=kernel,
+                 stale=stale),
+            dict(source=source, sweep=sweep, date=date, git_commit="abc", provider="flashmla", kernel="flashmla",
+                 stale=False)]
 
 
 def test_the_newest_fresh_table_wins_else_the_newest():
@@ -33,3 +35,13 @@ def test_a_peer_alone_does_not_make_a_table_fresh():
 def test_the_committed_data_names_a_current_table_for_the_headline_and_the_ladder():
     cur = results.current_tables()
     assert {"headline", "ladder", "overhead"} <= set(cur.sweep)
+
+
+def test_a_removed_rungs_rows_are_history_and_do_not_stale_their_table():
+    df = pd.DataFrame(_rows("l.csv", "ladder", "2026-12-01T10:00:00Z", False)
+                      + _rows("l.csv", "ladder", "2026-12-01T10:00:00Z", True, provider="wgmma_rope",
+                              kernel="wgmma_rope"))
+    assert not results.current_tables(df).stale.iloc[0]
+    only_removed = pd.DataFrame(_rows("r.csv", "ladder", "2026-12-01T10:00:00Z", False, provider="wgmma_rope",
+                                      kernel="wgmma_rope"))
+    assert results.current_tables(only_removed).stale.iloc[0], "nothing that exists vouches for it"

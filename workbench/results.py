@@ -84,15 +84,19 @@ def load_bench(paths=None, data_dir: Path | str = DATA):
 
 
 def current_tables(df=None, data_dir: Path | str = DATA):
-    """Which bench table is current for each sweep: the newest (by its rows' date) whose rows are all fresh
-    (:func:`stale_flags`), else the newest. One row per sweep: sweep, source, date, git_commit, rows, stale
+    """Which bench table is current for each sweep: the newest (by its rows' date) whose rows of registered
+    kernels are all fresh (:func:`stale_flags`), else the newest. One row per sweep: sweep, source, date, git_commit, rows, stale
     (True: no fresh table of that sweep exists; measure it again). Notebooks and figures take a sweep's current
     numbers from here (``current_rows``); the other tables are history."""
     import pandas as pd
     df = load_bench(data_dir=data_dir) if df is None else df
     if "sweep" not in df.columns:
         return pd.DataFrame(columns=["sweep", "source", "date", "git_commit", "rows", "stale"])
-    ours = df[~df["provider"].isin(PEER_PROVIDERS)]  # a peer's rows are never stale, so they cannot vouch
+    from . import registry
+    # the rows that can vouch: our kernels that still exist (a peer's rows are never stale; a removed rung's
+    # rows, kept as history, always are)
+    kernel = df["kernel"] if "kernel" in df.columns else df["provider"]
+    ours = df[~df["provider"].isin(PEER_PROVIDERS) & kernel.isin(registry.names())]
     out = []
     for sweep, rows in df.groupby(df["sweep"].fillna("(none)")):
         tables = []
@@ -100,7 +104,7 @@ def current_tables(df=None, data_dir: Path | str = DATA):
             mine = ours[ours.source == source]
             tables.append(dict(sweep=sweep, source=source, date=str(t["date"].max()),
                                git_commit=str(t["git_commit"].iloc[0]), rows=len(t),
-                               stale=bool(mine["stale"].fillna(True).astype(bool).any())))
+                               stale=mine.empty or bool(mine["stale"].fillna(True).astype(bool).any())))
         tables.sort(key=lambda r: (r["date"], r["source"]))
         fresh = [r for r in tables if not r["stale"]]
         out.append((fresh or tables)[-1])
