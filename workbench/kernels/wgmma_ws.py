@@ -1,11 +1,8 @@
 """Ladder rung "wgmma_ws": the f16 Gluon kernel warp-specialised, a producer partition and a consumer partition.
 
-The kernel of ``wgmma`` (wgmma_f16, wgmma_f16_2cta) runs one instruction stream per warp: gather, dequantise,
-store K, QK, softmax, store P, PV, with CTA barriers between them, so a warp waiting on its tile's bytes holds up
-the MMAs and the MMAs hold up the next gathers. The cost isolation of wgmma_f16_2cta
-(data/bench_h200_20261201-2308_isolate.csv, b64 h16 topk2048, CUDA graphs) shows it: the whole decode 52.1 us,
-without the next-tile gathers 37.0, with only the gathers, K stores and PV 40.1, the gather floor 32.6: loads and
-math take about as long as each other and are barely overlapped.
+The kernel of ``wgmma`` runs one instruction stream per warp (gather, dequantise, store K, QK, softmax, store
+P, PV, with CTA barriers between them), so a warp waiting on its tile's bytes holds up the MMAs and the MMAs hold
+up the next gathers. What showed it, what this rung was predicted to move and what it moved: docs/decisions.md.
 
 Here (FlashMLA's SM90 schedule, written in Gluon) the block's warps split into two partitions that meet only at
 mbarriers around a ring of NUM_BUFS K tiles in shared memory:
@@ -23,17 +20,6 @@ runs again with bf16 operands in the same two partitions (gluon_common.F16_MIN_S
 exact. After its main loop the consumer signals griddepcontrol.launch_dependents, so a combine launched as a
 programmatic dependent starts while the epilogue runs (decode.combine_pdl).
 
-What it should move (written before measuring): b64 h16 from 52 us towards the gather floor plus the combine,
-36-42 us. One 12-warp block per SM (3 K slots: 215,552 B, lab), so split waves 1: half the splits of
-wgmma_f16_2cta and half the fp32 partials for the combine.
-
-What moved (exploratory H200 runs while it was written, CUDA graphs, b64 h16 topk2048): 50.8-52.0 us against
-wgmma_f16_2cta's 52.1-53.0 in the same runs, so 2-3%, far from the prediction. Its own cost isolation says why:
-the producer alone (LEAVE_OUT softmax, qk and pv: the consumer only waits and hands back) takes 44.5 us, and
-without the gathers (LEAVE_OUT loads) the rest takes 33.9: the producer is the limit, and ncu's source counters
-put its stalls on the loaded words (long scoreboard, 37% of its samples) and its two barriers a tile (22%).
-Tried and not kept (same runs): two tiles' gathers in flight in the producer (192 registers) made the producer
-alone 38.6 us but the whole 53.7; a 4-warp producer (2 tokens a thread) 57.3; two consumer warpgroups 58.3.
 GPU only (sm_90): Gluon does not run under the interpreter.
 """
 from __future__ import annotations
