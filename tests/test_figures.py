@@ -1,7 +1,8 @@
-"""Every figure renders from its plotting helper with labels, a title, legends clear of the data, and the same bytes twice.
+"""Every figure renders from its plotting helper with labels, a title, legends clear of the data, no text cut off
+or on top of another, axes not squeezed into a corner, and the same bytes twice.
 
 The helpers in ``workbench.plotting`` are what the notebooks call; here they get the committed tables
-from ``data/`` (small) or a few synthetic rows, so the whole file runs in well under a minute.
+from ``data/`` (small) or a few synthetic rows, so the whole file runs in about a minute.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def bench():
 
 def _with_new_providers(ok):
     """The committed table plus a 'gather' floor and an optimisation-ladder rung, as later tables will have."""
-    base = ok[(ok.provider == "flashmla") & (ok.config == "")]
+    base = ok[(ok.provider == "flashmla") & (ok.config == "") & ok["mode"].isin(["graph", "eager"])]
     gather = base.assign(provider="gather", kernel="gather", median_us=base.median_us * 0.4)
     rung = ok[(ok.provider == "mma") & (ok.config == "")].assign(kernel="mma_rung_tile512", median_us=1.0)
     return pd.concat([ok, gather, rung], ignore_index=True)
@@ -54,6 +55,25 @@ def _ladder_times(ok):
         sub = lad[(lad.batch == b) & (lad.heads == h) & (lad.topk == k) & (lad.extra_topk == e)]
         rows += [dict(panel=key, kernel=r.kernel, median_us=r.median_us) for r in sub.itertuples()]
     return pd.DataFrame(rows), rungs
+
+
+def _ladder_as_published(ok):
+    """fig_ladder's arguments as notebook 05 draws the published figure: every rung of data/rungs.csv (removed
+    ones too) labelled with its number, and what 'auto' runs at each shape (a black edge)."""
+    from workbench import registry
+    record = pd.read_csv(DATA / "rungs.csv", dtype={"rung": "Int64"})
+    record = record[record.rung.notna()].sort_values("rung")
+    lad = ok[(ok.sweep == "ladder") & (ok.config == "") & (ok["mode"] == "graph") & (ok.s_q == 1)]
+    lad = lad[lad.source == lad.sort_values("date").source.iloc[-1]]
+    rows = []
+    for key, (b, h, k, e) in LADDER_SHAPES.items():
+        sub = lad[(lad.batch == b) & (lad.heads == h) & (lad.topk == k) & (lad.extra_topk == e)]
+        rows += [dict(panel=key, kernel=r.kernel, median_us=r.median_us) for r in sub.itertuples()]
+    cap = lad.capability.iloc[0]
+    default = {key: registry.auto_kernel(cap, heads=h, tokens=b * (k + e))
+               for key, (b, h, k, e) in LADDER_SHAPES.items()}
+    labels = {r.name: f"{r.rung} {r.name}" for r in record.itertuples()}
+    return pd.DataFrame(rows), list(record.name), default, labels
 
 
 def _tuned(ok):
@@ -138,10 +158,17 @@ def build(name, ok):
         gpu = load_correctness(DATA, name="correctness_h200.csv")
         return P.fig_gpu_checks(gpu)[0], "GPU checks", P._provenance_text([("35074e5", "2026-11-30", "", True)])
     if name in ("ladder_time_per_rung", "ladder_b1_and_production"):
-        times, rungs = _ladder_times(ok)
-        panels = ([("h16", "b64 h16"), ("h64", "b64 h64"), ("h128", "b64 h128")] if name == "ladder_time_per_rung"
-                  else [("b1", "b1 h64 topk512"), ("prod", "production")])
-        return P.fig_ladder(times, panels, rungs, default="wgmma"), "ladder", note
+        times, rungs, default, labels = _ladder_as_published(ok)
+        panels = ([("h16", "b64 h16 topk2048"), ("h64", "b64 h64 topk2048"), ("h128", "b64 h128 topk2048")]
+                  if name == "ladder_time_per_rung"
+                  else [("b1", "b1 h64 topk512"), ("prod", "b64 h16 main 128@256 + extra 512@64")])
+        lad = ok[(ok.sweep == "ladder") & (ok.config == "")]
+        note = P.bench_provenance(lad[lad.source == lad.sort_values("date").source.iloc[-1]])
+        return P.fig_ladder(times, panels, rungs, default=default, labels=labels), "ladder", note
+    if name == "throughput_host_overhead":  # the newest overhead sweep, as notebook 04 draws it
+        over = ok[ok["mode"] == "overhead"]
+        over = ok[ok.source == over.sort_values("date").source.iloc[-1]]
+        return P.fig_overhead(over), "host overhead", P.bench_provenance(over)
     if name == "padding_costs":
         from workbench import padding
         return P.fig_padding_costs(pd.DataFrame(padding.padding_costs(block_t=64))), "padding", None
@@ -157,7 +184,7 @@ FIGURES = ["ladder_time_per_rung", "ladder_b1_and_production", "correctness_gpu_
            "throughput_speedups", "throughput_roofline", "throughput_batch_model", "warps_4_vs_8",
            "occupancy_shared_memory", "occupancy_registers", "pruning_model_vs_compiled",
            "correctness_error_distribution", "correctness_worst_by_shape", "correctness_gpu", "padding_costs",
-           "page_byte_map"]
+           "page_byte_map", "throughput_host_overhead"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,6 +284,196 @@ def vertical_segments(fig) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
+# text layout: text cut off or off the image, texts on top of each other, axes squeezed into a corner
+# ---------------------------------------------------------------------------------------------
+SAVE_DPI = 200  # save_figure's PNG
+OVERLAP_PX = 2.0  # at SAVE_DPI: boxes sharing up to this much each way touch (anti-aliasing), they do not collide
+EDGE_PX = 1.0  # a text may stick out of its area by this much (rounding)
+MIN_AXES_SHARE = 0.5  # the axes (the rectangle around their frames) cover at least this share of the plot
+
+
+def _owner_name(fig, ax):
+    if ax is None:
+        return "figure"
+    name = ax.get_title() or ax.get_label() or ""
+    return f"axes {fig.axes.index(ax)}" + (f" '{name}'" if name and not name.startswith("_") else "")
+
+
+def _drawn_ticks(axis):
+    """The ticks the axis draws (inside the view limits), not the spare ones matplotlib keeps."""
+    return axis._update_ticks() if axis.get_visible() else []
+
+
+def _texts(fig):
+    """(kind, axes or None, Text) for every text the saved image shows with something in it."""
+    from matplotlib.text import Annotation
+    out = [("suptitle", None, fig._suptitle), ("x label", None, fig._supxlabel), ("y label", None, fig._supylabel)]
+    out += [("figure text", None, t) for t in fig.texts if t not in (fig._suptitle, fig._supxlabel, fig._supylabel)]
+    for lg in fig.legends:
+        out += [("legend", None, t) for t in [lg.get_title(), *lg.get_texts()]] if lg.get_visible() else []
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        out += [("title", ax, t) for t in (ax.title, ax._left_title, ax._right_title)]
+        if ax.axison:
+            for axis, xy in ((ax.xaxis, "x"), (ax.yaxis, "y")):
+                if not axis.get_visible():
+                    continue
+                out += [(f"{xy} label", ax, axis.label), (f"{xy} offset", ax, axis.offsetText)]
+                out += [(f"{xy} tick label", ax, lab)
+                        for tick in _drawn_ticks(axis) for lab in (tick.label1, tick.label2)]
+        out += [("value label", ax, t) for t in ax.texts]
+        lg = ax.get_legend()
+        if lg is not None and lg.get_visible():
+            out += [("legend", ax, t) for t in [lg.get_title(), *lg.get_texts()]]
+    renderer = fig.canvas.get_renderer()
+    keep = []
+    for kind, ax, t in out:
+        if t is None or not t.get_visible() or not t.get_text().strip():
+            continue
+        if isinstance(t, Annotation) and not t._check_xy(renderer):  # an annotation whose point is off the axes
+            continue  # is not drawn at all
+        keep.append((kind, ax, t))
+    return keep
+
+
+def _text_corners(t, renderer) -> np.ndarray:
+    """The four corners (display pixels) of the box a text covers: its lines, turned as the text is, and the
+    background box it may have (a bar value's white box hides what is under it)."""
+    ext = t.get_window_extent(renderer)
+    rot = t.get_rotation()
+    if rot % 90:
+        t.set_rotation(0)
+        flat = t.get_window_extent(renderer)
+        t.set_rotation(rot)
+        w, h = flat.width, flat.height
+    else:
+        w, h = (ext.width, ext.height) if rot % 180 == 0 else (ext.height, ext.width)
+    patch = t.get_bbox_patch()
+    if patch is not None and patch.get_visible():
+        pad = getattr(patch.get_boxstyle(), "pad", 0.0) * patch.get_mutation_scale()
+        w, h = w + 2 * pad, h + 2 * pad
+    a = np.deg2rad(rot)
+    turn = np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
+    half = np.array([[-w, -h], [w, -h], [w, h], [-w, h]]) / 2
+    centre = np.array([(ext.x0 + ext.x1) / 2, (ext.y0 + ext.y1) / 2])
+    return centre + half @ turn.T
+
+
+def _boxes_overlap(a, b, shrink=OVERLAP_PX) -> bool:
+    """Whether two (turned) rectangles share more than ``shrink`` pixels across (separating-axis test)."""
+    def shrunk(p):  # each side moved in by shrink / 2
+        u, v = p[1] - p[0], p[3] - p[0]
+        su = max(0.0, 1 - shrink / max(float(np.hypot(*u)), 1e-9))
+        sv = max(0.0, 1 - shrink / max(float(np.hypot(*v)), 1e-9))
+        return p.mean(axis=0) + np.array([[-su, -sv], [su, -sv], [su, sv], [-su, sv]]) @ np.array([u, v]) / 2
+    a, b = shrunk(a), shrunk(b)
+    for poly in (a, b):
+        for i in range(2):
+            edge = poly[i + 1] - poly[i]
+            n = np.array([-edge[1], edge[0]])
+            pa, pb = a @ n, b @ n
+            if pa.max() <= pb.min() or pb.max() <= pa.min():
+                return False
+    return True
+
+
+def saved_area(fig, renderer):
+    """The part of the figure the saved image shows, in display pixels: save_figure saves with
+    bbox_inches="tight", so the image is the figure's tight box (every artist in the layout) plus
+    savefig.pad_inches; anything outside that box is cut off the image."""
+    from matplotlib import rcParams
+    from matplotlib.transforms import Bbox
+    box = fig.get_tightbbox(renderer).padded(rcParams["savefig.pad_inches"])
+    return Bbox(box.get_points() * fig.dpi)
+
+
+def _inside(box, area, tol=EDGE_PX) -> bool:
+    return (box[:, 0].min() >= area.x0 - tol and box[:, 0].max() <= area.x1 + tol
+            and box[:, 1].min() >= area.y0 - tol and box[:, 1].max() <= area.y1 + tol)
+
+
+def squeezed_axes(fig, renderer, min_share=MIN_AXES_SHARE) -> str | None:
+    """The axes squeezed into a corner: the rectangle around all axes frames covers less than ``min_share`` of
+    the plot's part of the image (the axes with their titles, labels and ticks, and the figure legends; the
+    figure title and the provenance note, bands across the whole width whose height is the length of their
+    text, are left out). The rectangle, not the frames alone: the gaps between panels hold their tick labels."""
+    from matplotlib.transforms import Bbox
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    if not axes:
+        return None
+    frames = Bbox.union([ax.bbox for ax in axes])
+    plot = Bbox.union([ax.get_tightbbox(renderer) for ax in axes]
+                      + [lg.get_window_extent(renderer) for lg in fig.legends if lg.get_visible()])
+    share = frames.width * frames.height / (plot.width * plot.height)
+    if share >= min_share:
+        return None
+    return (f"the axes are squeezed: their frames (x {frames.x0:.0f}..{frames.x1:.0f}, "
+            f"y {frames.y0:.0f}..{frames.y1:.0f} px) cover {share:.0%} of the plot (x {plot.x0:.0f}..{plot.x1:.0f}, "
+            f"y {plot.y0:.0f}..{plot.y1:.0f} px: axes, their labels and the legends), at least {min_share:.0%} wanted")
+
+
+def text_layout_problems(fig, *, min_axes_share=MIN_AXES_SHARE) -> list[str]:
+    """What a reader of the saved PNG would see wrong with the text, one line each, naming the text and where.
+
+    The figure is drawn with Agg at the size and dpi save_figure writes the PNG with (its inches, 200 dpi).
+    save_figure saves with bbox_inches="tight": the image grows to hold every artist of the layout, so the
+    canvas edge cuts nothing, and "clipped" means what still gets cut with that:
+
+    - a text outside the saved image (one left out of the tight box), or a text with clip_on cut by its
+      clip box (the axes) -- its part outside is not drawn;
+    - a value label (``ax.texts``: bar values, annotations, notes drawn in the axes) that is not wholly
+      inside its axes, where it runs over the frame, the title or the next panel;
+    - two texts on top of each other (boxes as the text is turned, with their background box, sharing
+      more than OVERLAP_PX pixels each way): a bar value under its neighbour's white box ("113" shown as
+      "11"), tick labels running into each other, a label over another panel's labels;
+    - the axes squeezed into a corner (:func:`squeezed_axes`): legends, labels and margins take so much of
+      the image that the axes are left a small part of it.
+
+    Every pair of texts is compared, whichever axes they belong to (value labels, tick labels, titles, axis
+    labels, legend entries, the figure title and note). Legend against data is legend_overlaps' job.
+    """
+    dpi = fig.dpi
+    fig.set_dpi(SAVE_DPI)
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        area = saved_area(fig, renderer)
+        items = [(kind, ax, t, _text_corners(t, renderer)) for kind, ax, t in _texts(fig)]
+
+        def where(box):
+            (x0, y0), (x1, y1) = box.min(axis=0), box.max(axis=0)
+            return f"x {x0:.0f}..{x1:.0f}, y {y0:.0f}..{y1:.0f} px"
+
+        def what(kind, ax, t):
+            return f"{kind} {t.get_text()!r} of {_owner_name(fig, ax)}"
+
+        bad = []
+        for kind, ax, t, box in items:
+            if not _inside(box, area):
+                bad.append(f"{what(kind, ax, t)} at {where(box)} is outside the saved image "
+                           f"(x {area.x0:.0f}..{area.x1:.0f}, y {area.y0:.0f}..{area.y1:.0f} px)")
+            clip = t.get_clip_box() if t.get_clip_on() else None
+            if clip is not None and not _inside(box, clip):
+                bad.append(f"{what(kind, ax, t)} at {where(box)} is cut by its clip box "
+                           f"(x {clip.x0:.0f}..{clip.x1:.0f}, y {clip.y0:.0f}..{clip.y1:.0f} px)")
+            elif kind == "value label" and not _inside(box, ax.bbox):
+                b = ax.bbox
+                bad.append(f"{what(kind, ax, t)} at {where(box)} runs out of its axes "
+                           f"(x {b.x0:.0f}..{b.x1:.0f}, y {b.y0:.0f}..{b.y1:.0f} px)")
+        for i, (k1, a1, t1, b1) in enumerate(items):
+            for k2, a2, t2, b2 in items[i + 1:]:
+                if _boxes_overlap(b1, b2):
+                    bad.append(f"{what(k1, a1, t1)} at {where(b1)} overlaps {what(k2, a2, t2)} at {where(b2)}")
+        problem = squeezed_axes(fig, renderer, min_axes_share)
+        if problem:
+            bad.append(problem)
+        return bad
+    finally:
+        fig.set_dpi(dpi)
+
+
+# ---------------------------------------------------------------------------------------------
 # tests
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture(autouse=True)
@@ -279,6 +496,8 @@ def test_figure_basics_and_same_bytes_twice(name, bench, tmp_path):
             assert not legend_overlaps(fig)  # draws the figure once for the checks after it
             assert not missing_labels(fig)
             assert not vertical_segments(fig)
+            problems = text_layout_problems(fig)
+            assert not problems, f"{name}:\n" + "\n".join(problems)
         files.append([p.read_bytes() for p in paths])
     assert files[0][0] == files[1][0], "PNG differs between two runs"
     assert files[0][1] == files[1][1], "SVG differs between two runs"
@@ -292,6 +511,97 @@ def test_legend_check_catches_a_legend_over_data():
     ax.plot(x, np.full_like(x, 0.5), label="flat")
     ax.legend(loc="center")
     assert legend_overlaps(fig)
+
+
+def test_text_layout_check_passes_a_clean_figure_with_turned_tick_labels():
+    """Tick labels turned 40 degrees sit side by side although their upright boxes overlap: not flagged."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    names = [f"{i} rung_name" for i in range(10)]
+    bars = ax.bar(range(10), np.arange(10) + 1.0)
+    ax.bar_label(bars, fontsize=7)
+    ax.set_ylim(0, 12)
+    ax.set_xticks(range(10))
+    ax.set_xticklabels(names, rotation=40, ha="right", fontsize=8)
+    ax.set_xlabel("rung")
+    ax.set_ylabel("time")
+    fig.tight_layout()
+    fig.canvas.draw()
+    boxes = [t.get_window_extent() for t in ax.get_xticklabels()]
+    assert any(a.overlaps(b) for a, b in zip(boxes, boxes[1:])), "the upright boxes do overlap"
+    assert text_layout_problems(fig) == []
+
+
+def test_text_layout_check_catches_a_value_label_outside_its_axes():
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.bar([0, 1], [10.0, 113.0])
+    ax.set_ylim(0, 115)  # no headroom: the label of the tall bar sits on the frame
+    ax.text(1, 113.0, "113", ha="center", va="bottom")
+    ax.text(0, 10.0, "10", ha="center", va="bottom")
+    problems = text_layout_problems(fig)
+    assert len(problems) == 1 and "value label '113'" in problems[0] and "runs out of its axes" in problems[0]
+
+
+def test_text_layout_check_catches_a_label_cut_by_the_axes_edge():
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.bar([0, 1], [10.0, 20.0])
+    ax.set_xlim(-0.5, 1.5)
+    ax.annotate("a long label at the right edge", (1.4, 15), ha="left", clip_on=True)
+    ax.texts[-1].set_clip_box(ax.bbox)  # clipped to the axes, as a text with clip_on=True in the axes is
+    problems = text_layout_problems(fig)
+    assert any("a long label" in p and "cut by its clip box" in p for p in problems), problems
+
+
+def test_text_layout_check_catches_text_off_the_saved_image():
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([0, 1], [0, 1])
+    t = fig.text(1.3, 0.5, "left out of the layout")
+    t.set_in_layout(False)  # bbox_inches="tight" does not grow to hold it: the saved image cuts it off
+    problems = text_layout_problems(fig)
+    assert len(problems) == 1 and "figure text 'left out of the layout'" in problems[0]
+    assert "outside the saved image" in problems[0]
+
+
+def test_text_layout_check_catches_overlapping_annotations():
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([0, 1], [0, 1])
+    ax.annotate("first", (0.5, 0.5))
+    ax.annotate("second", (0.52, 0.5))
+    problems = text_layout_problems(fig)
+    assert len(problems) == 1 and "'first'" in problems[0] and "overlaps" in problems[0] and "'second'" in problems[0]
+
+
+def test_text_layout_check_catches_a_value_under_its_neighbours_box():
+    """The ladder figure's defect: level two-line labels on 13 narrow bars, each on a white box that hides the
+    end of the label before it ("113" read as "11")."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(3.4, 4))
+    v = np.linspace(113, 52, 13)
+    ax.bar(range(13), v)
+    for i, x in enumerate(v):
+        ax.text(i, x, f"{x:.0f}\n{84 / x:.2f}x", ha="center", va="bottom", fontsize=7.5,
+                bbox=dict(facecolor="white", edgecolor="none", pad=0.6))
+    ax.set_ylim(0, 170)
+    ax.set_xlim(-1, 13)
+    problems = text_layout_problems(fig)
+    assert any(p.startswith("value label '113") and "overlaps value label" in p for p in problems), problems
+
+
+def test_text_layout_check_catches_axes_squeezed_into_a_corner():
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(4, 3))
+    for i in range(6):
+        ax.plot([0, 1], [i, i + 1], label=f"a provider with a long and careful description, number {i}")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    fig.tight_layout()
+    P.legend_right(fig, *ax.get_legend_handles_labels())
+    problems = text_layout_problems(fig)
+    assert len(problems) == 1 and "the axes are squeezed" in problems[0], problems
 
 
 def test_new_providers_are_drawn_and_rungs_ignored(bench):
@@ -402,7 +712,7 @@ def test_overhead_figure_draws_a_bar_per_provider_and_shape(tmp_path):
         assert "25 us" in names[-1] and ax.get_ylim()[0] < -2.0
         paths = P.save_figure(fig, "overhead", tmp_path / run, title="host overhead", note="Measured at commit x.")
         if run == "a":
-            assert not legend_overlaps(fig) and not missing_labels(fig)
+            assert not legend_overlaps(fig) and not missing_labels(fig) and not text_layout_problems(fig)
         files.append([p.read_bytes() for p in paths])
     assert files[0] == files[1], "same bytes twice"
     with pytest.raises(ValueError, match="overhead"):

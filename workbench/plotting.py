@@ -291,6 +291,34 @@ def legend_below(fig, handles, labels, ncol=4, title=None, **kw):
                       frameon=False, **kw)
 
 
+def room_for_labels(fig, labels, *, pad_px: float = 4.0, rounds: int = 3):
+    """Raise the top of each axes' (linear) y range until its value labels, drawn above the data, fit inside it.
+
+    labels: {axes: [Text, ...]} anchored at their data value. The labels' heights are measured on the drawn
+    figure (they are fixed in points whatever the range), so the headroom is what the text needs, not a guess;
+    ``fig.tight_layout`` runs again after each change (new tick labels may widen the margin).
+    """
+    for _ in range(rounds):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        moved = False
+        for ax, texts in labels.items():
+            lo, top = ax.get_ylim()
+            height = ax.bbox.height
+            need = top
+            for t in texts:
+                v = float(t.get_position()[1])
+                room = height - t.get_window_extent(renderer).height - pad_px
+                if v > lo and room > 0:
+                    need = max(need, lo + (v - lo) * height / room)
+            if need > top * (1 + 1e-3):
+                ax.set_ylim(lo, need)
+                moved = True
+        if not moved:
+            return
+        fig.tight_layout()
+
+
 def _dedupe(handles, labels):
     seen, h2, l2 = set(), [], []
     for h, lab in zip(handles, labels):
@@ -620,28 +648,32 @@ def fig_ladder(times, panels, rungs, *, default=None, labels=None):
     labels = labels or {}
     per_panel = default if isinstance(default, dict) else {key: default for key, _ in panels}
     colors = kernel_colors(rungs)
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 0.6, 4.3), squeeze=False)
+    # at least 9 inches: the legend below fits on one line
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(3.6 * len(panels) + 0.6, 9.0), 4.6), squeeze=False)
+    values = {}
     for ax, (key, title) in zip(axes[0], panels):
         default = per_panel.get(key)
         sub = times[times.panel == key].groupby("kernel").median_us.median()
         fm, floor = sub.get("flashmla", np.nan), sub.get("gather", np.nan)
         top = []
+        values[ax] = []
         for i, k in enumerate(rungs):
             v = sub.get(k, np.nan)
             if not np.isfinite(v):
-                ax.text(i, 0, "n/a", ha="center", va="bottom", fontsize=8, color="grey")
+                ax.text(i, 0, "n/a", ha="center", va="bottom", fontsize=7, color="grey", rotation=90)
                 continue
             ax.bar(i, v, width=0.7, color=colors[k], edgecolor="k" if k == default else "white",
                    linewidth=1.6 if k == default else 0.5)
-            txt = (f"{v:.0f}" if v >= 30 else f"{v:.1f}") + (f"\n{fm / v:.2f}x" if np.isfinite(fm) else "")
-            ax.text(i, v, txt, ha="center", va="bottom", fontsize=7.5, zorder=5,
-                    bbox=dict(facecolor="white", edgecolor="none", alpha=0.85, pad=0.6))
+            # one line, turned upright: 13 bars leave about 0.2 inch each, too narrow for a level label
+            txt = (f"{v:.0f}" if v >= 30 else f"{v:.1f}") + (f" ({fm / v:.2f}x)" if np.isfinite(fm) else "")
+            values[ax].append(ax.text(i, v, txt, ha="center", va="bottom", rotation=90, fontsize=7, zorder=5,
+                                      bbox=dict(facecolor="white", edgecolor="none", alpha=0.85, pad=0.6)))
             top.append(v)
         for v, color, style in ((fm, PROVIDER_COLORS["flashmla"], "--"), (floor, PROVIDER_COLORS["gather"], ":")):
             if np.isfinite(v):
                 ax.axhline(v, color=color, linestyle=style, linewidth=1.6)
                 top.append(v)
-        ax.set_ylim(0, max(top) * 1.28 if top else 1)
+        ax.set_ylim(0, max(top) * 1.05 if top else 1)
         ax.set_xticks(range(len(rungs)))
         ax.set_xticklabels([labels.get(k, k) for k in rungs], rotation=40, ha="right", fontsize=8)
         ax.set_xlim(-0.6, len(rungs) - 0.4)
@@ -649,17 +681,16 @@ def fig_ladder(times, panels, rungs, *, default=None, labels=None):
         ax.set_xlabel("rung (ladder order)")
         ax.set_ylabel("time per call (us)" if ax is axes[0][0] else "")
         ax.set_title(title, fontsize=10)
-    defaults = {per_panel.get(key) for key, _ in panels}
-    handles = [Patch(facecolor=colors[k], edgecolor="k" if k in defaults else "white",
-                     linewidth=1.6 if k in defaults else 0.5) for k in rungs]
-    names = [labels.get(k, k) for k in rungs]
-    handles.append(Patch(facecolor="white", edgecolor="k", linewidth=1.6))
-    names.append("black edge: what 'auto' runs at that shape")
-    handles += [Line2D([], [], color=PROVIDER_COLORS["flashmla"], linestyle="--", linewidth=1.6),
-                Line2D([], [], color=PROVIDER_COLORS["gather"], linestyle=":", linewidth=1.6)]
-    names += [PROVIDER_LABELS["flashmla"] + " (same run)", PROVIDER_LABELS["gather"]]
-    legend_right(fig, handles, names, title="above each bar: us, then speed vs FlashMLA")
+    # the tick labels name every rung, so the legend keeps to what they do not say
+    handles = [Patch(facecolor="white", edgecolor="k", linewidth=1.6),
+               Line2D([], [], color=PROVIDER_COLORS["flashmla"], linestyle="--", linewidth=1.6),
+               Line2D([], [], color=PROVIDER_COLORS["gather"], linestyle=":", linewidth=1.6)]
+    names = ["black edge: what 'auto' runs at that shape", PROVIDER_LABELS["flashmla"] + " (same run)",
+             PROVIDER_LABELS["gather"]]
     fig.tight_layout()
+    room_for_labels(fig, values)
+    legend_below(fig, handles, names, ncol=len(names), title="above each bar: time in us (speed vs FlashMLA)",
+                 fontsize=9, title_fontsize=9)
     return fig
 
 
@@ -688,7 +719,8 @@ def fig_overhead(df, *, target_us: float | None = 25.0):
 
     def shape_label(b, h, k, sq, extra):
         return f"b{b} h{h} topk{k}" + (f" s_q{sq}" if sq != 1 else "") + (f" +{extra} extra" if extra else "")
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(shapes) * max(len(provs), 2) / 2, 4.3))
+    # at least 8 inches: the legend below, two names a line, fits the width
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.6 + 1.3 * len(shapes) * max(len(provs), 2) / 2), 4.3))
     width = 0.8 / len(provs)
     lows, highs = [0.0], [target_us or 0.0]
     for i, shape in enumerate(shapes):
@@ -720,8 +752,10 @@ def fig_overhead(df, *, target_us: float | None = 25.0):
     if target_us is not None:
         handles.append(Line2D([], [], color="#B00020", linestyle="--", linewidth=1.2))
         names.append(f"issue 10's bound for the plan path ({target_us:g} us)")
-    legend_right(fig, handles, names, title="provider (whiskers: p20-p80)")
     fig.tight_layout()
+    # below, not beside: the names are longer than a narrow figure is wide, and a legend to the right left the
+    # bars in a corner of the image
+    legend_below(fig, handles, names, ncol=2, title="provider (whiskers: p20-p80)")
     return fig
 
 
