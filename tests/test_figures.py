@@ -48,13 +48,19 @@ def _ladder_times(ok):
     """Rows for fig_ladder from the committed ladder tables (panel, kernel, median_us) and the rungs in order."""
     from workbench import registry
     rungs = [s.name for s in registry.rungs()]
+    _, rows = _newest_ladder_rows(ok)
+    return pd.DataFrame(rows), rungs
+
+
+def _newest_ladder_rows(ok):
+    """The newest ladder table's autotuned graph rows, and fig_ladder's rows of them (panel, kernel, median_us)."""
     lad = ok[(ok.sweep == "ladder") & (ok.config == "") & (ok["mode"] == "graph") & (ok.s_q == 1)]
     lad = lad[lad.source == lad.sort_values("date").source.iloc[-1]]
     rows = []
     for key, (b, h, k, e) in LADDER_SHAPES.items():
         sub = lad[(lad.batch == b) & (lad.heads == h) & (lad.topk == k) & (lad.extra_topk == e)]
         rows += [dict(panel=key, kernel=r.kernel, median_us=r.median_us) for r in sub.itertuples()]
-    return pd.DataFrame(rows), rungs
+    return lad, rows
 
 
 def _ladder_as_published(ok):
@@ -63,12 +69,7 @@ def _ladder_as_published(ok):
     from workbench import registry
     record = pd.read_csv(DATA / "rungs.csv", dtype={"rung": "Int64"})
     record = record[record.rung.notna()].sort_values("rung")
-    lad = ok[(ok.sweep == "ladder") & (ok.config == "") & (ok["mode"] == "graph") & (ok.s_q == 1)]
-    lad = lad[lad.source == lad.sort_values("date").source.iloc[-1]]
-    rows = []
-    for key, (b, h, k, e) in LADDER_SHAPES.items():
-        sub = lad[(lad.batch == b) & (lad.heads == h) & (lad.topk == k) & (lad.extra_topk == e)]
-        rows += [dict(panel=key, kernel=r.kernel, median_us=r.median_us) for r in sub.itertuples()]
+    lad, rows = _newest_ladder_rows(ok)
     cap = lad.capability.iloc[0]
     default = {key: registry.auto_kernel(cap, heads=h, tokens=b * (k + e))
                for key, (b, h, k, e) in LADDER_SHAPES.items()}
