@@ -107,13 +107,11 @@ def ws_partial_kernel(
     end = gl.minimum(start + tokens_per_split, end_all)
     idx_row = idx_ptr + bi * stride_ib + si * stride_is
 
-    m_i, l_i, acc = gl.warp_specialize([
-        (_consumer, (q_smem, k_smem, valid_smem, p_smem, full, empty, start, end,
-                     q_ptr + bi * stride_qb + si * stride_qs, stride_qh, pid_h, H, sm_scale_log2, BLOCK_H, BLOCK_T, D,
-                     NUM_BUFS, 1, 1, LEAVE_OUT)),
-        (_producer, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row, start,
-                     end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS, 1, LEAVE_OUT)),
-    ], [PRODUCER_WARPS], [PRODUCER_REGS])
+    q_row = q_ptr + bi * stride_qb + si * stride_qs
+    m_i, l_i, acc = _pass(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
+                          sm_scale_log2, cache_u8, stride_page, block_size, num_tokens, idx_row, D_NOPE, D_ROPE, TILE,
+                          DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PRODUCER_WARPS,
+                          PRODUCER_REGS, 1, LEAVE_OUT)
     bad = not_finite(l_i)  # a token outside the f16 window makes some row sum non-finite
     out_mult = gl.where(bad, 1.0, F16_OUT_MULT)
     if bad:  # rare: the split again with bf16 operands (the bf16 dequant, unscaled q) in the same two partitions.
@@ -125,18 +123,30 @@ def ws_partial_kernel(
             mbarrier.init(full.index(i), count=1)
             mbarrier.init(empty.index(i), count=1)
         fence_async_shared()
-        m_i, l_i, acc = gl.warp_specialize([
-            (_consumer, (q_smem._reinterpret(gl.bfloat16, [BLOCK_H, D], Q_SMEM),
-                         k_smem._reinterpret(gl.bfloat16, [NUM_BUFS, BLOCK_T, D], K_SMEM), valid_smem,
-                         p_smem._reinterpret(gl.bfloat16, [BLOCK_T, BLOCK_H], P_SMEM), full, empty, start, end,
-                         q_ptr + bi * stride_qb + si * stride_qs, stride_qh, pid_h, H, sm_scale_log2, BLOCK_H,
-                         BLOCK_T, D, NUM_BUFS, 0, 0, LEAVE_OUT)),
-            (_producer, (k_smem._reinterpret(gl.bfloat16, [NUM_BUFS, BLOCK_T, D], K_SMEM), valid_smem, full, empty,
-                         cache_u8, stride_page, block_size, num_tokens, idx_row, start, end, D_NOPE, D_ROPE, TILE,
-                         DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS, 0, LEAVE_OUT)),
-        ], [PRODUCER_WARPS], [PRODUCER_REGS])
+        m_i, l_i, acc = _pass(q_smem._reinterpret(gl.bfloat16, [BLOCK_H, D], Q_SMEM),
+                              k_smem._reinterpret(gl.bfloat16, [NUM_BUFS, BLOCK_T, D], K_SMEM), valid_smem,
+                              p_smem._reinterpret(gl.bfloat16, [BLOCK_T, BLOCK_H], P_SMEM), full, empty, start, end,
+                              q_row, stride_qh, pid_h, H, sm_scale_log2, cache_u8, stride_page, block_size,
+                              num_tokens, idx_row, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T,
+                              BS_SHIFT, NUM_BUFS, PRODUCER_WARPS, PRODUCER_REGS, 0, LEAVE_OUT)
     store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pid_h, split, split_offset, s_total,
                   H, BLOCK_H, D)
+
+
+@gluon.jit
+def _pass(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row, stride_qh, pid_h, H, sm_scale_log2,
+          cache_u8, stride_page, block_size, num_tokens, idx_row, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr,
+          TILE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr,
+          BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+          PRODUCER_REGS: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
+    """One pass over the split in the two partitions (F16: the f16 pass, which also signals the combine's launch;
+    else the bf16 rerun, over the same buffers viewed as bf16); returns the consumer's (m_i, l_i, O^T)."""
+    return gl.warp_specialize([
+        (_consumer, (q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
+                     sm_scale_log2, BLOCK_H, BLOCK_T, D_NOPE + D_ROPE, NUM_BUFS, F16, F16, LEAVE_OUT)),
+        (_producer, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row, start,
+                     end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS, F16, LEAVE_OUT)),
+    ], [PRODUCER_WARPS], [PRODUCER_REGS])
 
 
 @gluon.jit
