@@ -21,6 +21,7 @@ compiled replay of the launches, a whole cached plain call, and an explicit plan
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import timeit
@@ -34,6 +35,8 @@ def parse_args():
     p.add_argument("--calls", type=int, default=200, help="calls per idle / back-to-back timing (GPU)")
     p.add_argument("--stub", action="store_true", help="CPU: host cost with the kernel launches stubbed")
     p.add_argument("--calls-cpu", type=int, default=5000, help="calls per timing repeat (--stub)")
+    p.add_argument("--breakdown", action="store_true",
+                   help="GPU: each launch of the plan alone, host time per launch, PDL on and off, graph replay")
     return p.parse_args()
 
 
@@ -66,6 +69,71 @@ def gpu(args):
         t_b2b = back_to_back_us(planned, args.calls)
         print(f"{f'b{b} h{h} topk{topk}':20} {plan.impl:12} {t_plain:8.1f} {t_plan:8.1f} {t_graph:8.1f} "
               f"{t_plain - t_graph:12.1f} {t_plan - t_graph:11.1f} {t_b2b:9.1f}")
+
+
+def breakdown(args):
+    """GPU: where a plan call's time above its graph time goes, per shape.
+
+    For the plan (PDL as the rule says, then forced on and off): idle time (``time_idle``) and graph time of the
+    whole plan, of its first launch alone and of the rest alone; the host's own time (perf_counter, GPU idle)
+    of one plan call and of each launch; and the idle time of replaying a CUDA graph that holds one plan call
+    (what a plan replayed as one graph launch would cost).
+    """
+    import time
+
+    import torch
+
+    import workbench as wb
+    from workbench import decode
+    from workbench.plan import DecodePlan
+    from workbench.timing import time_graph, time_idle
+
+    assert torch.cuda.is_available() and not wb.INTERPRET, "needs a CUDA GPU and TRITON_INTERPRET=0"
+
+    def host_us(fn, n=200):
+        samples = []
+        for _ in range(n):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e6)
+        torch.cuda.synchronize()
+        return sorted(samples)[n // 2]
+
+    print(f"{torch.cuda.get_device_name()}  impl={args.impl}  (us, medians; idle = sync, time one call)")
+    print(f"{'shape':18} {'pdl':5} {'kernels':>7} {'idle':>6} {'graph':>6} {'host':>6} | {'1st idle':>8} "
+          f"{'1st gr':>6} {'1st host':>8} | {'rest idle':>9} {'rest gr':>7} {'rest host':>9} | {'graph1 idle':>11}")
+    for b, h, topk in SHAPES:
+        kw = wb.build_case(batch=b, heads=h, topk=topk, block_size=64, device="cuda").kwargs()
+        for pdl in (None, True, False):
+            with decode.combine_launch(pdl) if pdl is not None else contextlib.nullcontext():
+                plan = wb.plan_decode(**kw, impl=args.impl)
+            inputs = tuple(kw.get(n) for n in decode.INPUT_NAMES)
+            ptrs = [0 if t is None else t.data_ptr() for t in inputs]
+            stream = torch.cuda.current_stream().cuda_stream
+            first, rest = plan._launchers[:1], plan._launchers[1:]
+
+            def whole():
+                plan(**kw)
+
+            def one():
+                DecodePlan._run(first, ptrs, stream)
+
+            def others():
+                DecodePlan._run(rest, ptrs, stream)
+            row = []
+            for fn in (whole, one, others):
+                row += [time_idle([fn], calls=args.calls)[0], time_graph([fn])[0], host_us(fn)]
+            g = torch.cuda.CUDAGraph()
+            whole()
+            torch.cuda.synchronize()
+            with torch.cuda.graph(g):
+                whole()
+            row.append(time_idle([g.replay], calls=args.calls)[0])
+            tag = {None: "rule", True: "on", False: "off"}[pdl]
+            print(f"{f'b{b} h{h} topk{topk}':18} {tag:5} {len(plan._launchers):7d} {row[0]:6.1f} {row[1]:6.1f} "
+                  f"{row[2]:6.1f} | {row[3]:8.1f} {row[4]:6.1f} {row[5]:8.1f} | {row[6]:9.1f} {row[7]:7.1f} "
+                  f"{row[8]:9.1f} | {row[9]:11.1f}")
 
 
 def back_to_back_us(fn, calls: int) -> float:
@@ -175,7 +243,10 @@ def stub(args):
 
 if __name__ == "__main__":
     a = parse_args()
-    if a.stub:
+    if a.breakdown:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+        breakdown(a)
+    elif a.stub:
         os.environ["TRITON_INTERPRET"] = "1"  # CPU tensors; must precede `import workbench`
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
         stub(a)

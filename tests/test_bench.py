@@ -87,7 +87,7 @@ def test_overhead_sweep_covers_the_issue():
     items = sweep_shapes("overhead")
     assert {(s.batch, s.heads, s.topk) for s, *_ in items} == {(1, 64, 512), (64, 16, 2048)}
     for _, providers, modes, config in items:
-        assert set(providers) == {"auto", "auto+plan", "auto+compiled", "flashmla"} and config is None
+        assert set(providers) == {"auto", "auto+plan", "auto+compiled", "flashmla", "launch_floor", "launch_floor2"} and config is None
         assert {"eager_idle", "graph", "overhead"} <= set(modes)
     for name in bench.SWEEPS:  # every sweep asks only for modes bench_one knows
         assert all(set(modes) <= set(MODES) for _, _, modes, _ in sweep_shapes(name)), name
@@ -322,3 +322,16 @@ def test_the_published_correctness_tables_carry_their_errata():
     from workbench.results import load_correctness
     df = load_correctness(name="correctness_h200_20261201-1059.csv")
     assert set(df.git_commit) == {"f8d640a2688241437ca67544521adde34ba6a9c8"} and (df.erratum != "").all()
+
+
+def test_launch_floor_providers_are_listed_in_the_overhead_sweep_and_need_cuda(monkeypatch):
+    from workbench import sweeps
+    for name, launches in (("launch_floor", 1), ("launch_floor2", 2)):
+        assert name in bench.provider_names() and name in sweeps.OVERHEAD_PROVIDERS
+        assert bench.kernel_of(name, BenchShape(1, 64, 512)) == name
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        with pytest.raises(bench.Skip, match="CUDA"):
+            bench.make_provider(name)
+        monkeypatch.undo()
+    from workbench.providers import LAUNCH_FLOORS
+    assert LAUNCH_FLOORS == {"launch_floor": 1, "launch_floor2": 2}

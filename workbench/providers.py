@@ -12,6 +12,8 @@ setup happens in ``prepare``, outside the timed region. A provider that cannot r
 - the default decode as the torch op inside a ``torch.compile(fullgraph=True)`` module ("auto+compiled"):
   :class:`CompiledOpProvider`;
 - every probe (the gather floor): :class:`ProbeProvider`;
+- the host's floor for a call of one or two launches ("launch_floor", "launch_floor2"): empty kernels launched
+  the way a plan launches, :class:`LaunchFloorProvider`;
 - FlashMLA's SM90 MODEL1 decode: :class:`FlashMLAProvider`.
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ import importlib
 import inspect
 
 import torch
+import triton
 
 from . import isolate
 from .decode import sparse_mla_decode
@@ -241,13 +244,52 @@ class IsolationProvider:
             raise
 
 
+LAUNCH_FLOORS = {"launch_floor": 1, "launch_floor2": 2}  # provider: empty launches per call
+
+
+@triton.jit
+def _empty_kernel(ptr):  # one pointer argument, as a decode's launches take many: no loads, no stores
+    pass
+
+
+class LaunchFloorProvider:
+    """The host's floor for a call of one or two kernel launches: an empty kernel launched through the plan's own
+    replay (compiled once, then straight into Triton's C launcher, ``DecodePlan._run``), with no input checks, no
+    allocation and no work on the GPU. Its overhead rows (eager_idle minus graph) are what one launch, or a
+    partial and a combine, cost on this host before any decode code runs: the part of a decode's overhead no host
+    code can remove while it launches that many kernels."""
+
+    is_probe = True
+
+    def __init__(self, name: str):
+        if not torch.cuda.is_available():
+            raise Skip("no CUDA GPU: a launch floor is a GPU launch")
+        self.name, self.launches = name, LAUNCH_FLOORS[name]
+        self._launchers = None
+
+    def prepare(self, kw: dict, config=None):
+        from .plan import DecodePlan, _launcher, compile_launch, compiled_launch
+        q = kw["q"]
+        if self._launchers is None:
+            args = dict(ptr=q)
+            compiled = compile_launch(_empty_kernel, (1, 1, 1), args)
+            one = _launcher(compiled_launch(compiled, _empty_kernel, (1, 1, 1), args, ()))
+            self._launchers = (one,) * self.launches
+        launchers, ptrs, index = self._launchers, [], q.device.index
+        stream = torch._C._cuda_getCurrentRawStream  # what a plan asks for its stream, per call
+
+        def run():
+            DecodePlan._run(launchers, ptrs, stream(index))
+        return run
+
+
 def provider_names() -> tuple[str, ...]:
     """Every provider the bench knows: the registered kernels (decodes and probes), FlashMLA, and the default
     decode through a plan ("auto+plan"; make_provider takes any decode name with "+plan") or with its combine's
     launch forced ("auto+pdl", "auto+serial"; also any decode that asks for PDL), and the default decode with one
     stage left out ("auto~no_loads", ...: workbench.isolate; also any Gluon rung)."""
     from . import registry
-    return (registry.names() + ("flashmla", "auto" + PLAN, "auto" + COMPILED)
+    return (registry.names() + ("flashmla", "auto" + PLAN, "auto" + COMPILED, *LAUNCH_FLOORS)
             + tuple("auto" + s for s in COMBINE_LAUNCH) + isolate.provider_names("auto"))
 
 
@@ -258,6 +300,8 @@ def make_provider(name: str):
         return FlashMLAProvider()
     if name in registry.names("probe"):
         return ProbeProvider(name)
+    if name in LAUNCH_FLOORS:
+        return LaunchFloorProvider(name)
     if name in registry.decode_impls():
         return WorkbenchProvider(name)
     if name.endswith(PLAN) and name[: -len(PLAN)] in registry.decode_impls():

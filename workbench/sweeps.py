@@ -44,10 +44,11 @@ HEADLINE = (BenchShape(64, 16, 2048), BenchShape(64, 64, 2048), BenchShape(64, 1
             BenchShape(64, 16, 128, block_size=256, extra_topk=512, extra_block_size=64))
 HEADS = (16, 32, 64, 128)
 # Host overhead (issue 10): the plain default decode, the same decode through a plan, and FlashMLA, at a
-# host-bound and a GPU-bound shape, each timed every way; its "overhead" rows are eager_idle minus graph
-# per call (workbench.timing).
+# host-bound and a GPU-bound shape, each timed every way, beside the host's floor for a call of one and of two
+# empty launches (providers.LaunchFloorProvider); its "overhead" rows are eager_idle minus graph per call
+# (workbench.timing).
 OVERHEAD_SHAPES = (BenchShape(1, 64, 512), BenchShape(64, 16, 2048))
-OVERHEAD_PROVIDERS = ("auto", "auto+plan", "auto+compiled", "flashmla")
+OVERHEAD_PROVIDERS = ("auto", "auto+plan", "auto+compiled", "flashmla", "launch_floor", "launch_floor2")
 OVERHEAD_MODES = ("eager", "eager_idle", "graph", "overhead")
 # the rungs auto chooses among (registry.auto_kernel), the fastest bf16 Gluon rung and the best Triton one, timed at
 # small and mid calls
