@@ -41,6 +41,7 @@ collect_ignore = [] if HAS_CUDA else list(GPU_ONLY_MODULES)
 # the kernels and the drop-in on the small golden cases, the cheaper hostile cases, the CLI's in-process checks.
 SLOW_FIXTURES = {
     "tiny_run",  # test_notebooks: runs every notebook through papermill (~80 s)
+    "portable_lab",  # test_portable_ws: compiles the portable rung for three targets in child processes (~17 s)
 }
 SLOW_TESTS = (
     # notebooks through papermill or the CLI, in subprocesses

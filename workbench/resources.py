@@ -8,10 +8,14 @@ wgmma), HMMA (mma.sync) or neither. The kernels are compiled from their ``@trito
 so the lab always sees the code that runs.
 
 Gluon kernels (``@gluon.jit``) compile the same way, through ``GluonASTSource``, with the entry's
-``compile_options`` (a launcher's ``maxnreg``) passed to ``triton.compile`` like every launch option. They
-are written for Hopper wgmma: on any target but :data:`GLUON_ARCHS` the lab does not compile them (LLVM
+``compile_options`` (a launcher's ``maxnreg``) passed to ``triton.compile`` like every launch option. Most are
+written for Hopper wgmma: on any target but :data:`GLUON_ARCHS` the lab does not compile them (LLVM
 aborts the whole process on the wgmma intrinsics) and reports status ``compile_error``, reason
-``skipped: Gluon sm_90 kernel ...``.
+``skipped: Gluon sm_90 kernel ...``. A portable Gluon kernel (mma.sync, mbarriers, warp specialisation) declares
+the targets it is written for in its module, ``LAB_ARCHS`` (:func:`gluon_archs`); the lab compiles it for those
+in its own process and for every other target in a child process (:func:`compile_config`), since LLVM may abort
+there too (sm_89 has no setmaxnreg, which warp specialisation needs): a crash is a ``compile_error`` row whose
+reason starts ``aborted in a child process``, never the lab's own death.
 
 Which kernels: every registry entry with a ``lab_signature`` (:func:`workbench.registry.compiled_kernels`),
 each over its whole ``config_space`` with its ``fixed_meta`` switches, plus the kernel that has no
@@ -49,7 +53,9 @@ from .targets import TARGETS, get_target
 
 LOAD_WIDTHS = (1, 2, 4, 8, 16)      # bytes per ld.global instruction the table counts
 MMA_KINDS = ("utcmma", "hgmma", "hmma")
-GLUON_ARCHS = ("sm_90",)            # the targets the lab compiles Gluon kernels for (Hopper wgmma)
+GLUON_ARCHS = ("sm_90",)            # the targets the lab compiles Gluon kernels for (Hopper wgmma) unless their
+                                    # module declares its own (LAB_ARCHS: gluon_archs)
+CHILD_ABORT = "aborted in a child process"  # how a compile_error row from a crashed child compile begins
 
 
 # ----------------------------------------------------------------------------- which kernels
@@ -184,10 +190,31 @@ def is_gluon(lk: LabKernel) -> bool:
     return any(isinstance(o, GluonJITFunction) for o in _wrapped(lk.jit))
 
 
+def declared_archs(lk: LabKernel) -> tuple[str, ...] | None:
+    """The targets a kernel's module declares it is written for (``LAB_ARCHS``: a portable Gluon kernel), or None."""
+    import sys
+    *_, pyfn = _wrapped(lk.jit)
+    archs = getattr(sys.modules.get(getattr(pyfn, "__module__", None)), "LAB_ARCHS", None)
+    return tuple(archs) if archs is not None else None
+
+
+def gluon_archs(lk: LabKernel) -> tuple[str, ...]:
+    """The targets the lab compiles a Gluon kernel for in its own process: those its module declares
+    (:func:`declared_archs`), else :data:`GLUON_ARCHS` (the Hopper wgmma rungs)."""
+    return declared_archs(lk) or GLUON_ARCHS
+
+
+def compiles_in_child(lk: LabKernel, arch: str) -> bool:
+    """Whether the lab compiles the kernel for ``arch`` in a child process: a portable Gluon kernel off the targets
+    it declares, where LLVM may abort (warp specialisation on sm_89: setmaxnreg)."""
+    return is_gluon(lk) and declared_archs(lk) is not None and get_target(arch).arch not in gluon_archs(lk)
+
+
 def arch_skip_reason(lk: LabKernel, arch: str) -> str | None:
-    """Why the lab does not compile the kernel for ``arch`` at all, or None: Gluon kernels only for GLUON_ARCHS."""
+    """Why the lab does not compile the kernel for ``arch`` at all, or None: the wgmma Gluon kernels only for
+    GLUON_ARCHS (a portable one is compiled everywhere, off its own targets in a child process)."""
     arch = get_target(arch).arch
-    if is_gluon(lk) and arch not in GLUON_ARCHS:
+    if is_gluon(lk) and declared_archs(lk) is None and arch not in GLUON_ARCHS:
         return (f"skipped: Gluon sm_90 kernel (Hopper wgmma), not compiled for {arch} "
                 "(LLVM aborts the process on its wgmma intrinsics)")
     return None
@@ -405,8 +432,12 @@ def compiled_ptx(kernel: str, arch: str, cfg, **constexprs) -> str:
     return _compile_lab_kernel(lk, arch, typed_config(lk, cfg), constexprs)[0].asm["ptx"]
 
 
-def compile_config(kernel: str, arch: str, cfg, *, respect_pruning: bool = False) -> CompileResult:
-    """Compile one config (typed, dict or ``triton.Config``) for one target and read its resources (no GPU)."""
+def compile_config(kernel: str, arch: str, cfg, *, respect_pruning: bool = False,
+                   isolate: bool = True) -> CompileResult:
+    """Compile one config (typed, dict or ``triton.Config``) for one target and read its resources (no GPU).
+
+    isolate: compile in a child process where :func:`compiles_in_child` says LLVM may abort (the child runs this
+    with ``isolate=False``; it imports the package afresh, so the kernel must be one the catalogue registers)."""
     _check_compilable()
     lk = lab_kernel(kernel)
     target = get_target(arch)
@@ -420,6 +451,8 @@ def compile_config(kernel: str, arch: str, cfg, *, respect_pruning: bool = False
         return CompileResult(**base, status="compile_error", reason=skip)
     if reason and respect_pruning:
         return CompileResult(**base, status="pruned", reason=reason)
+    if isolate and compiles_in_child(lk, arch):
+        return _compile_in_child(kernel, arch, cfg, base, respect_pruning)
     try:
         k, log = _compile_lab_kernel(lk, arch, cfg)
     except Exception as e:  # noqa: BLE001 - the reason is the result
@@ -445,6 +478,25 @@ def compile_config(kernel: str, arch: str, cfg, *, respect_pruning: bool = False
                          stack_bytes=usage["stack"], spill_stores=spill_st, spill_loads=spill_ld, mma=kind,
                          mma_count=counts.get(kind.lower(), 0), code={**ptx_memory_counts(k.asm["ptx"]), **counts},
                          **occ)
+
+
+def _compile_in_child(kernel: str, arch: str, cfg, base: dict, respect_pruning: bool) -> CompileResult:
+    """compile_config in a fresh process: its result, or, where the process dies (LLVM aborts it), a
+    compile_error whose reason is CHILD_ABORT and the child's last error line."""
+    import json
+    import sys
+    code = ("import dataclasses, json; from workbench.resources import compile_config\n"
+            f"r = compile_config({kernel!r}, {arch!r}, {cfg.columns()!r}, respect_pruning={respect_pruning!r}, "
+            "isolate=False)\n"
+            "print(json.dumps(dataclasses.asdict(r)))")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if r.returncode == 0:
+        return CompileResult(**json.loads(r.stdout.strip().splitlines()[-1]))
+    lines = [ln.strip() for ln in r.stderr.splitlines() if ln.strip()]
+    last = next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else "")
+    why = f"{CHILD_ABORT} (exit {r.returncode}): {last}"[:300]
+    return CompileResult(**base, status="compile_error", reason=why)
 
 
 # ----------------------------------------------------------------------------- processes, sweeps, tables

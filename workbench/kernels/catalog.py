@@ -152,6 +152,30 @@ _wgmma_ws("wgmma_ws", 13, "wgmma_f16 warp-specialised at 16 heads: a producer pa
           "per SM, split waves 1)",
           NUM_BUFS=3, PRODUCER_WARPS=8, PRODUCER_REGS=152)
 
+from . import portable_ws  # noqa: E402 - beside its entry, so that the entry is one block
+
+register(KernelSpec(
+    name="portable_ws", kind="split", rung=14, interpretable=False, split_waves=2, split_granule=32, pdl=True,
+    summary="wgmma_ws's schedule from instructions sm_120 has: a producer partition (4 warps) gathers and "
+            "dequantises (bf16, exact) into a ring of 2 K tiles of 32 tokens, a consumer partition (4 warps) runs "
+            "QK and PV as mma.sync (ldmatrix operands) and the softmax; they meet at mbarriers; ~83 KB a block",
+    prediction="b64 h16 topk2048 on the H200: 55-75 us, between wgmma_ws (~51 us) and tile512 (~115 us). The "
+               "schedule is wgmma_ws's (gathers in warps of their own, no CTA barrier on the MMA path), which took the "
+               "ladder from ~113 to ~51 us. Against wgmma_ws it loses: mma.sync at about half of wgmma's rate, with "
+               "its operands through ldmatrix into registers (each consumer warp re-reads q, 16 KB a tile); the "
+               "exact bf16 dequant, ~3x the f16 convert's instructions; 32-token tiles (sm_120's 101 KB a block), "
+               "so twice the barriers and slot hand-overs per token and one 18.7 KB tile of loads in flight a "
+               "block. Two 8-warp blocks per SM on sm_90 (lab: 128 registers, no spills, 84 KB each) put 37 KB "
+               "of loads in flight an SM, as wgmma_ws's one block does; the MMAs (~9 us of HMMA issue an SM) and "
+               "the dequant stay well under the ~33 us gather floor, so the time is the gathers' latency",
+    launch=lambda **kw: portable_ws.launch_portable_partial(**kw, name="portable_ws"),
+    jit=portable_ws.portable_ws_kernel, config_cls=TiledConfig, allowed=portable_ws.ALLOWED,
+    config_space=tuple(portable_ws.CONFIG_SPACE), fixed_meta=dict(portable_ws.SWITCHES),
+    shared_model=lambda c: portable_ws.estimate_shared_bytes(c, **portable_ws.SWITCHES),
+    check_configs=({"BLOCK_H": 16, "BLOCK_T": 32, "num_warps": 4},),
+    compile_options={"maxnreg": portable_ws.MAXNREG}, lab_signature=GLUON_SIGNATURE,
+    lab_constexprs=_gluon_lab_constexprs(portable_ws.SWITCHES)))
+
 register(KernelSpec(
     name="gather", kind="probe", summary="speed-of-light probe: the decode's bytes and split plan, no math",
     launch=gather.launch_gather, jit=gather.gather_kernel, config_cls=gather.GatherConfig, allowed=gather.ALLOWED,
