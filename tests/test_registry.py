@@ -31,7 +31,7 @@ def test_autotuner_prunes_to_the_head_group_of_the_call(kernel, heads, group):
 
 def test_registry_lists_every_builtin_kind():
     assert {"mma", "simt", "reference", "tile512", "wgmma_xchg"} <= set(registry.decode_impls())
-    assert registry.names("probe") == ("gather",)
+    assert registry.names("probe") == ("gather", "gather_async")
     assert [r.name for r in registry.rungs()][:3] == ["mma", "tile512", "wgmma_xchg"]
     assert all(r.prediction for r in registry.rungs()), "a rung states what it should move before it is measured"
 

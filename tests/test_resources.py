@@ -208,7 +208,7 @@ def test_adding_a_kernel_is_one_registration():
         df = lab_frame("sm_90", "toy_copy", setup=setup).set_index("BLOCK")
     finally:
         registry.unregister("toy_copy")
-    assert "toy_copy" not in registry.names() and registry.names("probe") == ("gather",)
+    assert "toy_copy" not in registry.names() and registry.names("probe") == ("gather", "gather_async")
     assert list(df.config) == ["BLOCK=2048,num_warps=4,num_stages=1", "BLOCK=512,num_warps=4,num_stages=1"]
     assert (df.status == "fits").all() and (df.mma == "none").all() and (df.cp_async == 0).all()
     # 16 contiguous fp8 bytes per thread from a 16-byte-aligned address (row "i32:16"): one ld.global.v4.b32

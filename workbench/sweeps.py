@@ -59,13 +59,18 @@ CROSSOVER_PROVIDERS = ("tile512", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "
 PDL_SHAPES = HEADLINE + (BenchShape(32, 16, 2048), BenchShape(8, 16, 2048), BenchShape(8, 64, 2048),
                          BenchShape(2, 64, 2048), BenchShape(4, 64, 2048))
 PDL_PROVIDERS = ("auto+pdl", "auto+serial")
+# The gather floors timed beside the decodes (the ladder takes every registered probe): the old probe stays so that
+# the history still reads, the new one says what the hardware can gather
+FLOOR_PROBES = ("gather", "gather_async")
 # Where the default kernel's time goes (workbench.isolate): the whole decode, the same with one stage left out,
-# FlashMLA and the gather floor, in one run at the headline shapes
+# FlashMLA and the gather floors, in one run at the headline shapes
 
 
 def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str, ...], dict | None]]:
     """(shape, providers, modes, forced config) for a named sweep."""
-    fast = ("auto", "flashmla", "gather")  # the default kernel beside FlashMLA and the gather floor
+    # the default kernel beside FlashMLA and both gather floors: "gather" (one Triton loop of synchronous 16-byte
+    # loads, the floor of every published table so far) and "gather_async" (the deepest load path: cp.async rings)
+    fast = ("auto", "flashmla") + FLOOR_PROBES
     if name == "smoke":
         return [(BenchShape(2, 64, 512), ("auto", "flashmla", "simt", "reference"), ("eager", "graph"), None)]
     if name == "batch":
@@ -113,7 +118,7 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
         return [(shape, PDL_PROVIDERS, ("graph",), None) for shape in PDL_SHAPES]
     if name == "isolate":
         from .isolate import provider_names
-        provs = ("auto",) + provider_names("auto") + ("flashmla", "gather")
+        provs = ("auto",) + provider_names("auto") + ("flashmla",) + FLOOR_PROBES
         return [(shape, provs, ("graph",), None) for shape in HEADLINE]
     if name == "headline":
         return [(BenchShape(64, h, 2048), fast, ("eager", "graph"), None) for h in (16, 64, 128)] + \

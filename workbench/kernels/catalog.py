@@ -180,3 +180,31 @@ register(KernelSpec(
     name="gather", kind="probe", summary="speed-of-light probe: the decode's bytes and split plan, no math",
     launch=gather.launch_gather, jit=gather.gather_kernel, config_cls=gather.GatherConfig, allowed=gather.ALLOWED,
     config_space=tuple(gather.CONFIG_SPACE)))
+
+from . import gather_async  # noqa: E402 - beside its entry, so that the entry is one block
+
+register(KernelSpec(
+    name="gather_async", kind="probe",
+    summary="speed-of-light probe by the deepest load path: the gather probe's bytes, split plan and sink, the "
+            "cache as int32 words so that Triton pipelines the gathers into a cp.async (LDGSTS.128) ring of up to "
+            "5 tiles a program; the autotuner may pick synchronous ld.global.cg.v4 tiles of 64-128 tokens instead",
+    prediction="b64 h16 topk2048 (256 programs of 512 tokens, 2 per SM): gather keeps one synchronous tile in flight "
+               "per program and waits an index round trip between tiles, so its time follows programs per SM (32.5 us "
+               "at 2 per SM, 52.8 at h128's 1 per SM, the same 76.5 MB). Here the tuner should take a 3-4-stage ring "
+               "of 32-64 tokens: 64-192 tokens (37-112 KB) in flight per program, 75-225 KB per SM, against ~40 KB "
+               "per SM that Little's law asks at 3.5 TB/s and ~1.5 us loaded latency. The limit moves to DRAM: 576 "
+               "data bytes and a 32-64 B sector for the 8 scale bytes, 608-640 B a token, 19-20 us at the 4.24 "
+               "TB/s copy rate, plus ~2 us of launch and first round trip. Expect 22-25 us at b64 h16 (3.1-3.5 TB/s "
+               "of counted bytes), 23-27 us at b64 h128 (gather 52.8), no change at b1 h64 topk512 (one 16-token "
+               "tile a split, latency-bound: 2.2-2.6 us). Above 27 us at b64 h16 the scattered DRAM reads "
+               "themselves (row activations; the scale sector is a second access per token) are the limit, not "
+               "the SMs",
+    launch=gather_async.launch_gather_async, jit=gather_async.gather_async_kernel,
+    config_cls=gather_async.GatherAsyncConfig, allowed=gather_async.ALLOWED,
+    config_space=tuple(gather_async.CONFIG_SPACE),
+    # launch types: a page stride in words (37,440 at 256-token pages) is an i32 and a multiple of 16, as are the
+    # benchmark page sizes (256, 64), which Triton specialises on
+    lab_signature=dict(cache_w="*i32", stride_page_w="i32:16", block_size="i32:16", num_tokens="i32", idx_ptr="*i32",
+                       stride_ib="i32", stride_is="i32", sink_ptr="*i32", S_Q="i32", TOPK="i32",
+                       tokens_per_split="i32", TOKENS_BUCKET="i32", QUERIES_BUCKET="i32"),
+    lab_constexprs=lambda c: dict(DATA_WORDS=144, SCALE_WORDS=2, **c.meta())))
