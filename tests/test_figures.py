@@ -654,7 +654,9 @@ def test_ladder_figure_draws_every_rung_and_both_reference_lines(bench):
     times, rungs = _ladder_times(bench)
     fig = P.fig_ladder(times, [("h16", "b64 h16")], rungs, default="wgmma")
     ax = fig.axes[0]
-    assert len([p for p in ax.patches if p.get_height() > 0]) == len(rungs)
+    # every rung the table measured has its bar (a rung registered after the table has no row, and no bar, yet)
+    measured = [r for r in rungs if r in set(times[times.panel == "h16"].kernel)]
+    assert measured and len([p for p in ax.patches if p.get_height() > 0]) == len(measured)
     ys = sorted(round(float(ln.get_ydata()[0]), 3) for ln in ax.get_lines())
     ref = times[(times.panel == "h16") & times.kernel.isin(["flashmla", "gather"])].median_us
     assert ys == sorted(round(float(v), 3) for v in ref)
