@@ -16,12 +16,13 @@
 # %% [markdown]
 # # 4. Throughput on the H200: the kernels against FlashMLA
 #
-# Everything here is drawn from the benchmark tables in `data/` (every `bench_*.csv`, read with
-# `workbench.results.load_bench`), or from a fresh sweep when a GPU is present and `fresh=True`. Each
+# Everything here is drawn from the current benchmark table of each sweep in `data/` (read with
+# `workbench.results.load_bench` and chosen by `workbench.results.current_rows`, the one rule `data/README.md`
+# states; the older tables are history), or from a fresh sweep when a GPU is present and `fresh=True`. Each
 # row is one (provider, shape, mode) measurement with median, p20 and p80 over cold-L2 calls, checked
 # against the fp32 reference first. "workbench default (auto)" is the default kernel, `impl="auto"`
 # (on the H200 an f16 Gluon rung, `wgmma_f16`, `wgmma_f16_2cta` or `wgmma_ws` by call size, `registry.auto_kernel`),
-# timed in the newest headline table; "seed MMA kernel" is the
+# timed in the current headline table; "seed MMA kernel" is the
 # autotuned head-batched Triton kernel the workbench started from (provider "mma"), which is all the
 # batch sweeps have. FlashMLA is the peer; the "gather floor", where a table has it, reads the same
 # bytes and does no math. The optimisation-ladder and forced-config tables are notebook 5's.
@@ -55,7 +56,7 @@ from workbench.plotting import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provena
                                 fig_batch_model, fig_overhead, fig_production, fig_roofline, fig_speedups,
                                 fig_time_vs_batch, gpu_label, markdown_table, out_folder, same_run_times,
                                 save_figure, save_table, set_theme)
-from workbench.results import load_bench
+from workbench.results import current_rows, load_bench
 
 # the parameters checked and converted in workbench.pipeline (booleans from text, folders from the repository
 # root, device cuda only on a GPU): a wrong one stops here, in one line
@@ -67,6 +68,7 @@ if fresh:  # on a GPU (device cuda): checked_parameters refuses fresh=True witho
     df = load_bench(paths=[path])
 else:
     df = load_bench(data_dir=data_dir)
+df = current_rows(df=df)  # each sweep's current table (the one rule, data/README.md); the rest is history
 ok = df[df.status == "ok"].copy()
 ok["config"] = ok.config.fillna("")
 rows = default_kernel_rows(ok[~ok.sweep.isin(["ladder", "forced"])])  # the ladder tables are notebook 5's
@@ -190,9 +192,10 @@ show[["provider", "mode", "heads", "fixed_us", "per_request_us", "r2", "points"]
 # ## Headline ratios of the default kernel
 # The default kernel is `impl="auto"` (on the H200 an f16 Gluon rung, `wgmma_f16`, `wgmma_f16_2cta` or `wgmma_ws`, by call size:
 # `registry.auto_kernel`). Each ratio takes our time and the other provider's from the same table (one run): the
-# "auto" rows of the newest headline table, or, at a shape that table lacks, the newest ladder table's rows of the
-# rung auto picks there. The SIMT ratio is the exception: SIMT was timed only in an older run, so that ratio mixes
-# runs and says so.
+# "auto" rows of the current headline table, or, at a shape that table lacks, the rows of another sweep's current
+# table (`plotting.same_run_times`), of auto or of the rung auto picks there. The SIMT ratio is the exception:
+# SIMT was timed only in an older run (the current table of the baseline sweeps), so that ratio mixes runs and
+# says so.
 
 # %%
 def pick(mode, batch, heads, topk, extra_topk=0, peers=("flashmla", "gather")):
@@ -221,8 +224,8 @@ for h, target, goal in ((16, 3.0, "speed >= 3x FlashMLA (padded to 64 heads)"), 
 r = pick("eager", 64, 64, 2048)
 simt = tuned[(tuned.provider == "simt") & (tuned["mode"] == "eager") & (tuned.batch == 64) & (tuned.heads == 64)
              & (tuned.topk == 2048) & (tuned.s_q == 1) & (tuned.extra_topk == 0)]
-simt_src = simt.sort_values("date").source.iloc[-1] if len(simt) else ""
-simt_us = simt[simt.source == simt_src].median_us.median() if len(simt) else float("nan")
+simt_src = ", ".join(sorted(simt.source.unique()))  # the current table of each sweep that timed SIMT there
+simt_us = simt.median_us.median() if len(simt) else float("nan")
 head.append(claim_row("default vs SIMT, b64 h64 topk2048 (eager)", r, simt_us, speed(simt_us, r["ours_us"]),
                       "speed >= 10x SIMT", 10.0,
                       f"SIMT from {simt_src} (another run)" if simt_src and simt_src != r["source"] else ""))
@@ -249,14 +252,13 @@ print(markdown_table(headline.drop(columns=["note"]), floatfmt=".3g"))
 # %% [markdown]
 # ## Host overhead per call: the plain call, the call through a plan, FlashMLA
 # Message: what the host adds to each eager call (a synchronised call timed from Python, minus the same call
-# replayed from a CUDA graph), from the newest `overhead` sweep, all providers in one run. Issue 10 asks the
+# replayed from a CUDA graph), from the current `overhead` table, all providers in one run. Issue 10 asks the
 # plan path (`plan_decode` once, then `sparse_mla_decode(..., plan=plan)`) for at most 25 us at b1 h64 topk512
 # (dashed line).
 
 # %%
-over_src = ok[ok["mode"] == "overhead"].sort_values("date").source
-if len(over_src):
-    over = ok[ok.source == over_src.iloc[-1]]
+over = ok[ok.sweep == "overhead"]  # its current table (current_rows above)
+if len(over):
     fig = fig_overhead(over)
     save_figure(fig, "throughput_host_overhead", out_dir, title=f"Host overhead per call: {gpu_label(over)}",
                 note=bench_provenance(over))

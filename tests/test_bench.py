@@ -42,8 +42,8 @@ def test_csv_schema_round_trip(tmp_path):
 
 
 def test_committed_results_have_schema_and_provenance():
-    from workbench.results import DATA
-    tables = sorted(p for p in DATA.glob("bench_*.csv") if not p.name.endswith(".fit.csv"))
+    from workbench.results import DATA, table_folders
+    tables = sorted(p for d in table_folders(DATA) for p in d.glob("bench_*.csv") if not p.name.endswith(".fit.csv"))
     assert tables
     for path in tables:
         df = pd.read_csv(path)

@@ -15,7 +15,8 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from workbench import plotting as P  # noqa: E402
-from workbench.results import load_bench, load_correctness, parse_config  # noqa: E402
+from workbench.results import (current_rows, current_tables, is_current, load_bench, load_correctness,  # noqa: E402
+                               parse_config, table_folders)
 
 ROOT = P.Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
@@ -48,14 +49,14 @@ def _ladder_times(ok):
     """Rows for fig_ladder from the committed ladder tables (panel, kernel, median_us) and the rungs in order."""
     from workbench import registry
     rungs = [s.name for s in registry.rungs()]
-    _, rows = _newest_ladder_rows(ok)
+    _, rows = _current_ladder_rows(ok)
     return pd.DataFrame(rows), rungs
 
 
-def _newest_ladder_rows(ok):
-    """The newest ladder table's autotuned graph rows, and fig_ladder's rows of them (panel, kernel, median_us)."""
-    lad = ok[(ok.sweep == "ladder") & (ok.config == "") & (ok["mode"] == "graph") & (ok.s_q == 1)]
-    lad = lad[lad.source == lad.sort_values("date").source.iloc[-1]]
+def _current_ladder_rows(ok):
+    """The current ladder table's autotuned graph rows, and fig_ladder's rows of them (panel, kernel, median_us)."""
+    lad = current_rows("ladder", ok)
+    lad = lad[(lad.config == "") & (lad["mode"] == "graph") & (lad.s_q == 1)]
     rows = []
     for key, (b, h, k, e) in LADDER_SHAPES.items():
         sub = lad[(lad.batch == b) & (lad.heads == h) & (lad.topk == k) & (lad.extra_topk == e)]
@@ -69,7 +70,7 @@ def _ladder_as_published(ok):
     from workbench import registry
     record = pd.read_csv(DATA / "rungs.csv", dtype={"rung": "Int64"})
     record = record[record.rung.notna()].sort_values("rung")
-    lad, rows = _newest_ladder_rows(ok)
+    lad, rows = _current_ladder_rows(ok)
     cap = lad.capability.iloc[0]
     default = {key: registry.auto_kernel(cap, heads=h, tokens=b * (k + e))
                for key, (b, h, k, e) in LADDER_SHAPES.items()}
@@ -102,7 +103,8 @@ def _ratio(tuned, a, b):
 
 
 def build(name, ok):
-    """(figure, title, note) for one figure name, drawn as its notebook draws it."""
+    """(figure, title, note) for one figure name, drawn as its notebook draws it: from each sweep's current table."""
+    ok = ok[is_current(ok)]
     tuned = _tuned(ok)
     note = P.bench_provenance(tuned)
     batches = sorted(tuned.batch.unique())
@@ -163,12 +165,11 @@ def build(name, ok):
         panels = ([("h16", "b64 h16 topk2048"), ("h64", "b64 h64 topk2048"), ("h128", "b64 h128 topk2048")]
                   if name == "ladder_time_per_rung"
                   else [("b1", "b1 h64 topk512"), ("prod", "b64 h16 main 128@256 + extra 512@64")])
-        lad = ok[(ok.sweep == "ladder") & (ok.config == "")]
-        note = P.bench_provenance(lad[lad.source == lad.sort_values("date").source.iloc[-1]])
+        lad = current_rows("ladder", ok)
+        note = P.bench_provenance(lad[lad.config == ""])
         return P.fig_ladder(times, panels, rungs, default=default, labels=labels), "ladder", note
-    if name == "throughput_host_overhead":  # the newest overhead sweep, as notebook 04 draws it
-        over = ok[ok["mode"] == "overhead"]
-        over = ok[ok.source == over.sort_values("date").source.iloc[-1]]
+    if name == "throughput_host_overhead":  # the current overhead table, as notebook 04 draws it
+        over = current_rows("overhead", ok)
         return P.fig_overhead(over), "host overhead", P.bench_provenance(over)
     if name == "padding_costs":
         from workbench import padding
@@ -667,24 +668,24 @@ def test_ladder_figure_draws_every_rung_and_both_reference_lines(bench):
 def test_same_run_times_prefers_auto_and_takes_peers_from_its_table(bench):
     r = P.same_run_times(bench, batch=64, heads=16, topk=2048)
     assert r["kernel"] == "auto" and r["source"].endswith("_headline.csv")
-    newest = max(DATA.glob("bench_*_headline.csv"),  # the newest headline table, by its rows' date (two tables of
-                 key=lambda p: (str(pd.read_csv(p, usecols=["date"]).date.max()), p.name))  # one minute: to the second)
-    assert r["source"] == newest.name
+    cur = current_tables(bench).set_index("sweep").source
+    assert r["source"] == cur["headline"], "the current headline table (results.current_tables)"
     raw = pd.read_csv(DATA / r["source"])
     sel = raw[(raw.provider == "flashmla") & (raw["mode"] == "graph") & (raw.batch == 64) & (raw.heads == 16)
               & (raw.topk == 2048) & (raw.extra_topk == 0)]
     assert r["flashmla_us"] == pytest.approx(sel.median_us.median())
-    # no headline table has the production shape: the newest other table with auto rows there and both peers
+    # the current headline table lacks the production shape: the newest other current table with auto rows there
     prod = P.same_run_times(bench, batch=64, heads=16, topk=128, extra_topk=512)
-    auto_prod = bench[(bench.provider == "auto") & (bench.extra_topk == 512) & (bench["mode"] == "graph")]
+    now = bench[is_current(bench)]
+    auto_prod = now[(now.provider == "auto") & (now.extra_topk == 512) & (now["mode"] == "graph")]
     assert prod["kernel"] == "auto" and prod["source"] == auto_prod.sort_values(["date", "source"]).source.iloc[-1]
-    assert not prod["source"].endswith("_headline.csv")
+    assert not prod["source"].endswith("_headline.csv") and prod["source"] in set(cur)
     assert P.default_kernel_rows(bench).provider.eq("auto").sum() == bench.provider.eq("auto").sum()
 
 
 def test_load_correctness_picks_the_newest_table_and_keeps_the_old_one():
     new = load_correctness(DATA)
-    dated = sorted(DATA.glob("correctness_*.csv"))
+    dated = sorted(p for d in table_folders(DATA) for p in d.glob("correctness_*.csv"))  # data/ and archive/
     newest = max(dated, key=lambda p: (str(pd.read_csv(p, usecols=["date"]).date.max()), p.name))
     assert new.source.iloc[0] == newest.name
     old = load_correctness(DATA, name="correctness_h200.csv")

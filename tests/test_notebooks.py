@@ -57,7 +57,8 @@ def test_notebook_writes_its_figures_and_tables(tiny_run, name):
 
 def _graph_row(table, provider, batch, heads, topk, extra_topk=0):
     import pandas as pd
-    bench = pd.read_csv(ROOT / "data" / table)
+    from workbench.results import find_table
+    bench = pd.read_csv(find_table(table, ROOT / "data"))  # in data/, or data/archive/ if it is history
     kernel = bench.kernel.fillna(bench.provider) if "kernel" in bench else bench.provider
     who = bench.provider if provider == "auto" else kernel  # auto rows record the rung they ran as their kernel
     sel = bench[(who == provider) & (bench["mode"] == "graph") & (bench.batch == batch) & (bench.heads == heads)

@@ -591,14 +591,17 @@ def same_run_times(ok, *, batch, heads, topk, extra_topk=0, mode="graph", ours=(
                    peers=("flashmla", "gather")) -> dict:
     """Our kernel's time at one shape, with the peers' times from the same table (one run).
 
-    ok: rows of :func:`workbench.results.load_bench` (status ok). The first of ``ours`` with an
-    autotuned (empty config) row at the shape wins: "auto" means the rows of provider "auto", any other
-    name the rows of that kernel timed as itself. Among tables, those that also timed every peer at the shape
-    come first; of those, the newest whose rows are not stale, else the newest, the headline sweep's first.
+    ok: rows of :func:`workbench.results.load_bench` (status ok), whole tables: only each sweep's current table
+    counts (:func:`workbench.results.is_current`, the one rule); the others are history. The first of ``ours``
+    with an autotuned (empty config) row at the shape wins: "auto" means the rows of provider "auto", any other name
+    the rows of that kernel timed as itself. Among the current tables with such rows (one per sweep), those that
+    also timed every peer at the shape come first, then the headline sweep's, then the newest.
     Returns kernel (the name from ``ours``), resolved (the kernel the rows record: for "auto",
     the rung it resolved to where the table says, else "auto"), ours_us, ``<peer>_us`` for each peer (NaN
     when the table has none), source, git_commit, stale; ours_us is NaN and kernel None when nothing matches.
     """
+    from .results import is_current
+    ok = ok[is_current(ok)]
     shape = ((ok["mode"] == mode) & (ok.batch == batch) & (ok.heads == heads) & (ok.topk == topk)
              & (ok.s_q == 1) & (ok.extra_topk == extra_topk))
     cfg = ok["config"].fillna("") if "config" in ok.columns else ""
@@ -610,14 +613,12 @@ def same_run_times(ok, *, batch, heads, topk, extra_topk=0, mode="graph", ours=(
         rows = here[prov == k] if k == DEFAULT_PROVIDER else here[(kern == k) & (prov == k)]
         if rows.empty:
             continue
-        # a table that timed every peer at this shape too (one run), where there is one; then the fresh rows of
-        # those (a fresh table without the peers, such as the overhead sweep's, does not beat a full one)
+        # which sweep answers (each has one current table): one that timed every peer at this shape too (one run),
+        # where there is one (the overhead sweep's table, without the peers, does not beat a full one); of those
+        # the headline sweep, the default kernel's published measurement (other sweeps that time it beside
+        # something, e.g. isolate beside its variants, count only at shapes the headline table lacks)
         full = [src for src in rows.source.unique() if set(peers) <= set(here[here.source == src].provider)]
         pick = rows[rows.source.isin(full)] if full else rows
-        fresh = pick[pick.stale == False]  # noqa: E712
-        pick = fresh if len(fresh) else pick
-        # the headline sweep is the default kernel's published measurement; other sweeps that time it beside
-        # something (isolate: beside its variants) count only at shapes no headline table has
         if "sweep" in pick.columns and (pick.sweep == "headline").any():
             pick = pick[pick.sweep == "headline"]
         source = pick.sort_values(["date", "source"]).source.iloc[-1]

@@ -1,9 +1,12 @@
-"""Reading measured tables back: every bench table in ``data/`` (or a run folder) as one frame.
+"""Reading measured tables back: every bench table in ``data/`` and ``data/archive/`` (or a run folder) as one frame,
+and which of them is current.
 
 Notebooks and tests read results through here, never with their own ``read_csv`` and regexes:
 the config travels as flat columns (``BLOCK_H``, ``BLOCK_T``, ``num_warps``, ``num_stages``,
 ``PREFETCH``, ...), and each row says whether the kernel sources it timed still match the
-checked-out code (``stale``).
+checked-out code (``stale``). :func:`current_tables` is the one rule for which table of a sweep is current
+(:func:`current_rows`, :func:`is_current`); the rest is history, moved to ``data/archive/`` by
+``python -m workbench.results archive`` and still read from there.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from pathlib import Path
 from .provenance import ROOT, kernel_source_hash, kernels_changed_since
 
 DATA = ROOT / "data"
+ARCHIVE = "archive"  # data/archive/: the tables and logs no current result reads; history, read like data/ itself
 PEER_PROVIDERS = ("flashmla",)
 CONFIG_COLUMNS = ("BLOCK_H", "BLOCK_T", "num_warps", "num_stages", "PREFETCH")
 
@@ -54,11 +58,31 @@ def stale_flags(df):
     return flags
 
 
+def table_folders(data_dir: Path | str = DATA) -> list[Path]:
+    """Where a data folder's tables lie: the folder itself and its ``archive/`` (history, kept out of the way)."""
+    data_dir = Path(data_dir)
+    return [data_dir] + ([data_dir / ARCHIVE] if (data_dir / ARCHIVE).is_dir() else [])
+
+
+def find_table(name: str, data_dir: Path | str = DATA) -> Path:
+    """The path of a published file by its name, in ``data_dir`` or its ``archive/``."""
+    for folder in table_folders(data_dir):
+        if (folder / name).exists():
+            return folder / name
+    raise FileNotFoundError(f"no {name} in {data_dir} or its {ARCHIVE}/")
+
+
+def _tables(data_dir, pattern: str) -> list[Path]:
+    """The files matching ``pattern`` in ``data_dir`` and its archive, by name (where one lies does not matter)."""
+    return sorted((p for folder in table_folders(data_dir) for p in folder.glob(pattern)), key=lambda p: p.name)
+
+
 def load_bench(paths=None, data_dir: Path | str = DATA):
-    """Every bench table (``bench_*.csv`` except fits) concatenated, with flat config columns and ``stale``."""
+    """Every bench table (``bench_*.csv`` except fits) of ``data_dir`` and its ``archive/`` concatenated, with flat
+    config columns and ``stale``; ``source`` is the file's name wherever it lies."""
     import pandas as pd
     if paths is None:
-        paths = sorted(p for p in Path(data_dir).glob("bench_*.csv") if not p.name.endswith(".fit.csv"))
+        paths = [p for p in _tables(data_dir, "bench_*.csv") if not p.name.endswith(".fit.csv")]
     frames = []
     for p in paths:
         f = pd.read_csv(p)
@@ -83,14 +107,20 @@ def load_bench(paths=None, data_dir: Path | str = DATA):
     return apply_errata(df, Path(data_dir) / ERRATA)
 
 
+def _sweep_of(df):
+    import pandas as pd
+    return df["sweep"].fillna("(none)") if "sweep" in df.columns else pd.Series("(none)", index=df.index)
+
+
 def current_tables(df=None, data_dir: Path | str = DATA):
     """Which bench table is current for each sweep: the newest (by its rows' date) whose rows of registered
-    kernels are all fresh (:func:`stale_flags`), else the newest. One row per sweep: sweep, source, date, git_commit, rows, stale
-    (True: no fresh table of that sweep exists; measure it again). Notebooks and figures take a sweep's current
-    numbers from here (``current_rows``); the other tables are history."""
+    kernels are all fresh (:func:`stale_flags`), else the newest. One row per sweep: sweep, source, date, git_commit,
+    rows, stale (True: no fresh table of that sweep exists; measure it again). This is the one rule: notebooks and
+    figures take a sweep's current numbers through it (``current_rows``, ``is_current``); the other tables are
+    history (notebook 05's ladder reads them)."""
     import pandas as pd
     df = load_bench(data_dir=data_dir) if df is None else df
-    if "sweep" not in df.columns:
+    if not len(df):
         return pd.DataFrame(columns=["sweep", "source", "date", "git_commit", "rows", "stale"])
     from . import registry
     # the rows that can vouch: our kernels that still exist (a peer's rows are never stale; a removed rung's
@@ -98,10 +128,10 @@ def current_tables(df=None, data_dir: Path | str = DATA):
     kernel = df["kernel"] if "kernel" in df.columns else df["provider"]
     ours = df[~df["provider"].isin(PEER_PROVIDERS) & kernel.isin(registry.names())]
     out = []
-    for sweep, rows in df.groupby(df["sweep"].fillna("(none)")):
+    for sweep, rows in df.groupby(_sweep_of(df)):
         tables = []
         for source, t in rows.groupby("source"):
-            mine = ours[ours.source == source]
+            mine = ours[(ours.source == source) & (_sweep_of(ours) == sweep)]
             tables.append(dict(sweep=sweep, source=source, date=str(t["date"].max()),
                                git_commit=str(t["git_commit"].iloc[0]), rows=len(t),
                                stale=mine.empty or bool(mine["stale"].fillna(True).astype(bool).any())))
@@ -111,14 +141,30 @@ def current_tables(df=None, data_dir: Path | str = DATA):
     return pd.DataFrame(out).sort_values("sweep").reset_index(drop=True)
 
 
-def current_rows(sweep: str, df=None, data_dir: Path | str = DATA):
-    """The rows of ``sweep``'s current table (:func:`current_tables`)."""
-    df = load_bench(data_dir=data_dir) if df is None else df
+def is_current(df):
+    """Per row of ``df`` (bench rows, whole tables): True when it belongs to its sweep's current table
+    (:func:`current_tables` of ``df``)."""
+    import pandas as pd
+    if not len(df):
+        return pd.Series(False, index=df.index, dtype=bool)
     cur = current_tables(df)
-    pick = cur[cur.sweep == sweep]
-    if pick.empty:
-        raise KeyError(f"no bench table of sweep {sweep!r} in data/; sweeps with tables: {sorted(cur.sweep)}")
-    return df[df.source == pick.source.iloc[0]]
+    return pd.Series(list(zip(_sweep_of(df), df["source"])), index=df.index).isin(
+        set(zip(cur.sweep, cur.source)))
+
+
+def current_rows(sweep=None, df=None, data_dir: Path | str = DATA):
+    """The rows of the current table (:func:`current_tables`) of ``sweep`` (a name), of each of several sweeps (a
+    list: those that have a table), or of every sweep (None). Only that sweep's rows of a table that holds several.
+    A single sweep with no table is a KeyError."""
+    df = load_bench(data_dir=data_dir) if df is None else df
+    keep = is_current(df)
+    if sweep is None:
+        return df[keep]
+    names = [sweep] if isinstance(sweep, str) else list(sweep)
+    if isinstance(sweep, str) and not (_sweep_of(df) == sweep).any():
+        raise KeyError(f"no bench table of sweep {sweep!r} in data/; sweeps with tables: "
+                       f"{sorted(set(_sweep_of(df)))}")
+    return df[keep & _sweep_of(df).isin(names)]
 
 
 ERRATA = "errata.csv"  # corrections to published rows; the tables themselves are never rewritten
@@ -155,7 +201,8 @@ def apply_errata(df, path: Path):
 
 
 def load_correctness(data_dir: Path | str = DATA, name: str | None = None):
-    """One GPU correctness table (``correctness_*.csv``): the newest by default, or the file ``name``.
+    """One GPU correctness table (``correctness_*.csv``, in ``data_dir`` or its ``archive/``): the newest by
+    default, or the file ``name``.
 
     Newest means the latest ``date`` in the table (its run time), then the latest file name; the
     old undated ``correctness_h200.csv`` stays readable with ``name="correctness_h200.csv"``. The
@@ -164,9 +211,9 @@ def load_correctness(data_dir: Path | str = DATA, name: str | None = None):
     import pandas as pd
     data_dir = Path(data_dir)
     if name is not None:
-        path = data_dir / name
+        path = find_table(name, data_dir)
     else:
-        paths = sorted(p for p in data_dir.glob("correctness_*.csv") if not p.name.endswith(".meta.csv"))
+        paths = [p for p in _tables(data_dir, "correctness_*.csv") if not p.name.endswith(".meta.csv")]
         if not paths:
             raise FileNotFoundError(f"no correctness_*.csv table in {data_dir}")
 
@@ -230,9 +277,9 @@ def _sanitizer_log_row(path: Path, kernels) -> dict | None:
 
 
 def load_sanitizer(data_dir: Path | str = DATA):
-    """Every compute-sanitizer log of ``data/sanitizer_*/`` (``sanitizer_<kernel>.log`` is memcheck's,
-    ``racecheck_<kernel>.log`` and ``synccheck_<kernel>.log`` the other tools'; a suffix after the kernel is the
-    case's extra arguments, ``args``) as one row each: the tool's error count (racecheck: its reported hazards, as
+    """Every compute-sanitizer log of ``data/sanitizer_*/`` and ``data/archive/sanitizer_*/``
+    (``sanitizer_<kernel>.log`` is memcheck's, ``racecheck_<kernel>.log`` and ``synccheck_<kernel>.log`` the other
+    tools'; a suffix after the kernel is the case's extra arguments, ``args``) as one row each: the tool's error count (racecheck: its reported hazards, as
     errors and warnings; None where the log has no summary, e.g. a timed-out run), the case and whether its output
     passed the check against the reference, the folder and its provenance (``sanitizer.meta.json`` where present)
     and ``stale``. Logs of anything but a registered kernel (the protocol probes) are left out."""
@@ -242,7 +289,7 @@ def load_sanitizer(data_dir: Path | str = DATA):
 
     kernels = kernel_names_ever(data_dir)
     rows = []
-    for folder in sorted(Path(data_dir).glob("sanitizer_*")):
+    for folder in _tables(data_dir, "sanitizer_*"):
         if not folder.is_dir():
             continue
         meta = json.loads((folder / SANITIZER_META).read_text()) if (folder / SANITIZER_META).exists() else {}
@@ -266,3 +313,106 @@ def sanitizer_summary(df):
     # whole rows: a newest log without a summary stays NaN (groupby.last would fill it from an older folder)
     return plain.drop_duplicates(["kernel", "tool"], keep="last").sort_values(["kernel", "tool"]).reset_index(
         drop=True)[["kernel", "tool", "folder", "errors", "warnings", "case_passed", "stale"]]
+
+
+# ----------------------------------------------------------------------------- what data/ holds
+
+README = "README.md"
+README_BEGIN = "<!-- current tables: written by `python -m workbench.results readme`; do not edit by hand -->"
+README_END = "<!-- end of current tables -->"
+
+
+def _companions(table: Path) -> list[Path]:
+    """A table and the files published beside it (``.meta.json``, ``.fit.csv``)."""
+    return [p for p in (table, table.with_name(table.stem + ".meta.json"), table.with_name(table.stem + ".fit.csv"))
+            if p.exists()]
+
+
+def superseded(data_dir: Path | str = DATA, bench=None) -> list[Path]:
+    """What in ``data_dir`` itself (not its archive) no current result reads, to move to ``archive/``: the bench
+    tables that are no sweep's current table (:func:`current_tables`) with their ``.meta.json`` and ``.fit.csv``, the
+    correctness tables but the one :func:`load_correctness` reads, and the sanitizer folders none of whose logs
+    :func:`sanitizer_summary` reads, unless a README.md explains something in them (loose logs beside the folders
+    too). ``bench``: :func:`load_bench`'s frame, when the caller has it."""
+    data_dir = Path(data_dir)
+    bench = load_bench(data_dir=data_dir) if bench is None else bench
+    current = set(current_tables(bench).source)
+    out = []
+    for p in sorted(data_dir.glob("bench_*.csv")):
+        if not p.name.endswith(".fit.csv") and p.name not in current:
+            out += _companions(p)
+    correctness = [p for p in data_dir.glob("correctness_*.csv") if not p.name.endswith(".meta.csv")]
+    if correctness:
+        keep = load_correctness(data_dir).source.iloc[0]
+        out += [q for p in sorted(correctness) if p.name != keep for q in _companions(p)]
+    read = set(sanitizer_summary(load_sanitizer(data_dir)).folder)
+    out += [p for p in sorted(data_dir.glob("sanitizer_*"))
+            if (p.is_dir() and p.name not in read and not (p / README).exists()) or p.suffix == ".log"]
+    return out
+
+
+def archive_superseded(data_dir: Path | str = DATA, dry_run: bool = False) -> list[Path]:
+    """Move :func:`superseded` files into ``data_dir/archive/`` (``git mv`` where git tracks them), where
+    :func:`load_bench`, :func:`load_correctness` and :func:`load_sanitizer` still read them. Returns what moved."""
+    import subprocess
+    data_dir = Path(data_dir)
+    moving = superseded(data_dir)
+    if dry_run or not moving:
+        return moving
+    (data_dir / ARCHIVE).mkdir(exist_ok=True)
+    for p in moving:
+        dest = data_dir / ARCHIVE / p.name
+        if dest.exists():
+            raise FileExistsError(f"{dest} exists already: an archived file is never replaced")
+        tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(p)], cwd=data_dir, capture_output=True)
+        if tracked.returncode == 0:
+            subprocess.run(["git", "mv", str(p), str(dest)], cwd=data_dir, check=True)
+        else:
+            p.rename(dest)
+    return moving
+
+
+def readme_section(bench=None, data_dir: Path | str = DATA) -> str:
+    """data/README.md's list of the current tables, between its markers, from :func:`current_tables`."""
+    cur = current_tables(load_bench(data_dir=data_dir) if bench is None else bench)
+    lines = [README_BEGIN, "", "| sweep | current table | measured | commit | rows |", "|---|---|---|---|---|"]
+    for r in cur.itertuples():
+        lines.append(f"| {r.sweep} | `{r.source}` | {str(r.date)[:16].replace('T', ' ')} | {str(r.git_commit)[:7]} "
+                     f"| {r.rows} |")
+    return "\n".join(lines + ["", README_END])
+
+
+def write_readme(data_dir: Path | str = DATA, bench=None) -> Path:
+    """Rewrite the generated part of ``data_dir/README.md`` (between its markers) from :func:`readme_section`."""
+    path = Path(data_dir) / README
+    text = path.read_text()
+    if README_BEGIN not in text or README_END not in text:
+        raise ValueError(f"{path} has no generated section (the markers {README_BEGIN!r} ... {README_END!r})")
+    head, rest = text.split(README_BEGIN, 1)
+    tail = rest.split(README_END, 1)[1]
+    path.write_text(head + readme_section(bench, data_dir) + tail)
+    return path
+
+
+def _main(argv=None) -> int:
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m workbench.results",
+                                description="data/: list its current tables, move what is superseded to archive/")
+    p.add_argument("what", choices=["current", "archive", "readme"],
+                   help="current: print current_tables(); archive: move superseded files to data/archive/ (git mv); "
+                        "readme: rewrite data/README.md's list of current tables")
+    p.add_argument("--data-dir", default=str(DATA))
+    p.add_argument("--dry-run", action="store_true", help="archive: only print what would move")
+    a = p.parse_args(argv)
+    if a.what == "current":
+        print(current_tables(data_dir=a.data_dir).to_string())
+    elif a.what == "archive":
+        for path in archive_superseded(a.data_dir, dry_run=a.dry_run):
+            print(("would move " if a.dry_run else "moved ") + path.name)
+    else:
+        print(f"wrote {write_readme(a.data_dir)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
