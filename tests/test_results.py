@@ -136,6 +136,26 @@ def test_archive_moves_what_no_current_result_reads_and_changes_no_row(tmp_path)
     assert results.sanitizer_summary(results.load_sanitizer(tmp_path)).folder.tolist() == ["sanitizer_x_20261202-0000"]
 
 
+def test_an_archived_committed_table_still_loads_by_name():
+    """A history table (named by data/rungs.csv and data/errata.csv) lies in data/archive/ and loads as itself."""
+    path = results.find_table("bench_h200_20261201-1102_ladder.csv")
+    assert path.parent == DATA / results.ARCHIVE
+    df = results.load_bench([path], data_dir=DATA)
+    assert set(df.source) == {path.name} and (df.erratum != "").all()
+
+
+@pytest.mark.slow
+def test_data_readme_lists_the_current_tables_and_they_lie_in_data():
+    """data/README.md's list is current_tables() of the committed data (after publishing: `python -m
+    workbench.results readme`, and `... archive` to move what the new table superseded)."""
+    bench = results.load_bench()
+    text = (DATA / results.README).read_text()
+    assert results.readme_section(bench) in text, (
+        "data/README.md's list of current tables is out of date: run .venv/bin/python -m workbench.results readme")
+    for source in results.current_tables(bench).source:
+        assert (DATA / source).is_file(), f"{source} is current: it belongs in data/, not data/archive/"
+
+
 # ----------------------------------------------------------------------------------------------- notebook 04
 @pytest.mark.slow
 def test_notebook_04_reads_only_the_current_tables(tmp_path):
