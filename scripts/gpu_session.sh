@@ -7,7 +7,8 @@
 #   SKIP_CHECK=1 / SKIP_PYTEST_GPU=1 / SKIP_SANITIZE=1 / SKIP_BENCH=1 leave a part out (to fit the 10-minute limit
 #   of one call); the pytest step (TRITON_INTERPRET=0 pytest -m gpu: the GPU checks as tests, and every other
 #   gpu-marked test) writes the same correctness table as check, as $OUT/correctness_h200_pytest.csv;
-#   CHECK_IMPLS="a b" limits the correctness table to those kernels (and any "auto" named);
+#   CHECK_IMPLS="a b" limits the correctness table to those kernels (and any "auto" named); CHECK_JOBS=N checks
+#   them in N processes at once (the check is bound by one core's compiling) and merges their rows into one table;
 #   SANITIZE_IMPLS="a b" limits compute-sanitizer to those kernels (default: every checked kernel);
 #   RACECHECK_IMPLS="a b" / SYNCCHECK_IMPLS="a b" also run compute-sanitizer racecheck / synccheck on those kernels'
 #   sanitizer case; SANITIZE_ARGS adds arguments to each `check --sanitize` (e.g. "--case ID --combine serial") and
@@ -36,7 +37,34 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 rc=0
 # --force on check and bench: $OUT collects every step's files, and tee has made each step's log there first
-if [ "${SKIP_CHECK:-0}" != 1 ]; then
+if [ "${SKIP_CHECK:-0}" != 1 ] && [ "${CHECK_JOBS:-1}" -gt 1 ]; then
+  # the check is compile-bound (one core): CHECK_JOBS processes, each with every CHECK_JOBS-th kernel (auto with the
+  # first), then one table of all their rows (correctness_h200.csv, as one process writes it)
+  impls=(${CHECK_IMPLS:-$(python3 -c "from workbench.gpu_check import case_impls; print(*case_impls())")})
+  pids=()
+  for ((j = 0; j < CHECK_JOBS; j++)); do
+    part=(); for ((i = j; i < ${#impls[@]}; i += CHECK_JOBS)); do part+=("${impls[i]}"); done
+    [ ${#part[@]} -eq 0 ] && continue
+    python3 -m workbench check --out "$OUT/check_part$j" --force --impls "${part[@]}" \
+      > "$OUT/check_part$j.log" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; rc=$((rc | $?)); done
+  tail -n 3 "$OUT"/check_part*.log
+  python3 - "$OUT" <<'PY' || rc=1
+import glob, shutil, sys
+import pandas as pd
+out = sys.argv[1]
+parts = sorted(glob.glob(f"{out}/check_part*/correctness_h200*.csv"))
+table = pd.concat([pd.read_csv(p) for p in parts if not p.endswith(".partial.csv")], ignore_index=True)
+table.to_csv(f"{out}/correctness_h200.csv", index=False)
+meta = sorted(glob.glob(f"{out}/check_part*/correctness_h200.meta.json"))
+if meta:
+    shutil.copy(meta[0], f"{out}/correctness_h200.meta.json")
+print(f"correctness_h200.csv: {len(table)} rows from {len(parts)} processes; passed {int(table.passed.sum())}, "
+      f"failed {int((~table.passed.astype(bool)).sum())}")
+PY
+elif [ "${SKIP_CHECK:-0}" != 1 ]; then
   python3 -m workbench check --out "$OUT" --force ${CHECK_IMPLS:+--impls $CHECK_IMPLS} 2>&1 | tee "$OUT/check.log" | grep -v "it/s\]" ; rc=$((rc | PIPESTATUS[0]))
 fi
 if [ "${SKIP_PYTEST_GPU:-0}" != 1 ]; then

@@ -199,7 +199,7 @@ def stub(args):
     def us(fn, n=args.calls_cpu):
         return min(timeit.repeat(fn, number=n, repeat=9, timer=time.process_time)) / n * 1e6
 
-    plan_mod.make_plan = make_plan_stubbed
+    decode.use_plan_maker(make_plan_stubbed)  # the plain path's misses plan through decode's plan maker
     plans = decode.PLAIN_PLANS
     print(f"host-side us per call on the CPU (process time, min of 9 repeats), C launch stubbed, impl={impl}")
     print(f"{'case':30} {'key+lookup':>10} {'alloc':>7} {'launches':>9} {'plain hit':>10} {'plan chk':>9} "

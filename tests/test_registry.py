@@ -4,7 +4,7 @@ import torch
 import triton
 
 import workbench as wb
-from workbench import registry
+from workbench import bench, registry
 from workbench.kernels import mma as mma_mod
 from workbench.kernels import tile512 as tile512_mod
 from workbench.kernels.tuning import target_override
@@ -124,3 +124,20 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=128, tokens=512) == "wgmma_f16"  # not measured there
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (12, 0))
     assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "tile512"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "portable_ws"  # sm_120: no wgmma
+    assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "portable_ws"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4097) == "tile512"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 2048) == "tile512"
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (8, 9))  # no warp specialisation
+    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "tile512"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "tile512"
+
+
+def test_auto_portable_provider_records_what_auto_runs_without_wgmma():
+    from workbench.sweeps import BenchShape, sweep_shapes
+    assert "auto_portable" in bench.provider_names()
+    assert bench.kernel_of("auto_portable", BenchShape(64, 16, 2048)) == "portable_ws"
+    assert bench.kernel_of("auto_portable", BenchShape(64, 128, 2048)) == "tile512"
+    assert bench.kernel_of("auto_portable", BenchShape(64, 16, 128, extra_topk=512)) == "portable_ws"
+    for sweep in ("headline", "ladder", "crossover"):
+        assert all("auto_portable" in provs for _, provs, _, _ in sweep_shapes(sweep)), sweep

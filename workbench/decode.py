@@ -122,8 +122,10 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     sm_scale: a positive real (Python or numpy scalar, or 0-dim tensor); default 512**-0.5.
     impl: "auto" (default: the fastest kernel that passes every GPU check for this device and call size; on
     sm_90 an f16 Gluon rung, "wgmma_f16_2cta" at 17-64 heads up to 4096 selected tokens, the warp-specialised
-    "wgmma_ws" at <= 16 heads from 65536 up, else "wgmma_f16"; otherwise "tile512"; see registry.auto_kernel), any
-    registered kernel (``workbench.registry.decode_impls()``: the seed's "mma", the portable "tile512", the bf16
+    "wgmma_ws" at <= 16 heads from 65536 up, else "wgmma_f16"; on sm_100/sm_120 the portable warp-specialised
+    "portable_ws" at <= 16 heads or small calls; otherwise "tile512"; see registry.auto_kernel), any
+    registered kernel (``workbench.registry.decode_impls()``: the seed's "mma", the portable "tile512" and
+    "portable_ws" (mma.sync, no wgmma), the bf16
     Hopper rung "wgmma_xchg", the f16 rungs "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws" (exact on every cache:
     outside their f16 window a split runs again in bf16, see gluon_common.F16_MIN_SCALE_BYTE), the per-head
     "simt"; the ladder's removed rungs are in data/rungs.csv), or "reference".

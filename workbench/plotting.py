@@ -23,13 +23,16 @@ PROVIDER_LABELS = {
     "mma": "seed MMA kernel",
     "flashmla": "FlashMLA",
     "gather": "gather floor (reads the bytes, no math)",
+    "gather_async": "gather floor, cp.async (the deepest load path)",
+    "auto_portable": "portable default (what auto runs without wgmma)",
     "simt": "per-head SIMT kernel",
     "reference": "PyTorch reference",
 }
 PROVIDER_ORDER = list(PROVIDER_LABELS)
 PROVIDER_COLORS = {"auto": "#0072B2", "mma": "#56B4E9", "flashmla": "#E69F00", "gather": "#4D4D4D", "simt": "#009E73",
-                   "reference": "#CC79A7"}
-PROVIDER_STYLE = {"gather": dict(linestyle=":", marker="s"), "auto": dict(marker="D", markersize=7)}
+                   "reference": "#CC79A7", "gather_async": "#000000", "auto_portable": "#D55E00"}
+PROVIDER_STYLE = {"gather": dict(linestyle=":", marker="s"), "gather_async": dict(linestyle="--", marker="v"),
+                  "auto": dict(marker="D", markersize=7)}
 # The default kernel: provider "auto" (registry.auto_kernel: a Gluon rung on sm_90). Tables before 81746ba time the
 # seed as provider "mma"; the figures call that "seed MMA kernel", never the default.
 DEFAULT_PROVIDER = "auto"

@@ -11,6 +11,7 @@ setup happens in ``prepare``, outside the timed region. A provider that cannot r
   "+serial"): :class:`CombineLaunchProvider`;
 - the default decode as the torch op inside a ``torch.compile(fullgraph=True)`` module ("auto+compiled"):
   :class:`CompiledOpProvider`;
+- what "auto" runs on a GPU without wgmma, run here ("auto_portable"): :class:`AutoPortableProvider`;
 - every probe (the gather floor): :class:`ProbeProvider`;
 - the host's floor for a call of one or two launches ("launch_floor", "launch_floor2"): empty kernels launched
   the way a plan launches, :class:`LaunchFloorProvider`;
@@ -85,6 +86,31 @@ class WorkbenchProvider:
         if self.name == "reference" and config is not None:
             raise Skip("the reference takes no kernel config")
         return lambda: sparse_mla_decode(**kw, impl=self.name, config=config)
+
+
+AUTO_PORTABLE = "auto_portable"
+PORTABLE_PROXY = "sm_120"  # the GPU without wgmma whose "auto" the auto_portable provider runs
+
+
+class AutoPortableProvider(WorkbenchProvider):
+    """What "auto" would run on a GPU without wgmma (``registry.auto_kernel`` for sm_120), run here by name: on the
+    H200 its rows are the proxy time of the portable default. Its rows record that kernel, as auto's do."""
+
+    def __init__(self):
+        super().__init__(AUTO_PORTABLE)
+
+    def prepare(self, kw: dict, config=None):
+        q = kw["q"]
+        b, s_q, h, _ = q.shape
+        tokens = b * s_q * (kw["indices"].shape[-1] + (kw["extra_indices"].shape[-1]
+                                                        if kw.get("extra_indices") is not None else 0))
+        impl = portable_impl(heads=h, tokens=tokens)
+        return lambda: sparse_mla_decode(**kw, impl=impl, config=config)
+
+
+def portable_impl(*, heads: int, tokens: int) -> str:
+    from . import registry
+    return registry.auto_kernel(PORTABLE_PROXY, heads=heads, tokens=tokens)
 
 
 PLAN = "+plan"  # suffix of a decode provider that launches through a plan
@@ -289,7 +315,7 @@ def provider_names() -> tuple[str, ...]:
     launch forced ("auto+pdl", "auto+serial"; also any decode that asks for PDL), and the default decode with one
     stage left out ("auto~no_loads", ...: workbench.isolate; also any Gluon rung)."""
     from . import registry
-    return (registry.names() + ("flashmla", "auto" + PLAN, "auto" + COMPILED, *LAUNCH_FLOORS)
+    return (registry.names() + ("flashmla", AUTO_PORTABLE, "auto" + PLAN, "auto" + COMPILED, *LAUNCH_FLOORS)
             + tuple("auto" + s for s in COMBINE_LAUNCH) + isolate.provider_names("auto"))
 
 
@@ -302,6 +328,8 @@ def make_provider(name: str):
         return ProbeProvider(name)
     if name in LAUNCH_FLOORS:
         return LaunchFloorProvider(name)
+    if name == AUTO_PORTABLE:
+        return AutoPortableProvider()
     if name in registry.decode_impls():
         return WorkbenchProvider(name)
     if name.endswith(PLAN) and name[: -len(PLAN)] in registry.decode_impls():
@@ -331,6 +359,8 @@ def kernel_of(provider: str, shape) -> str:
     """The kernel a provider runs on this shape (a :class:`workbench.sweeps.BenchShape`) here: "auto" is
     recorded as what it resolved to (with or without a plan)."""
     provider = base_impl(provider)
+    if provider == AUTO_PORTABLE:
+        return portable_impl(heads=shape.heads, tokens=shape.batch * shape.s_q * (shape.topk + shape.extra_topk))
     if provider != "auto":
         return provider
     from . import registry

@@ -47,17 +47,31 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
 
     On sm_90: "wgmma_f16_2cta" at 17-64 heads up to TWO_BLOCK_MAX_TOKENS_H64 selected tokens (64-head groups
     leave most SMs idle there), "wgmma_ws" at <= 16 heads from WS_MIN_TOKENS_H16 up, else "wgmma_f16"; any other
-    GPU: the portable "tile512". Why: the crossover sweep picks within 2% of the fastest kept rung at its shapes
+    GPU: :func:`portable_kernel`. Why: the crossover sweep picks within 2% of the fastest kept rung at its shapes
     (data/bench_h200_20261201-2341_crossover.csv; the history of the rule: docs/decisions.md). ``tokens`` is the
     call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
-        return "tile512"
+        return portable_kernel(capability, heads=heads, tokens=tokens)
     if 16 < heads <= 64 and tokens <= TWO_BLOCK_MAX_TOKENS_H64:
         return "wgmma_f16_2cta"
     if heads <= 16 and tokens >= WS_MIN_TOKENS_H16:
         return "wgmma_ws"
     return "wgmma_f16"
+
+
+PORTABLE_CAPABILITIES = ("sm_100", "sm_103", "sm_110", "sm_120", "sm_121")  # warp specialisation, no wgmma
+
+
+def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
+    """What "auto" runs off sm_90: "portable_ws" on a GPU that can run it (warp specialisation needs register
+    reallocation, sm_90 and newer; ``PORTABLE_CAPABILITIES``) at <= 16 heads, or at any head count up to
+    TWO_BLOCK_MAX_TOKENS_H64 selected tokens; else "tile512". Why: on the H200 (the proxy) portable_ws's 16-head
+    groups beat tile512 at b64 h16 topk2048 and at b1 h64 topk512 and lose at b64 h64 and h128 (the crossover
+    sweep's portable_ws and auto_portable rows)."""
+    if capability not in PORTABLE_CAPABILITIES:
+        return "tile512"
+    return "portable_ws" if heads <= 16 or tokens <= TWO_BLOCK_MAX_TOKENS_H64 else "tile512"
 
 
 def resolve(impl: str, device, *, heads: int, tokens: int) -> str:

@@ -50,9 +50,10 @@ HEADS = (16, 32, 64, 128)
 OVERHEAD_SHAPES = (BenchShape(1, 64, 512), BenchShape(64, 16, 2048))
 OVERHEAD_PROVIDERS = ("auto", "auto+plan", "auto+compiled", "flashmla", "launch_floor", "launch_floor2")
 OVERHEAD_MODES = ("eager", "eager_idle", "graph", "overhead")
-# the rungs auto chooses among (registry.auto_kernel), the fastest bf16 Gluon rung and the best Triton one, timed at
+# the rungs auto chooses among on sm_90 and off it (registry.auto_kernel; auto_portable: what it runs without wgmma),
+# the fastest bf16 Gluon rung and the best Triton one, timed at
 # small and mid calls
-CROSSOVER_PROVIDERS = ("tile512", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws")
+CROSSOVER_PROVIDERS = ("tile512", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "portable_ws", "auto_portable")
 # The combine as a programmatic dependent launch or an ordinary one (decode.combine_pdl), for the default kernel:
 # the headline shapes and b32 h16 topk2048 (1-8 splits a row), b8 h16 and h64 topk2048 (16), and b2, b4 h64
 # topk2048 (32 splits a row)
@@ -98,7 +99,7 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
         return plan + [(BenchShape(1, 64, 512), fast, ("graph",), None)]
     if name == "ladder":  # every rung beside FlashMLA and the gather floor, at the headline shapes
         from . import registry
-        provs = tuple(r.name for r in registry.rungs()) + ("flashmla",) + registry.names("probe")
+        provs = tuple(r.name for r in registry.rungs()) + ("auto_portable", "flashmla") + registry.names("probe")
         return [(shape, provs, ("graph",), None) for shape in HEADLINE]
     if name == "forced":  # the configs the autotuner chooses among, each forced, to check its choice
         plan = []
@@ -121,8 +122,9 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
         provs = ("auto",) + provider_names("auto") + ("flashmla",) + FLOOR_PROBES
         return [(shape, provs, ("graph",), None) for shape in HEADLINE]
     if name == "headline":
-        return [(BenchShape(64, h, 2048), fast, ("eager", "graph"), None) for h in (16, 64, 128)] + \
-               [(BenchShape(1, 64, 512), fast, ("eager", "graph"), None)]
+        head = fast + ("auto_portable",)  # beside the default: what auto runs on a GPU without wgmma (issue 24)
+        return [(BenchShape(64, h, 2048), head, ("eager", "graph"), None) for h in (16, 64, 128)] + \
+               [(BenchShape(1, 64, 512), head, ("eager", "graph"), None)]
     if name == "overhead":  # host cost per call (eager_idle minus graph), every provider timed in one run
         return [(shape, OVERHEAD_PROVIDERS, OVERHEAD_MODES, None) for shape in OVERHEAD_SHAPES]
     if name == "all":

@@ -1,8 +1,8 @@
 """The built-in kernels, registered once each. A new variant adds one module and one entry here.
 
 Only the kernels that serve a purpose today are registered: the per-head "before" (simt), the seed (mma), the
-portable default off Hopper (tile512), the fastest bf16 Hopper rung (wgmma_xchg), the f16 rungs "auto" runs
-(registry.auto_kernel), the gather probe and the reference. Every rung that was ever registered, with the commit
+portable kernels off Hopper (tile512, and portable_ws where warp specialisation runs), the fastest bf16 Hopper rung
+(wgmma_xchg), the f16 rungs "auto" runs (registry.auto_kernel), the two gather probes and the reference. Every rung that was ever registered, with the commit
 that still runs it and the tables that hold its measured rows, is in data/rungs.csv.
 """
 from __future__ import annotations
