@@ -651,7 +651,7 @@ def test_default_kernel_labels():
     assert "auto" in P.PROVIDER_ORDER and "auto" in P.PROVIDER_COLORS
 
 
-def test_ladder_figure_draws_every_rung_and_both_reference_lines(bench):
+def test_ladder_figure_draws_every_rung_and_the_reference_lines(bench):
     times, rungs = _ladder_times(bench)
     fig = P.fig_ladder(times, [("h16", "b64 h16")], rungs, default="wgmma")
     ax = fig.axes[0]
@@ -659,10 +659,13 @@ def test_ladder_figure_draws_every_rung_and_both_reference_lines(bench):
     measured = [r for r in rungs if r in set(times[times.panel == "h16"].kernel)]
     assert measured and len([p for p in ax.patches if p.get_height() > 0]) == len(measured)
     ys = sorted(round(float(ln.get_ydata()[0]), 3) for ln in ax.get_lines())
-    ref = times[(times.panel == "h16") & times.kernel.isin(["flashmla", "gather"])].median_us
-    assert ys == sorted(round(float(v), 3) for v in ref)
+    # FlashMLA and every floor probe the table timed (gather, and gather_async from its first run on)
+    ref = times[(times.panel == "h16") & times.kernel.isin(["flashmla", *P.LADDER_FLOORS])].median_us
+    assert len(ref) >= 2 and ys == sorted(round(float(v), 3) for v in ref)
     labels = [t.get_text() for lg in fig.legends for t in lg.get_texts()]
     assert any("'auto' runs" in t for t in labels) and any(P.PROVIDER_LABELS["gather"] in t for t in labels)
+    drawn = set(times.kernel) & set(P.LADDER_FLOORS)
+    assert all(any(P.PROVIDER_LABELS[f] in t for t in labels) for f in drawn)
 
 
 def test_same_run_times_prefers_auto_and_takes_peers_from_its_table(bench):
@@ -713,7 +716,9 @@ def test_overhead_figure_draws_a_bar_per_provider_and_shape(tmp_path):
         assert any(t.get_text() == "n/a" for t in ax.texts), "auto+plan has no b1 row: marked, not dropped"
         names = [t.get_text() for t in fig.legends[0].get_texts()]
         assert names[:3] == [P.PROVIDER_LABELS["auto"], "workbench default through a plan (auto+plan)", "FlashMLA"]
-        assert "25 us" in names[-1] and ax.get_ylim()[0] < -2.0
+        assert names[-2:] == ["goal for a plain call (15 us)", "goal for a call through a plan (10 us)"]
+        assert sorted(round(ln.get_ydata()[0], 3) for ln in ax.get_lines() if ln.get_color() == "#B00020") == [10, 15]
+        assert ax.get_ylim()[0] < -2.0
         paths = P.save_figure(fig, "overhead", tmp_path / run, title="host overhead", note="Measured at commit x.")
         if run == "a":
             assert not legend_overlaps(fig) and not missing_labels(fig) and not text_layout_problems(fig)

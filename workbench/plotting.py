@@ -31,11 +31,12 @@ PROVIDER_LABELS = {
 PROVIDER_ORDER = list(PROVIDER_LABELS)
 PROVIDER_COLORS = {"auto": "#0072B2", "mma": "#56B4E9", "flashmla": "#E69F00", "gather": "#4D4D4D", "simt": "#009E73",
                    "reference": "#CC79A7", "gather_async": "#000000", "auto_portable": "#D55E00"}
-PROVIDER_STYLE = {"gather": dict(linestyle=":", marker="s"), "gather_async": dict(linestyle="--", marker="v"),
+PROVIDER_STYLE = {"gather": dict(linestyle=":", marker="s"), "gather_async": dict(linestyle="-.", marker="v"),
                   "auto": dict(marker="D", markersize=7)}
 # The default kernel: provider "auto" (registry.auto_kernel: a Gluon rung on sm_90). Tables before 81746ba time the
 # seed as provider "mma"; the figures call that "seed MMA kernel", never the default.
 DEFAULT_PROVIDER = "auto"
+LADDER_FLOORS = ("gather", "gather_async")  # the floor probes the ladder figures draw as lines, where timed
 DEFAULT_FALLBACK = ("wgmma",)  # what "auto" ran on the H200 before the 4-lane rungs, timed by name in old tables
 # One colour per kernel (optimisation-ladder rungs and the correctness tables' impl column).
 KERNEL_COLORS = {"mma": "#56B4E9", "tile512": "#D55E00", "tile512_bf16dq": "#CC79A7", "tile512_3d": "#8C6D31",
@@ -639,10 +640,10 @@ def same_run_times(ok, *, batch, heads, topk, extra_topk=0, mode="graph", ours=(
 
 
 def fig_ladder(times, panels, rungs, *, default=None, labels=None):
-    """Time per optimisation-ladder rung (bars), one panel per shape, FlashMLA and the gather floor as lines.
+    """Time per optimisation-ladder rung (bars), one panel per shape, FlashMLA and the gather floors as lines.
 
-    times: rows with ``panel``, ``kernel`` and ``median_us`` (rungs, plus "flashmla" and "gather" as the
-    references); panels: (panel key, title) pairs; rungs: kernel names in ladder order; default: the rung
+    times: rows with ``panel``, ``kernel`` and ``median_us`` (rungs, plus "flashmla", "gather" and, where a table
+    has it, "gather_async" as the references); panels: (panel key, title) pairs; rungs: kernel names in ladder order; default: the rung
     the default kernel resolves to (drawn with a black edge), one name or {panel key: name} when it
     depends on the call's size; labels: kernel -> tick label.
     """
@@ -655,10 +656,12 @@ def fig_ladder(times, panels, rungs, *, default=None, labels=None):
     # at least 9 inches: the legend below fits on one line
     fig, axes = plt.subplots(1, len(panels), figsize=(max(3.6 * len(panels) + 0.6, 9.0), 4.6), squeeze=False)
     values = {}
+    lines = [("flashmla", "--")] + [(p, PROVIDER_STYLE[p]["linestyle"]) for p in LADDER_FLOORS
+                                    if p in set(times.kernel)]
     for ax, (key, title) in zip(axes[0], panels):
         default = per_panel.get(key)
         sub = times[times.panel == key].groupby("kernel").median_us.median()
-        fm, floor = sub.get("flashmla", np.nan), sub.get("gather", np.nan)
+        fm = sub.get("flashmla", np.nan)
         top = []
         values[ax] = []
         for i, k in enumerate(rungs):
@@ -673,9 +676,10 @@ def fig_ladder(times, panels, rungs, *, default=None, labels=None):
             values[ax].append(ax.text(i, v, txt, ha="center", va="bottom", rotation=90, fontsize=7, zorder=5,
                                       bbox=dict(facecolor="white", edgecolor="none", alpha=0.85, pad=0.6)))
             top.append(v)
-        for v, color, style in ((fm, PROVIDER_COLORS["flashmla"], "--"), (floor, PROVIDER_COLORS["gather"], ":")):
+        for name, style in lines:
+            v = sub.get(name, np.nan)
             if np.isfinite(v):
-                ax.axhline(v, color=color, linestyle=style, linewidth=1.6)
+                ax.axhline(v, color=PROVIDER_COLORS[name], linestyle=style, linewidth=1.6)
                 top.append(v)
         ax.set_ylim(0, max(top) * 1.05 if top else 1)
         ax.set_xticks(range(len(rungs)))
@@ -686,26 +690,29 @@ def fig_ladder(times, panels, rungs, *, default=None, labels=None):
         ax.set_ylabel("time per call (us)" if ax is axes[0][0] else "")
         ax.set_title(title, fontsize=10)
     # the tick labels name every rung, so the legend keeps to what they do not say
-    handles = [Patch(facecolor="white", edgecolor="k", linewidth=1.6),
-               Line2D([], [], color=PROVIDER_COLORS["flashmla"], linestyle="--", linewidth=1.6),
-               Line2D([], [], color=PROVIDER_COLORS["gather"], linestyle=":", linewidth=1.6)]
-    names = ["black edge: what 'auto' runs at that shape", PROVIDER_LABELS["flashmla"] + " (same run)",
-             PROVIDER_LABELS["gather"]]
+    handles = [Patch(facecolor="white", edgecolor="k", linewidth=1.6)] + [
+        Line2D([], [], color=PROVIDER_COLORS[name], linestyle=style, linewidth=1.6) for name, style in lines]
+    names = ["black edge: what 'auto' runs at that shape"] + [
+        PROVIDER_LABELS[name] + (" (same run)" if name == "flashmla" else "") for name, _ in lines]
     fig.tight_layout()
     room_for_labels(fig, values)
-    legend_below(fig, handles, names, ncol=len(names), title="above each bar: time in us (speed vs FlashMLA)",
-                 fontsize=9, title_fontsize=9)
+    legend_below(fig, handles, names, ncol=2 if len(names) > 3 else len(names),
+                 title="above each bar: time in us (speed vs FlashMLA)", fontsize=9, title_fontsize=9)
     return fig
 
 
-def fig_overhead(df, *, target_us: float | None = 25.0):
+OVERHEAD_BOUNDS = {"plain call": 15.0, "call through a plan": 10.0}  # us: the engine's goals for host overhead
+
+
+def fig_overhead(df, *, bounds: dict | None = None):
     """Host overhead per call: bars of eager_idle minus graph (median, whiskers p20-p80), a group per shape, a bar
-    per provider.
+    per provider, the launch floors (empty kernels launched as a plan launches them) beside the decodes.
 
     df: bench rows (``load_bench`` or ``bench.rows_frame``); only ok rows of mode "overhead" (the bench's
-    ``overhead`` sweep) are drawn, several rows of one provider and shape as their medians. target_us: issue 10's
-    bound for the plan path, drawn as a dashed line (None for none).
+    ``overhead`` sweep) are drawn, several rows of one provider and shape as their medians. bounds: name -> us,
+    each a dashed line (default OVERHEAD_BOUNDS; {} for none).
     """
+    bounds = OVERHEAD_BOUNDS if bounds is None else bounds
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -715,18 +722,21 @@ def fig_overhead(df, *, target_us: float | None = 25.0):
     keys = ["batch", "heads", "topk", "s_q", "extra_topk"]
     med = rows.groupby(keys + ["provider"])[["median_us", "p20_us", "p80_us"]].median()
     shapes = sorted({k[:-1] for k in med.index})
-    known = ["auto", "auto+plan", "flashmla"]
+    known = ["auto", "auto+plan", "auto+compiled", "flashmla", "launch_floor", "launch_floor2"]
     provs = [p for p in known if p in set(rows.provider)] + sorted(set(rows.provider) - set(known))
-    labels = {"auto+plan": "workbench default through a plan (auto+plan)"}
-    colors = {p: PROVIDER_COLORS.get(p.removesuffix("+plan"), "#999999") for p in provs}
-    hatches = {p: "//" if p.endswith("+plan") else None for p in provs}
+    labels = {"auto+plan": "workbench default through a plan (auto+plan)",
+              "auto+compiled": "the torch op in a compiled module (auto+compiled)",
+              "launch_floor": "host floor: one empty launch", "launch_floor2": "host floor: two empty launches"}
+    colors = {p: PROVIDER_COLORS.get(p.split("+")[0], "#999999") for p in provs}
+    colors.update({"launch_floor": "#BBBBBB", "launch_floor2": "#777777"})
+    hatches = {p: {"plan": "//", "compiled": ".."}.get(p.partition("+")[2]) for p in provs}
 
     def shape_label(b, h, k, sq, extra):
         return f"b{b} h{h} topk{k}" + (f" s_q{sq}" if sq != 1 else "") + (f" +{extra} extra" if extra else "")
     # at least 8 inches: the legend below, two names a line, fits the width
     fig, ax = plt.subplots(figsize=(max(8.0, 1.6 + 1.3 * len(shapes) * max(len(provs), 2) / 2), 4.3))
     width = 0.8 / len(provs)
-    lows, highs = [0.0], [target_us or 0.0]
+    lows, highs = [0.0], [max(bounds.values(), default=0.0)]
     for i, shape in enumerate(shapes):
         for j, p in enumerate(provs):
             x = i - 0.4 + width * (j + 0.5)
@@ -741,8 +751,9 @@ def fig_overhead(df, *, target_us: float | None = 25.0):
             lows.append(min(m, lo))
             highs.append(max(m, hi))
     ax.axhline(0, color="k", linewidth=0.8)
-    if target_us is not None:
-        ax.axhline(target_us, color="#B00020", linestyle="--", linewidth=1.2)
+    bound_styles = dict(zip(bounds, ("--", ":", "-.")))
+    for name, us in bounds.items():
+        ax.axhline(us, color="#B00020", linestyle=bound_styles[name], linewidth=1.2)
     span = max(highs) - min(lows)
     ax.set_ylim(min(lows) - 0.05 * span if min(lows) < 0 else 0, max(highs) + 0.15 * span)
     ax.set_xticks(range(len(shapes)))
@@ -753,9 +764,9 @@ def fig_overhead(df, *, target_us: float | None = 25.0):
     ax.set_ylabel("host overhead per call (us)\neager_idle minus graph")
     handles = [Patch(facecolor=colors[p], hatch=hatches[p], edgecolor="white") for p in provs]
     names = [labels.get(p, PROVIDER_LABELS.get(p, p)) for p in provs]
-    if target_us is not None:
-        handles.append(Line2D([], [], color="#B00020", linestyle="--", linewidth=1.2))
-        names.append(f"issue 10's bound for the plan path ({target_us:g} us)")
+    for name, us in bounds.items():
+        handles.append(Line2D([], [], color="#B00020", linestyle=bound_styles[name], linewidth=1.2))
+        names.append(f"goal for a {name} ({us:g} us)")
     fig.tight_layout()
     # below, not beside: the names are longer than a narrow figure is wide, and a legend to the right left the
     # bars in a corner of the image
