@@ -46,7 +46,7 @@ from workbench.pipeline import checked_parameters
 from workbench.plotting import (bench_provenance, commit_provenance, fig_pruning, fig_registers, fig_shared_memory,
                                 fig_warps, gpu_label, out_folder, save_figure, save_table, set_theme)
 from workbench.resources import apply_model, lab_frame
-from workbench.results import load_bench, parse_config
+from workbench.results import current_rows, load_bench, parse_config
 from workbench.targets import get_target
 
 # the parameters checked and converted in workbench.pipeline (booleans from text, folders from the repository
@@ -150,7 +150,7 @@ ab = mma[(mma.BLOCK_T == 16) & (mma.num_stages == 1)][
     ["arch", "BLOCK_H", "num_warps", "PREFETCH", "config", "registers", "spill_stores", "warps_per_sm", "occupancy",
      "limiter"]]
 save_table(ab, "warps_4_vs_8_resources", out_dir)
-bench = load_bench(data_dir=data_dir)
+bench = current_rows(["configs", "warps"], df=load_bench(data_dir=data_dir))  # each sweep's current table
 mma_rows = bench[(bench.provider == "mma") & (bench.kernel == "mma") & (bench.status == "ok")]
 graph_ab = mma_rows[(mma_rows.sweep == "configs") & (mma_rows["mode"] == "graph") & (mma_rows.BLOCK_T == 16)
                     & (mma_rows.num_stages == 1)]

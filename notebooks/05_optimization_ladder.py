@@ -52,7 +52,7 @@ from workbench.pipeline import checked_parameters
 from workbench.plotting import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, fig_ladder, gpu_label,
                                 markdown_table, out_folder, same_run_times, save_figure, save_table, set_theme)
 from workbench.provenance import kernels_changed_since
-from workbench.results import current_tables, load_bench
+from workbench.results import current_rows, current_tables, load_bench
 
 # the parameters checked and converted in workbench.pipeline (booleans from text, folders from the repository
 # root, device cuda only on a GPU): a wrong one stops here, in one line
@@ -161,10 +161,10 @@ save_figure(fig, "ladder_b1_and_production", out_dir, title=f"Time per rung at b
 # %%
 from workbench.decode import pdl_by_splits, plan_splits  # noqa: E402  (the rule's split limit; splits a row)
 
-pdl_rows = ok[(ok.sweep == "pdl") & (ok["mode"] == "graph")]
+pdl_rows = current_rows(["pdl"], df=ok)  # the pdl sweep's current table (data/README.md: one rule)
+pdl_rows = pdl_rows[pdl_rows["mode"] == "graph"]
 if len(pdl_rows):
-    pdl_src = pdl_rows.sort_values("date").source.iloc[-1]
-    pdl_rows = pdl_rows[pdl_rows.source == pdl_src]
+    pdl_src = pdl_rows.source.iloc[0]
     ab = pdl_rows.pivot_table(index=["batch", "heads", "topk", "extra_topk", "kernel"], columns="provider",
                               values="median_us").reset_index()
     sms = int(pdl_rows.sm_count.iloc[0])
@@ -276,24 +276,23 @@ display(Markdown(markdown_table(history, floatfmt=".3g")))
 
 # %% [markdown]
 # ## Does the autotuner pick well?
-# Issue 9: at every shape the autotuned config is within 10% of the best forced config. The forced
-# configs were timed in their own run (`*_forced.csv`); the comparison is the autotuned rows of the
-# ladder table of the same commit (the current one where a forced run exists at its commit, else the
-# newest forced run and its own ladder table, said below). A ratio above 1 means the tuner's pick is slower.
+# The goal: at every shape the autotuned config is within 10% of the best forced config. The forced
+# configs were timed in their own run (the forced sweep's current table); the comparison is the autotuned
+# rows of the current ladder table, and a line below says so when the two measured different kernel code
+# (kernel hash). A ratio above 1 means the tuner's pick is slower.
 
 # %%
-forced_all = ok[(ok.sweep == "forced") & (ok.config != "")]
-forced_commit = forced_all.git_commit.astype(str).str[:7]
-ladder_commits = {str(c)[:7]: src for src, c in ladders.commit.items()}  # the newest ladder table per commit
-here = str(ladders.loc[current, "commit"])[:7]
-tune_commit = here if (forced_commit == here).any() else (
-    forced_all.sort_values("date").git_commit.astype(str).str[:7].iloc[-1] if len(forced_all) else None)
-forced = forced_all[forced_commit == tune_commit]
-tune_lad = ok[(ok.source == ladder_commits.get(tune_commit)) & (ok.config == "")] if tune_commit else lad.iloc[:0]
-if tune_commit != here:
-    print(f"no forced-config run at the current ladder's commit {here}; comparing the forced run at {tune_commit} "
-          f"with that commit's ladder table {ladder_commits.get(tune_commit)}"
-          + (" (kernel sources changed since: stale)" if tune_commit and kernels_changed_since(tune_commit) else ""))
+# the forced sweep's current table against the current ladder table's autotuned rows: a comparison only where
+# both measured the same kernel code (the same kernel hash), said below when they did not
+forced = current_rows(["forced"], df=ok)
+forced = forced[forced.config != ""]
+tune_commit = str(forced.git_commit.iloc[0])[:7] if len(forced) else None
+tune_lad = lad[lad.config == ""]
+hashes = set(forced.get("kernel_hash", pd.Series(dtype=str)).astype(str)) | set(tune_lad.get(
+    "kernel_hash", pd.Series(dtype=str)).astype(str))
+if len(forced) and len(hashes) > 1:
+    print(f"the current forced table ({forced.source.iloc[0]}) and ladder table ({current}) measured different "
+          f"kernel code (kernel hashes {sorted(hashes)}): their ratio mixes runs of different code")
 checks = []
 for (k, h), g in forced[forced["mode"] == "graph"].groupby(["kernel", "heads"]):
     best = g.sort_values("median_us").iloc[0]
