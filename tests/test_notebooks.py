@@ -22,7 +22,8 @@ PROMISED = {
                        "correctness_gpu_summary.csv"],
     "03_occupancy": ["occupancy_shared_memory.png", "occupancy_registers.png", "pruning_model_vs_compiled.png",
                      "warps_4_vs_8.png", "sm120_fit_by_tile.csv", "pruning_model_vs_compiled.csv",
-                     "warps_4_vs_8_resources.csv"],
+                     "warps_4_vs_8_resources.csv", "projection_sm120.png", "projection_sm120.svg",
+                     "projection_sm120.csv"],
     "04_throughput": ["throughput_time_vs_batch.png", "throughput_time_vs_batch_eager.png", "throughput_production_and_sq2.png", "throughput_speedups.png",
                       "throughput_roofline.png", "throughput_batch_model.png", "headline_ratios.csv",
                       "batch_model_fit.csv", "throughput_host_overhead.png", "host_overhead.csv"],
@@ -86,8 +87,8 @@ def test_ladder_numbers_come_from_data(tiny_run):
     meas = pd.read_csv(tiny_run / "figures" / "ladder_measurements.csv")
     table = meas.source.iloc[0]
     assert table.endswith("_ladder.csv")
-    for kernel, (b, h, k, e), key in (("wgmma", (64, 16, 2048, 0), "h16"), ("mma", (64, 64, 2048, 0), "h64"),
-                                      ("tile512", (1, 64, 512, 0), "b1"), ("wgmma", (64, 16, 128, 512), "prod")):
+    for kernel, (b, h, k, e), key in (("wgmma_ws", (64, 16, 2048, 0), "h16"), ("mma", (64, 64, 2048, 0), "h64"),
+                                      ("tile512", (1, 64, 512, 0), "b1"), ("wgmma_f16", (64, 16, 128, 512), "prod")):
         r = meas[(meas.kernel == kernel) & (meas.key == key)].iloc[0]
         us = _graph_row(table, kernel, b, h, k, e)
         assert r.us == pytest.approx(us)
@@ -110,6 +111,31 @@ def test_ladder_numbers_come_from_data(tiny_run):
     ncu = pd.read_csv(tiny_run / "figures" / "ladder_ncu.csv")
     assert len(ncu) == len(list((ROOT / "data" / "ncu").glob("*_ncu_*.txt")))
     assert ncu.registers.notna().all() and ncu.duration_us.notna().all()
+
+
+def test_projection_numbers_come_from_data(tiny_run):
+    """Notebook 03's sm_120 projection: each shape's proxy time is the current headline table's auto_portable graph
+    row (and the kernel it records), its floor that row's bytes over 1,792 GB/s, its occupancy the sm_120 lab's row
+    of the config named; labelled a projection in the executed notebook."""
+    import pandas as pd
+    proj = pd.read_csv(tiny_run / "figures" / "projection_sm120.csv")
+    from workbench.results import current_tables, find_table
+    head = pd.read_csv(find_table(current_tables().set_index("sweep").source["headline"], ROOT / "data"))
+    lab = pd.read_csv(ROOT / "data" / "resources_sm_120.csv")
+    assert len(proj) >= 4
+    for r in proj.itertuples():
+        sel = head[(head.provider == "auto_portable") & (head["mode"] == "graph") & (head.batch == r.batch)
+                   & (head.heads == r.heads) & (head.topk == r.topk) & (head.extra_topk == r.extra_topk)]
+        assert len(sel) == 1 and r.kernel == sel.kernel.iloc[0], r.shape
+        assert r.proxy_us == pytest.approx(sel.median_us.iloc[0]) and r.bytes == sel["bytes"].iloc[0]
+        assert r.target_floor_us == pytest.approx(r.bytes / 1792e9 * 1e6)
+        row = lab[(lab.kernel == r.kernel) & (lab.config == r.target_configs)]
+        assert len(row) == 1 and r.warps_per_sm_max == row.warps_per_sm.iloc[0], r.shape
+    b64h16 = proj[(proj.batch == 64) & (proj.heads == 16) & (proj.topk == 2048)].iloc[0]
+    assert b64h16.bytes == 64 * 2048 * 584 + 2 * 64 * 16 * 512 * 2
+    nb = json.loads((tiny_run / "03_occupancy.ipynb").read_text())
+    text = json.dumps([c["outputs"] for c in nb["cells"] if c["cell_type"] == "code"])
+    assert "PROJECTION, not a measurement" in text and "sm_120 projection (a PROJECTION" in text
 
 
 def test_every_run_gets_a_new_folder(tmp_path):
