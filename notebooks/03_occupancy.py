@@ -19,7 +19,9 @@
 # Every config of the head-batched kernel's space was compiled for each target with no GPU
 # (`python -m workbench resources --arch ARCH --kernel all`); registers and spills come from the
 # cubin, the MMA kind from the SASS. This notebook reads those tables from `data/` (or compiles a
-# few configs afresh with `fresh=True`) and joins them with the H200 timings.
+# few configs afresh with `fresh=True`) and joins them with the H200 timings. Its last section is a projection, not
+# a measurement: what the H200 tables, the sm_120 lab table and NVIDIA's spec say about the portable default on an
+# sm_120 GPU (RTX PRO 6000 Blackwell).
 
 # %% tags=["parameters"]
 device = "cpu"
@@ -163,6 +165,43 @@ save_figure(fig, "warps_4_vs_8", out_dir, title=f"BLOCK_T=16, 4 vs 8 warps, topk
 regs90.pivot_table(index=["BLOCK_H", "PREFETCH"], columns="num_warps", values="registers")
 
 # %% [markdown]
+# ## sm_120 projection: a PROJECTION from the H200, the lab and NVIDIA's spec, not a measurement
+# No sm_120 GPU has run these kernels for this table. Per headline shape (from the current headline table):
+# (a) the H200 proxy, the graph-replay time (median, p20-p80) of `auto_portable`, which runs what `auto` picks on a
+# GPU without wgmma (`registry.auto_kernel("sm_120", ...)`), and the kernel its rows record; (b) the sm_120 memory
+# floor, the decode's bytes (the table's `bytes`, the count its GB/s use) over the RTX PRO 6000 Blackwell's
+# 1,792 GB/s (`targets.py`, NVIDIA's spec), beside the H200's measured floors of the same table (gather_async,
+# gather) and its bytes over the H200's measured copy rate; (c) the lab's resident warps per SM on sm_120 for that
+# kernel's config there: the config its autotuner keeps on sm_120 (its prune hook budgeted for sm_120), which for
+# tile512 at 64 heads is not the one the H200's autotuner picks (the black tick: the H200 time of the sm_120 config,
+# from the forced sweep, where it timed it). Message: how far each proxy time sits above what sm_120's memory
+# allows, and how few warps the portable kernels keep resident there.
+
+# %%
+from workbench.plotting import fig_projection, sm120_projection  # noqa: E402
+
+sm120 = get_target("sm_120")
+timed = load_bench(data_dir=data_dir)
+headline = current_rows("headline", df=timed)  # the headline sweep's current table (data/README.md: one rule)
+forced_rows = current_rows(["forced"], df=timed)
+lab120 = pd.read_csv(os.path.join(data_dir, "resources_sm_120.csv"))  # whatever `archs` holds
+proj = sm120_projection(headline, lab120, sm120, forced=forced_rows)
+proj_lab = lab120[lab120.kernel.isin(set(proj.kernel))]
+proj_note = " ".join([
+    "PROJECTION, not a measurement: H200 times of the kernels auto runs on sm_120; sm_120 floor = bytes / "
+    f"{sm120.dram_gbps:,.0f} GB/s (NVIDIA's spec of the {sm120.example_gpu}); occupancy from the lab "
+    "(cross-compiled, no GPU).", bench_provenance(headline), commit_provenance(proj_lab, "resources_sm_120.csv")])
+save_table(proj, "projection_sm120", out_dir)
+fig = fig_projection(proj, sm120, h200=str(headline.gpu.iloc[0]).replace("NVIDIA ", ""))
+save_figure(fig, "projection_sm120", out_dir,
+            title=f"PROJECTION, not a measurement: the portable default on sm_120 ({sm120.example_gpu})",
+            note=proj_note)
+print(proj_note)
+proj[["shape", "kernel", "proxy_us", "proxy_p20_us", "proxy_p80_us", "target_floor_us", "proxy_over_target_floor",
+      "h200_gather_async_us", "h200_gather_us", "h200_copy_floor_us", "target_configs", "warps_per_sm_max",
+      "occupancy_max", "limiter", "h200_us_of_target_config"]]
+
+# %% [markdown]
 # ## Verdict
 
 # %%
@@ -199,6 +238,10 @@ lines.append(f"\n{100 * at255:.0f}% of the compiled MMA configs use all 255 regi
 lines.append("\n**Next experiment:** graph-replay the BLOCK_T = 16 warps A/B at every batch size (the table has it "
              "at batch 64 only), and compile the configs that sit at 255 registers with a smaller accumulator tile "
              "to see whether the spills, not the tile, set the time.")
+lines.append("\n**sm_120 projection (a PROJECTION, not a measurement):** " + "; ".join(
+    f"{r.shape}: {r.kernel or 'n/a'} {r.proxy_us:.1f} us on the H200 against an sm_120 floor of "
+    f"{r.target_floor_us:.2g} us ({r.proxy_over_target_floor:.1f}x), {r.warps_per_sm_max:.0f} of "
+    f"{r.max_warps_per_sm} warps resident on sm_120 ({r.limiter})" for r in proj.itertuples()) + ".")
 if "STALE" in warps_note:
     lines.append("The timings predate the current kernel sources: re-measure before acting on them.")
 display(Markdown("\n".join(lines)))

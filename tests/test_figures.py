@@ -171,6 +171,13 @@ def build(name, ok):
     if name == "throughput_host_overhead":  # the current overhead table, as notebook 04 draws it
         over = current_rows("overhead", ok)
         return P.fig_overhead(over), "host overhead", P.bench_provenance(over)
+    if name == "projection_sm120":  # notebook 03: the current headline and forced tables, the sm_120 lab table
+        from workbench.targets import get_target
+        head = current_rows("headline", ok)
+        proj = P.sm120_projection(head, pd.read_csv(DATA / "resources_sm_120.csv"), get_target("sm_120"),
+                                  forced=current_rows(["forced"], ok))
+        note = "PROJECTION, not a measurement: H200 times, sm_120 floor from NVIDIA's spec. " + P.bench_provenance(head)
+        return P.fig_projection(proj, get_target("sm_120")), "PROJECTION, not a measurement: sm_120", note
     if name == "padding_costs":
         from workbench import padding
         return P.fig_padding_costs(pd.DataFrame(padding.padding_costs(block_t=64))), "padding", None
@@ -186,7 +193,7 @@ FIGURES = ["ladder_time_per_rung", "ladder_b1_and_production", "correctness_gpu_
            "throughput_speedups", "throughput_roofline", "throughput_batch_model", "warps_4_vs_8",
            "occupancy_shared_memory", "occupancy_registers", "pruning_model_vs_compiled",
            "correctness_error_distribution", "correctness_worst_by_shape", "correctness_gpu", "padding_costs",
-           "page_byte_map", "throughput_host_overhead"]
+           "page_byte_map", "throughput_host_overhead", "projection_sm120"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -738,3 +745,37 @@ def test_every_registered_kernel_and_a_new_one_get_distinct_colours():
     assert list(colors) == names
     assert len(set(colors.values())) == len(names)
     assert all(colors[k] == KERNEL_COLORS[k] for k in names if k in KERNEL_COLORS)
+
+
+@pytest.mark.slow  # about a second: drawn and laid out once
+def test_projection_figure_says_projection_and_marks_a_shape_without_proxy_rows(tmp_path):
+    """The sm_120 projection drawn from a table where one shape has no auto_portable row: that shape's proxy bar and
+    occupancy bar are "n/a" (not dropped), the rest drawn; the panel title and legend call it a PROJECTION; the
+    layout checks pass."""
+    from workbench.targets import get_target
+    sm120 = get_target("sm_120")
+    rows = []
+    for heads, kernel, proxy in ((16, "portable_ws", 57.0), (64, None, None)):
+        nbytes = 64 * 2048 * 584 + 2 * 64 * heads * 512 * 2
+        for provider, us in (("auto_portable", proxy), ("gather_async", 26.0), ("gather", 33.0)):
+            if us is not None:
+                rows.append(dict(provider=provider, kernel=kernel if provider == "auto_portable" else provider,
+                                 mode="graph", status="ok", batch=64, s_q=1, heads=heads, topk=2048, extra_topk=0,
+                                 median_us=us, p20_us=us - 0.5, p80_us=us + 0.5, bytes=nbytes,
+                                 hbm_copy_gbps=4200.0, source="bench_x.csv"))
+    lab = pd.DataFrame([dict(kernel="portable_ws", arch="sm_120",
+                             config="BLOCK_H=16,BLOCK_T=32,num_warps=4,num_stages=1",
+                             status="fits", mma="HMMA", registers=128, spill_stores=0, shared_bytes=84180,
+                             blocks_per_sm=1, warps_per_sm=8, occupancy=1 / 6, limiter="shared_memory")])
+    proj = P.sm120_projection(pd.DataFrame(rows), lab, sm120)
+    fig = P.fig_projection(proj, sm120)
+    P.save_figure(fig, "projection", tmp_path, title="PROJECTION, not a measurement", note="Measured at commit x.")
+    ax, occ = fig.axes
+    assert "PROJECTION" in ax.get_title()
+    assert [t.get_text() for t in ax.texts].count("n/a") == 1 and [t.get_text() for t in occ.texts].count("n/a") == 1
+    assert sum(p.get_height() > 0 for p in occ.patches) == 1
+    legend = [t.get_text() for lg in fig.legends for t in lg.get_texts()]
+    assert any("PROJECTED" in t and "1,792 GB/s" in t for t in legend)
+    assert not legend_overlaps(fig) and not missing_labels(fig)
+    problems = text_layout_problems(fig)
+    assert not problems, "\n".join(problems)

@@ -5,7 +5,9 @@ Capability" table (shared memory per SM / per block, 32-bit registers per SM,
 resident warps and blocks per SM, 255 registers per thread, 1 KB of shared memory
 reserved per block from cc 8.0 on, register allocation in units of 256 per warp);
 SM counts from the vendors' product pages: H200 SXM 132, B200 148, RTX PRO 6000
-Blackwell 188, L40S 142.
+Blackwell 188, L40S 142. Memory bandwidth (``dram_gbps``, the vendor's peak, not a measurement) only where a
+projection uses it: RTX PRO 6000 Blackwell 1,792 GB/s of GDDR7 (NVIDIA's published spec: 96 GB on a
+512-bit bus), for notebook 03's sm_120 projection (the floor of a decode is its bytes over this rate).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ class GpuTarget:
     max_blocks_per_sm: int
     smem_reserved_per_block: int = 1024
     reg_alloc_unit: int = 256  # registers, per warp
+    dram_gbps: float | None = None  # the example GPU's peak memory bandwidth (vendor spec, GB/s); None: not recorded
 
     def occupancy(self, *, num_warps: int, regs_per_thread: int, shared_bytes: int) -> dict:
         """Blocks and warps one SM holds for a kernel of this shape, and what limits it."""
@@ -44,7 +47,9 @@ class GpuTarget:
 
 
 TARGETS = {
-    "sm_120": GpuTarget("sm_120", 120, "RTX PRO 6000 Blackwell", 188, 102_400, 101_376, 65_536, 255, 48, 32),
+    # 188 SMs and 1,792 GB/s: NVIDIA's spec of the RTX PRO 6000 Blackwell (the seeds' GPU, issue 24)
+    "sm_120": GpuTarget("sm_120", 120, "RTX PRO 6000 Blackwell", 188, 102_400, 101_376, 65_536, 255, 48, 32,
+                        dram_gbps=1792.0),
     "sm_100": GpuTarget("sm_100", 100, "B200", 148, 233_472, 232_448, 65_536, 255, 64, 32),
     "sm_90": GpuTarget("sm_90", 90, "H200", 132, 233_472, 232_448, 65_536, 255, 64, 32),
     "sm_89": GpuTarget("sm_89", 89, "L40S", 142, 102_400, 101_376, 65_536, 255, 48, 24),
