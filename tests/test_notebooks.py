@@ -450,3 +450,10 @@ def test_committed_notebooks_are_clean_paired_and_parameterised(nb):
     paired = jupytext.read(nb.with_suffix(".py"))
     assert [c.source for c in paired.cells] == [c.source for c in jupytext.read(nb).cells], "run jupytext --sync"
     assert data["metadata"]["kernelspec"]["name"] == "mla-workbench"
+
+
+def test_jobs_must_be_positive_and_default_to_at_most_two():
+    from workbench import pipeline
+    r = _run(["--jobs", "0"])
+    assert r.returncode == 2 and "--jobs: expected a positive integer, got 0" in r.stderr
+    assert 1 <= pipeline.default_jobs() <= 2

@@ -38,6 +38,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -392,8 +393,14 @@ def reductions(per_notebook: dict[str, dict], declared: dict[str, dict]) -> list
     return found
 
 
+def default_jobs() -> int:
+    """Notebooks run at once by default: one per core, at most two (each is a kernel process; they share nothing
+    but data/, which they only read, and the run's figures/ folder, where each writes files of its own names)."""
+    return max(1, min(2, os.cpu_count() or 1))
+
+
 def run(params: dict, *, only=None, runs_dir: Path = ROOT / "runs", publish: bool = False, force: bool = False,
-        kernel: str = KERNEL, progress: bool = True) -> Path:
+        kernel: str = KERNEL, progress: bool = True, jobs: int | None = None) -> Path:
     paths = notebook_paths(only)  # every refusal comes before papermill starts and before the run folder exists
     declared = {p.stem: declared_parameters(p) for p in all_notebooks()}
     per_notebook = notebook_parameters(params, declared, [p.stem for p in paths])
@@ -425,22 +432,29 @@ def run(params: dict, *, only=None, runs_dir: Path = ROOT / "runs", publish: boo
     run_dir = new_run_dir(Path(runs_dir))
     fig_dir = run_dir / "figures"
     bar = _progress(len(paths), progress)
-    for path in paths:
+
+    def execute(path):
         p = dict(per_notebook[path.stem])
         p.setdefault("out_dir", str(fig_dir))
         p.setdefault("data_dir", str(ROOT / "data"))
         out = run_dir / path.name
-        bar.start(path.stem)
+        t0 = time.monotonic()
         try:
             pm.execute_notebook(str(path), str(out), parameters=p, kernel_name=kernel, cwd=str(NOTEBOOKS),
                                 progress_bar=False, extra_arguments=KERNEL_ARGS)
         except pm.PapermillExecutionError as e:
-            bar.close()
-            print(f"\nFAILED: {path.name}, cell {e.exec_count}: {e.ename}: {e.evalue}\n"
-                  f"The executed notebook with the failing cell: {out}", file=sys.stderr)
-            raise SystemExit(1) from None
-        bar.done()
+            return (f"FAILED: {path.name}, cell {e.exec_count}: {e.ename}: {e.evalue}\n"
+                    f"The executed notebook with the failing cell: {out}")
+        bar.done(path.stem, time.monotonic() - t0)
+        return None
+
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=max(1, jobs or default_jobs())) as pool:
+        failures = [f for f in pool.map(execute, paths) if f]  # every notebook runs to its end, in paths order
     bar.close()
+    if failures:
+        print("\n" + "\n".join(failures), file=sys.stderr)
+        raise SystemExit(1)
     if publish:
         dest = ROOT / "figures"
         dest.mkdir(exist_ok=True)
@@ -455,24 +469,21 @@ class _progress:
 
     def __init__(self, total: int, enabled: bool):
         self.total, self.enabled, self.n = total, enabled, 0
+        self.lock = threading.Lock()
         self.tty = enabled and sys.stderr.isatty()
         self.bar = None
         if self.tty:
             from tqdm.auto import tqdm
             self.bar = tqdm(total=total, desc="notebooks", file=sys.stderr)
 
-    def start(self, name: str):
-        self.name, self.t0 = name, time.monotonic()
-        if self.bar is not None:
-            self.bar.set_postfix_str(name)
-
-    def done(self):
-        self.n += 1
-        if self.bar is not None:
-            self.bar.update(1)
-        elif self.enabled:
-            print(f"notebooks: {self.n}/{self.total} {self.name} ({time.monotonic() - self.t0:.0f} s)",
-                  file=sys.stderr, flush=True)
+    def done(self, name: str, seconds: float):
+        with self.lock:  # notebooks may finish at once (--jobs)
+            self.n += 1
+            if self.bar is not None:
+                self.bar.set_postfix_str(name)
+                self.bar.update(1)
+            elif self.enabled:
+                print(f"notebooks: {self.n}/{self.total} {name} ({seconds:.0f} s)", file=sys.stderr, flush=True)
 
     def close(self):
         if self.bar is not None:
@@ -519,12 +530,16 @@ def main(argv=None) -> int:
                          "folder that has files already (--publish and -p out_dir are refused together)")
     ap.add_argument("--kernel", default=KERNEL, help=f"Jupyter kernel name (default: the project's {KERNEL})")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--jobs", type=int, default=None, metavar="N",
+                    help=f"notebooks run at once (default: one per core, at most 2; here {default_jobs()})")
     a = ap.parse_args(argv)
+    if a.jobs is not None and a.jobs < 1:
+        ap.error(f"--jobs: expected a positive integer, got {a.jobs}")
     params: dict = {}
     if a.parameters_file:
         params.update(parameters_from(a.parameters_file))
     for k, v in a.parameter:
         params[k] = yaml.safe_load(v)
     run(params, only=a.only, runs_dir=a.runs_dir, publish=a.publish, force=a.force, kernel=a.kernel,
-        progress=not a.no_progress)
+        progress=not a.no_progress, jobs=a.jobs)
     return 0
