@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# Everything the H200 is needed for, in one device call: correctness table, compute-sanitizer, benchmark
-# sweeps and Nsight Compute profiles. Results go to $OUT; publish them into data/ afterwards.
+# Everything a GPU is needed for, in one call: correctness table, compute-sanitizer, benchmark sweeps and Nsight
+# Compute profiles, on any CUDA GPU (the H200 the tables in data/ come from, or an sm_120 RTX PRO 6000 / RTX 5090).
+# Results go to $OUT; publish them into data/ afterwards (publish names them after the GPU their rows record).
 # Usage (device tool, carry .whl; .golden optional): WORKBENCH_COMMIT=<sha> bash scripts/gpu_session.sh [sweep ...]
+#   Off Hopper: the first lines say whether FlashMLA runs here (sm_90 only; where it does not, one line says why,
+#   and its bench rows are skipped and the check table's flashmla_* columns empty, with that reason) and which
+#   kernels do not run on this GPU (the Gluon wgmma rungs: sm_90 only), which check and compute-sanitizer leave out
+#   unless CHECK_IMPLS / SANITIZE_IMPLS name them; a sweep that times them stops at the first (said before it runs).
+#   Tables are named after the GPU (correctness_<gpu>.csv: correctness_h200.csv on the H200) and every row carries
+#   its name and capability (gpu, capability, sm_count: workbench.provenance).
 #   <sha> typed out here: $(git rev-parse HEAD) in the device command runs in the machine's copy of the tree,
 #   which reported an older commit than the one sent (data/errata.csv, the 1102-1103 tables)
 #   SKIP_CHECK=1 / SKIP_PYTEST_GPU=1 / SKIP_SANITIZE=1 / SKIP_BENCH=1 leave a part out (to fit the 10-minute limit
 #   of one call); the pytest step (TRITON_INTERPRET=0 pytest -m gpu: the GPU checks as tests, and every other
-#   gpu-marked test) writes the same correctness table as check, as $OUT/correctness_h200_pytest.csv;
+#   gpu-marked test) writes the same correctness table as check, as $OUT/correctness_<gpu>_pytest.csv;
 #   CHECK_IMPLS="a b" limits the correctness table to those kernels (and any "auto" named); CHECK_JOBS=N checks
 #   them in N processes at once (the check is bound by one core's compiling) and merges their rows into one table;
 #   SANITIZE_IMPLS="a b" limits compute-sanitizer to those kernels (default: every checked kernel);
@@ -28,47 +35,98 @@ export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton-cache
 [ -d .golden ] && export WORKBENCH_GOLDEN="$PWD/.golden"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site:$PWD || echo "flash_mla wheel did not install"
+    && export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH} || echo "flash_mla wheel did not install"
 else
-  export PYTHONPATH=$PWD
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 fi
 echo "rows record git_commit=${WORKBENCH_COMMIT:-(none: git in this copy)}"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+nvidia-smi --query-gpu=name,compute_cap,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+# What this GPU runs, said first: one line on FlashMLA (workbench.providers.flashmla_line), one on the kernels that
+# do not run here (a Gluon kernel runs on the targets its module is written for: resources.gluon_archs) and one per
+# requested sweep that times them; then the GPU part of the tables' names and the kernels check and sanitize run
+GPU_TAG=gpu; HERE_IMPLS=""; HERE_KERNELS=""; NOT_HERE=""
+SESSION_ENV=$(mktemp)
+python3 - "$SESSION_ENV" $SWEEPS <<'PY' || echo "could not ask torch and the registry about this GPU: all kernels run"
+import shlex
+import sys
+
+import torch
+
+from workbench.__main__ import gpu_slug
+from workbench.gpu_check import case_impls, checked_impls
+from workbench.providers import flashmla_line
+from workbench.resources import gluon_archs, is_gluon, lab_kernels
+from workbench.sweeps import sweep_shapes
+from workbench.targets import target_for_capability
+
+print(flashmla_line())
+arch, tag = None, "cpu"
+if torch.cuda.is_available():
+    major, minor = torch.cuda.get_device_capability()
+    tag = gpu_slug(torch.cuda.get_device_name())
+    try:
+        arch = target_for_capability(major, minor).arch
+    except ValueError:  # below sm_89: no target (and no fp8), so no Gluon kernel either
+        arch = f"sm_{major}{minor}"
+lab = lab_kernels()
+not_here = [k for k in checked_impls() if arch and k in lab and is_gluon(lab[k]) and arch not in gluon_archs(lab[k])]
+if not_here:
+    print(f"kernels: {' '.join(not_here)} do not run on this GPU ({arch}; Gluon kernels written for "
+          f"{', '.join(sorted({a for k in not_here for a in gluon_archs(lab[k])}))}): check and compute-sanitizer "
+          f"leave them out unless CHECK_IMPLS / SANITIZE_IMPLS name them")
+    for sweep in sys.argv[2:]:
+        try:
+            timed = {p for _, providers, _, _ in sweep_shapes(sweep) for p in providers}
+        except ValueError:
+            continue  # the bench says what it makes of an unknown sweep
+        if timed & set(not_here):
+            print(f"bench {sweep}: times {' '.join(sorted(timed & set(not_here)))}, which raise on {arch}: the sweep "
+                  f"stops at the first of them, keeping the rows before it (the bench skips only a provider that "
+                  f"says it cannot run)")
+values = dict(GPU_TAG=tag, NOT_HERE=" ".join(not_here),
+              HERE_IMPLS=" ".join(k for k in case_impls() if k not in not_here),
+              HERE_KERNELS=" ".join(k for k in checked_impls() if k not in not_here))
+with open(sys.argv[1], "w") as f:
+    f.writelines(f"{k}={shlex.quote(v)}\n" for k, v in values.items())
+PY
+. "$SESSION_ENV"; rm -f "$SESSION_ENV"
+CHECK_IMPLS="${CHECK_IMPLS:-${NOT_HERE:+$HERE_IMPLS}}"  # off Hopper: the kernels that run here (and auto)
 rc=0
 # --force on check and bench: $OUT collects every step's files, and tee has made each step's log there first
 if [ "${SKIP_CHECK:-0}" != 1 ] && [ "${CHECK_JOBS:-1}" -gt 1 ]; then
   # the check is compile-bound (one core): CHECK_JOBS processes, each with every CHECK_JOBS-th kernel (auto with the
-  # first), then one table of all their rows (correctness_h200.csv, as one process writes it)
-  impls=(${CHECK_IMPLS:-$(python3 -c "from workbench.gpu_check import case_impls; print(*case_impls())")})
+  # first), then one table of all their rows (correctness_<gpu>.csv, as one process writes it)
+  impls=(${CHECK_IMPLS:-${HERE_IMPLS:-$(python3 -c "from workbench.gpu_check import case_impls; print(*case_impls())")}})
   pids=()
   for ((j = 0; j < CHECK_JOBS; j++)); do
     part=(); for ((i = j; i < ${#impls[@]}; i += CHECK_JOBS)); do part+=("${impls[i]}"); done
     [ ${#part[@]} -eq 0 ] && continue
-    python3 -m workbench check --out "$OUT/check_part$j" --force --impls "${part[@]}" \
-      > "$OUT/check_part$j.log" 2>&1 &
+    python3 -m workbench check --out "$OUT/check_part$j" --force --name "correctness_$GPU_TAG.csv" \
+      --impls "${part[@]}" > "$OUT/check_part$j.log" 2>&1 &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid"; rc=$((rc | $?)); done
   tail -n 3 "$OUT"/check_part*.log
-  python3 - "$OUT" <<'PY' || rc=1
+  python3 - "$OUT" "correctness_$GPU_TAG" <<'PY' || rc=1
 import glob, shutil, sys
 import pandas as pd
-out = sys.argv[1]
-parts = sorted(glob.glob(f"{out}/check_part*/correctness_h200*.csv"))
+out, name = sys.argv[1:3]
+parts = sorted(glob.glob(f"{out}/check_part*/{name}*.csv"))
 table = pd.concat([pd.read_csv(p) for p in parts if not p.endswith(".partial.csv")], ignore_index=True)
-table.to_csv(f"{out}/correctness_h200.csv", index=False)
-meta = sorted(glob.glob(f"{out}/check_part*/correctness_h200.meta.json"))
+table.to_csv(f"{out}/{name}.csv", index=False)
+meta = sorted(glob.glob(f"{out}/check_part*/{name}.meta.json"))
 if meta:
-    shutil.copy(meta[0], f"{out}/correctness_h200.meta.json")
-print(f"correctness_h200.csv: {len(table)} rows from {len(parts)} processes; passed {int(table.passed.sum())}, "
+    shutil.copy(meta[0], f"{out}/{name}.meta.json")
+print(f"{name}.csv: {len(table)} rows from {len(parts)} processes; passed {int(table.passed.sum())}, "
       f"failed {int((~table.passed.astype(bool)).sum())}")
 PY
 elif [ "${SKIP_CHECK:-0}" != 1 ]; then
-  python3 -m workbench check --out "$OUT" --force ${CHECK_IMPLS:+--impls $CHECK_IMPLS} 2>&1 | tee "$OUT/check.log" | grep -v "it/s\]" ; rc=$((rc | PIPESTATUS[0]))
+  python3 -m workbench check --out "$OUT" --force --name "correctness_$GPU_TAG.csv" ${CHECK_IMPLS:+--impls $CHECK_IMPLS} \
+    2>&1 | tee "$OUT/check.log" | grep -v "it/s\]" ; rc=$((rc | PIPESTATUS[0]))
 fi
 if [ "${SKIP_PYTEST_GPU:-0}" != 1 ]; then
-  WORKBENCH_CHECK_OUT="$OUT" WORKBENCH_CHECK_NAME=correctness_h200_pytest.csv TRITON_INTERPRET=0 \
+  WORKBENCH_CHECK_OUT="$OUT" WORKBENCH_CHECK_NAME="correctness_${GPU_TAG}_pytest.csv" TRITON_INTERPRET=0 \
     python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider --continue-on-collection-errors tests 2>&1 | tee "$OUT/pytest_gpu.log" | tail -40
   rc=$((rc | PIPESTATUS[0]))
 fi
@@ -87,7 +145,7 @@ sanitize() {  # sanitize TOOL LOG-PREFIX IMPL: one kernel's sanitizer case under
     ${SANITIZER_FLAGS:-} python3 -m workbench check --sanitize "$3" ${SANITIZE_ARGS:-}
 }
 if [ "${SKIP_SANITIZE:-${SKIP_CHECK:-0}}" != 1 ]; then
-  for impl in ${SANITIZE_IMPLS:-$(python3 -c "from workbench.gpu_check import checked_impls; print(*checked_impls())")}; do
+  for impl in ${SANITIZE_IMPLS:-${HERE_KERNELS:-$(python3 -c "from workbench.gpu_check import checked_impls; print(*checked_impls())")}}; do
     sanitize memcheck sanitizer "$impl"
   done
 fi

@@ -34,11 +34,34 @@ class Skip(Exception):
     """A provider cannot run this shape here; the message is recorded as the reason."""
 
 
-def _flashmla():
+def flashmla_unusable() -> str | None:
+    """Why FlashMLA cannot run here, or None where it can: the reason its bench rows are skipped with (and the
+    check table's ``flashmla_reason``). Its legacy MODEL1 kernel (sgl-flash-mla, ``use_legacy=True``) is built for
+    Hopper only, so any GPU but an sm_90 one is refused before flash_mla is imported (on sm_120 the package may
+    import and then fail); on sm_90, flash_mla must import."""
+    if not torch.cuda.is_available():
+        return "FlashMLA's legacy MODEL1 kernel needs an sm_90 GPU (no CUDA GPU here)"
+    major, minor = torch.cuda.get_device_capability()
+    if major != 9:
+        return f"FlashMLA's legacy MODEL1 kernel needs an sm_90 GPU, and this one is sm_{major}{minor}"
     try:
-        return importlib.import_module("flash_mla")
+        importlib.import_module("flash_mla")
     except Exception as e:  # noqa: BLE001 - any import failure means "not available"
-        raise Skip(f"flash_mla not importable ({type(e).__name__}: {e}); install the 'peers' extra")
+        return f"flash_mla not importable ({type(e).__name__}: {e}); install the 'peers' extra"
+    return None
+
+
+def flashmla_line() -> str:
+    """One line for the log of a GPU session (scripts/gpu_session.sh prints it first): whether FlashMLA runs on this
+    GPU, and where it does not, why, which is the reason its rows carry."""
+    where = "here"
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        where = f"on this GPU ({torch.cuda.get_device_name()}, sm_{major}{minor})"
+    reason = flashmla_unusable()
+    if reason:
+        return f"flash_mla: not usable {where}: {reason}; its bench and check rows are skipped with this reason"
+    return f"flash_mla: usable {where}; its rows are timed and checked"
 
 
 class FlashMLAProvider:
@@ -47,9 +70,10 @@ class FlashMLAProvider:
     name = "flashmla"
 
     def __init__(self):
-        self.fm = _flashmla()
-        if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
-            raise Skip("FlashMLA's legacy MODEL1 kernel needs an sm_90 GPU")
+        reason = flashmla_unusable()
+        if reason:
+            raise Skip(reason)
+        self.fm = importlib.import_module("flash_mla")
 
     def prepare(self, kw: dict, config=None):
         if config is not None:

@@ -1,0 +1,141 @@
+"""scripts/gpu_session.sh on a GPU that is not an H200, without a GPU: FlashMLA's one line, the kernels left out
+of check and compute-sanitizer, the sweeps said to stop, and the tables named after the GPU.
+
+The script runs for real from a copy of the tree's layout, with a fake GPU (a sitecustomize that makes torch report
+an RTX PRO 6000 Blackwell, sm_120, or an H200), flash_mla absent (it is not installed here), and stand-ins for
+``python3 -m workbench ...``, ``nvidia-smi`` and ``compute-sanitizer`` that record how they were called."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from workbench import providers
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_session.sh"
+RTX = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
+SM90_ONLY = ["wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws"]
+
+
+def test_script_parses():
+    r = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def _fake_gpu(monkeypatch, cap, name):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cap)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    monkeypatch.setitem(sys.modules, "flash_mla", None)  # `import flash_mla` raises ImportError
+
+
+def test_flashmla_line_on_sm120_names_the_gpu_and_the_reason_and_the_provider_skips_with_it(monkeypatch):
+    _fake_gpu(monkeypatch, (12, 0), RTX)
+    line = providers.flashmla_line()
+    assert line == (f"flash_mla: not usable on this GPU ({RTX}, sm_120): FlashMLA's legacy MODEL1 kernel needs an "
+                    "sm_90 GPU, and this one is sm_120; its bench and check rows are skipped with this reason")
+    with pytest.raises(providers.Skip) as e:
+        providers.make_provider("flashmla")
+    assert str(e.value) == providers.flashmla_unusable() and str(e.value) in line
+
+
+def test_flashmla_line_on_sm90_without_the_package(monkeypatch):
+    _fake_gpu(monkeypatch, (9, 0), "NVIDIA H200")
+    line = providers.flashmla_line()
+    assert line.startswith("flash_mla: not usable on this GPU (NVIDIA H200, sm_90): flash_mla not importable (")
+    assert "\n" not in line
+
+
+SITECUSTOMIZE = '''
+import os
+if os.environ.get("FAKE_GPU"):
+    import types
+    import torch
+    name, cap = os.environ["FAKE_GPU"].split(":")
+    major, minor = int(cap[:-1]), int(cap[-1])
+    torch.cuda.is_available = lambda: True
+    torch.cuda.get_device_capability = lambda device=None: (major, minor)
+    torch.cuda.get_device_name = lambda device=None: name
+    torch.cuda.get_device_properties = lambda device=None: types.SimpleNamespace(
+        name=name, multi_processor_count=188 if major == 12 else 132, major=major, minor=minor)
+'''
+
+
+def _run_session(tmp_path, fake_gpu: str, *sweeps: str, **env):
+    """The script from a tree of links (so a .whl/ in the checkout is not installed), returning (stdout, calls)."""
+    tree, bin_, site, out = (tmp_path / d for d in ("tree", "bin", "site", "out"))
+    for d in (tree, bin_, site):
+        d.mkdir()
+    for name in ("workbench", "scripts", "golden", "tests", "data"):
+        (tree / name).symlink_to(ROOT / name)
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    calls = tmp_path / "calls.log"
+    # `python3 -m workbench ...` is recorded (a check leaves a one-row table where --out and --name say, as the
+    # merge of CHECK_JOBS parts reads); every other python3 is the real one
+    (bin_ / "python3").write_text(f'''#!/usr/bin/env bash
+if [ "$1" = "-m" ] && [ "$2" = "workbench" ]; then
+  echo "python3 $*" >> "{calls}"
+  if [ "$3" = "check" ]; then
+    dir=""; name=""; prev=""
+    for a in "$@"; do [ "$prev" = "--out" ] && dir="$a"; [ "$prev" = "--name" ] && name="$a"; prev="$a"; done
+    [ -n "$dir" ] && [ -n "$name" ] && mkdir -p "$dir" && printf 'check,impl,passed\\nx,y,True\\n' > "$dir/$name"
+  fi
+  exit 0
+fi
+exec "{sys.executable}" "$@"
+''')
+    (bin_ / "nvidia-smi").write_text("#!/usr/bin/env bash\necho 'name, compute_cap'\necho 'fake GPU, 0.0'\n")
+    (bin_ / "compute-sanitizer").write_text(f'''#!/usr/bin/env bash
+echo "compute-sanitizer $*" >> "{calls}"; echo "========= ERROR SUMMARY: 0 errors"
+''')
+    for f in bin_.iterdir():
+        f.chmod(0o755)
+    run_env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "PYTHONPATH": str(site),
+               "TRITON_INTERPRET": "1", "FAKE_GPU": fake_gpu, "OUT": str(out), "SKIP_PYTEST_GPU": "1",
+               "WORKBENCH_COMMIT": "0" * 40, **env}
+    r = subprocess.run(["bash", str(SCRIPT), *sweeps], cwd=tree, env=run_env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r.stdout, (calls.read_text().splitlines() if calls.exists() else []), out
+
+
+@pytest.mark.slow
+def test_session_on_an_sm120_gpu_skips_flashmla_in_one_line_and_runs_only_what_runs_there(tmp_path):
+    stdout, calls, out = _run_session(tmp_path, f"{RTX}:120", "headline", "ladder")
+    lines = stdout.splitlines()
+    flash = [ln for ln in lines if "flash_mla" in ln]
+    assert len(flash) == 1 and flash[0].startswith(f"flash_mla: not usable on this GPU ({RTX}, sm_120): ")
+    # said at the start, after the commit, nvidia-smi's two lines and the versions, before any step's output
+    assert lines.index(flash[0]) == 4
+    kernels = [ln for ln in lines if ln.startswith("kernels: ")]
+    assert len(kernels) == 1 and kernels[0].startswith(f"kernels: {' '.join(SM90_ONLY)} do not run on this GPU (sm_120")
+    assert [ln.split(":")[0] for ln in lines if ln.startswith("bench ")] == ["bench ladder"], "headline runs there"
+    tag = "rtx_pro_6000_blackwell_workstation_edition"
+    check = [c for c in calls if c.startswith("python3 -m workbench check ") and "--sanitize" not in c]
+    assert len(check) == 1 and f"--name correctness_{tag}.csv" in check[0]
+    assert check[0].endswith("--impls simt mma tile512 portable_ws auto")
+    sanitized = [c.split("--sanitize ")[1] for c in calls if c.startswith("compute-sanitizer ")]
+    assert sanitized == ["simt", "mma", "tile512", "portable_ws"]
+    benched = [c.split("--sweep ")[1].split()[0] for c in calls if " bench " in c]
+    assert benched == ["headline", "ladder"]
+    # the sanitizer logs' provenance names the GPU and its capability, as every table's rows do
+    import json
+    meta = json.loads((out / "sanitizer.meta.json").read_text())
+    assert (meta["gpu"], meta["capability"], meta["sm_count"]) == (RTX, "sm_120", 188)
+
+
+@pytest.mark.slow
+def test_session_on_an_h200_checks_every_kernel_under_the_old_names(tmp_path):
+    stdout, calls, _ = _run_session(tmp_path, "NVIDIA H200:90", "ladder", SKIP_SANITIZE="1", CHECK_JOBS="2")
+    assert not [ln for ln in stdout.splitlines() if ln.startswith(("kernels: ", "bench "))]
+    flash = [ln for ln in stdout.splitlines() if "flash_mla" in ln]
+    assert len(flash) == 1 and "flash_mla not importable" in flash[0]  # not installed here
+    parts = [c for c in calls if c.startswith("python3 -m workbench check ")]
+    assert len(parts) == 2 and all("--name correctness_h200.csv" in c for c in parts)
+    checked = [k for c in parts for k in c.split("--impls ")[1].split()]
+    assert sorted(checked) == sorted(["simt", "mma", "tile512", *SM90_ONLY, "portable_ws", "auto"])
