@@ -34,6 +34,20 @@ def test_fingerprint_drops_comments_docstrings_and_layout_but_not_code():
     assert provenance.code_fingerprint("def broken(:\n") == "def broken(:\n", "unparsable text is kept whole"
 
 
+def test_a_module_moved_to_another_package_keeps_its_hash_but_a_new_binding_does_not(tmp_path):
+    """Moving modules between packages rewrites their relative imports and their folder, not their code."""
+    root = _tree(tmp_path, decode="from .layout import layout_of\nfrom . import registry\nSPLITS = 4\n")
+    h = provenance.kernel_source_hash(root)
+    (root / "workbench" / "decode.py").write_text(
+        "from ..format.layout import layout_of\nfrom .. import registry\nSPLITS = 4\n")
+    assert provenance.kernel_source_hash(root) == h, "the same names bound from elsewhere: the same code"
+    (root / "workbench" / "decode.py").rename(root / "workbench" / "kernels" / "decode.py")
+    assert provenance.kernel_source_hash(root) == h, "the same file in another hashed folder"
+    (root / "workbench" / "kernels" / "decode.py").write_text(
+        "from ..format.layout import layout_of as lay\nfrom .. import registry\nSPLITS = 4\n")
+    assert provenance.kernel_source_hash(root) != h, "a different binding is different code"
+
+
 def test_the_hash_covers_kernels_and_split_planning_not_other_modules(tmp_path):
     root = _tree(tmp_path)
     h = provenance.kernel_source_hash(root)

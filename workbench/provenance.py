@@ -68,18 +68,28 @@ def write_meta(csv, prov: dict | None = None) -> Path:
 
 
 # What a timing row describes: the jit code and its launchers, the split planning and kernel choice (decode,
-# registry) and the launch path (plan). Hashed without comments and docstrings, so a note does not stale a row.
+# registry) and the launch path (plan). Hashed without comments and docstrings, so a note does not stale a row, and
+# by file name without folder, so a move does not either; when one of these moves, keep its old path here too, so
+# that an old commit's tree (kernel_source_hash_at) still finds it.
 KERNEL_SOURCES = ("workbench/kernels", "workbench/registry.py", "workbench/decode.py", "workbench/plan.py")
 
 
 def code_fingerprint(source: str) -> str:
     """Python source without its comments, docstrings and layout (``ast.unparse``): what runs, not how it reads.
-    Text that does not parse is kept whole."""
+    A ``from M import x as y`` keeps only the name it binds (``import y``): the code behind a name is hashed where it
+    is defined, so moving a module to another package (which rewrites every relative import of it) is not a
+    change of code. Text that does not parse is kept whole."""
     import ast
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return source
+
+    class BoundNames(ast.NodeTransformer):
+        def visit_ImportFrom(self, node):
+            return ast.copy_location(ast.Import(names=[ast.alias(name=a.asname or a.name) for a in node.names]),
+                                     node)
+    tree = BoundNames().visit(tree)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
@@ -101,10 +111,12 @@ def _source_paths(root: Path) -> list[str]:
 
 
 def _hash_sources(files: dict[str, str]) -> str:
+    """Each file by its name without its folder (a module moved between packages keeps its identity) and its
+    :func:`code_fingerprint`."""
     import hashlib
     h = hashlib.sha256()
-    for name in sorted(files):
-        h.update(name.encode() + b"\0" + code_fingerprint(files[name]).encode() + b"\0")
+    for name, text in sorted((Path(n).name, code_fingerprint(t)) for n, t in files.items()):
+        h.update(name.encode() + b"\0" + text.encode() + b"\0")
     return h.hexdigest()[:12]
 
 
