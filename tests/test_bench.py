@@ -336,3 +336,17 @@ def test_launch_floor_providers_are_listed_in_the_overhead_sweep_and_need_cuda(m
         monkeypatch.undo()
     from workbench.providers import LAUNCH_FLOORS
     assert LAUNCH_FLOORS == {"launch_floor": 1, "launch_floor2": 2}
+
+
+def test_a_gluon_kernel_off_its_gpu_is_skipped_not_a_stopped_sweep(monkeypatch):
+    """On an sm_120 card the wgmma rungs cannot run: their rows are skipped with the reason, and the portable ones
+    and the Triton ones are timed (a RuntimeError from the launcher used to end the ladder and crossover sweeps)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (12, 0))
+    for impl in ("wgmma_ws", "wgmma_f16", "wgmma_xchg", "wgmma_f16_2cta", "wgmma_ws+plan"):
+        with pytest.raises(bench.Skip, match="written for sm_90; this GPU is sm_120"):
+            bench.make_provider(impl)
+    for impl in ("portable_ws", "tile512", "mma", "auto", "auto_portable"):
+        assert bench.make_provider(impl).name == impl
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (9, 0))
+    assert bench.make_provider("wgmma_ws").name == "wgmma_ws"

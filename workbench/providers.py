@@ -98,6 +98,24 @@ class FlashMLAProvider:
         return run
 
 
+def not_on_this_gpu(impl: str) -> str | None:
+    """Why a registered kernel cannot run on this CUDA GPU (a Gluon kernel off the targets its module is written
+    for, as the lab decides: resources.gluon_archs), or None. A sweep then skips its rows instead of stopping."""
+    from . import registry
+    from .resources import gluon_archs, is_gluon, lab_kernels
+    from .targets import target_for_capability
+    lab = lab_kernels()
+    if impl not in registry.names() or impl not in lab or not is_gluon(lab[impl]):
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    try:
+        arch = target_for_capability(major, minor).arch
+    except ValueError:
+        arch = f"sm_{major}{minor}"
+    archs = gluon_archs(lab[impl])
+    return None if arch in archs else f"{impl} is a Gluon kernel written for {', '.join(archs)}; this GPU is {arch}"
+
+
 class WorkbenchProvider:
     def __init__(self, impl: str):
         self.name = impl
@@ -105,6 +123,8 @@ class WorkbenchProvider:
             from .kernels.common import INTERPRET
             if not INTERPRET:
                 raise Skip("no CUDA GPU (and TRITON_INTERPRET is not set)")
+        elif impl not in ("reference", "auto") and (reason := not_on_this_gpu(base_impl(impl))):
+            raise Skip(reason)
 
     def prepare(self, kw: dict, config=None):
         if self.name == "reference" and config is not None:
