@@ -702,6 +702,7 @@ def fig_ladder(times, panels, rungs, *, default=None, labels=None):
 
 
 OVERHEAD_BOUNDS = {"plain call": 15.0, "call through a plan": 10.0}  # us: the engine's goals for host overhead
+OVERHEAD_CLIP = 4.0  # the overhead figure's axis ends at this many times its median bar (or its highest goal)
 
 
 def fig_overhead(df, *, bounds: dict | None = None):
@@ -737,6 +738,11 @@ def fig_overhead(df, *, bounds: dict | None = None):
     fig, ax = plt.subplots(figsize=(max(8.0, 1.6 + 1.3 * len(shapes) * max(len(provs), 2) / 2), 4.3))
     width = 0.8 / len(provs)
     lows, highs = [0.0], [max(bounds.values(), default=0.0)]
+    # a bar far above the others (the compiled op's ~100-200 us) would flatten the goals and the floors to a few
+    # pixels: the axis stops at OVERHEAD_CLIP times the median bar (or the highest goal) and such a bar is cut there,
+    # its number written at the cut
+    clip = OVERHEAD_CLIP * max(float(np.median(np.abs(med.median_us))), max(bounds.values(), default=0.0))
+    cut = False
     for i, shape in enumerate(shapes):
         for j, p in enumerate(provs):
             x = i - 0.4 + width * (j + 0.5)
@@ -744,9 +750,19 @@ def fig_overhead(df, *, bounds: dict | None = None):
                 ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=7, color="grey")
                 continue
             m, lo, hi = med.loc[shape + (p,)]
+            text = f"{m:.0f}" if abs(m) >= 30 else f"{m:.1f}"
+            if m > clip:
+                cut = True
+                ax.bar(x, clip, width=width * 0.9, color=colors[p], hatch=hatches[p], edgecolor="white",
+                       linewidth=0.5)
+                ax.text(x, 0.97 * clip, f"{text}\n(cut)", ha="center", va="top", fontsize=7.5, zorder=5,
+                        bbox=dict(facecolor="white", edgecolor="none", alpha=0.85, pad=0.6))
+                highs.append(clip)
+                lows.append(0.0)
+                continue
             ax.bar(x, m, width=width * 0.9, color=colors[p], hatch=hatches[p], edgecolor="white", linewidth=0.5)
             ax.errorbar(x, m, yerr=[[m - lo], [hi - m]], fmt="none", ecolor="k", elinewidth=1, capsize=3)
-            ax.text(x, max(m, hi), f"{m:.0f}" if abs(m) >= 30 else f"{m:.1f}", ha="center", va="bottom",
+            ax.text(x, max(m, hi), text, ha="center", va="bottom",
                     fontsize=7.5, zorder=5, bbox=dict(facecolor="white", edgecolor="none", alpha=0.85, pad=0.6))
             lows.append(min(m, lo))
             highs.append(max(m, hi))
@@ -755,7 +771,7 @@ def fig_overhead(df, *, bounds: dict | None = None):
     for name, us in bounds.items():
         ax.axhline(us, color="#B00020", linestyle=bound_styles[name], linewidth=1.2)
     span = max(highs) - min(lows)
-    ax.set_ylim(min(lows) - 0.05 * span if min(lows) < 0 else 0, max(highs) + 0.15 * span)
+    ax.set_ylim(min(lows) - 0.05 * span if min(lows) < 0 else 0, clip if cut else max(highs) + 0.15 * span)
     ax.set_xticks(range(len(shapes)))
     ax.set_xticklabels([shape_label(*s) for s in shapes])
     ax.set_xlim(-0.5, len(shapes) - 0.5)
@@ -770,7 +786,8 @@ def fig_overhead(df, *, bounds: dict | None = None):
     fig.tight_layout()
     # below, not beside: the names are longer than a narrow figure is wide, and a legend to the right left the
     # bars in a corner of the image
-    legend_below(fig, handles, names, ncol=2, title="provider (whiskers: p20-p80)")
+    legend_below(fig, handles, names, ncol=2, title="provider (whiskers: p20-p80)" + (
+        f"; bars above {clip:.0f} us are cut at the top, their median written there" if cut else ""))
     return fig
 
 
