@@ -62,6 +62,7 @@ def test_sweeps_cover_the_issue():
     assert {s.batch for s, *_ in batch} == {1, 2, 4, 8, 16, 32, 64, 128, 132}
     assert {s.heads for s, *_ in batch} == {16, 32, 64, 128} and {s.topk for s, *_ in batch} == {512, 2048}
     assert all({"auto", "flashmla", "gather", "gather_async", "mma"} <= set(p) for _, p, *_ in batch)  # issue 23
+    assert all({"eager", "graph"} <= set(m) for _, _, m, _ in batch), "graph at every batch: the kernels' own time"
     prod = sweep_shapes("production")[0][0]
     assert (prod.topk, prod.block_size, prod.extra_topk, prod.extra_block_size) == (128, 256, 512, 64)
     assert {s.s_q for s, *_ in sweep_shapes("s_q2")} == {2}
