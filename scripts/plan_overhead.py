@@ -35,6 +35,8 @@ def parse_args():
     p.add_argument("--calls", type=int, default=200, help="calls per idle / back-to-back timing (GPU)")
     p.add_argument("--stub", action="store_true", help="CPU: host cost with the kernel launches stubbed")
     p.add_argument("--calls-cpu", type=int, default=5000, help="calls per timing repeat (--stub)")
+    p.add_argument("--micro", action="store_true",
+                   help="GPU: host microseconds of the plain call's pieces (allocations, key, device queries)")
     p.add_argument("--breakdown", action="store_true",
                    help="GPU: each launch of the plan alone, host time per launch, PDL on and off, graph replay")
     return p.parse_args()
@@ -134,6 +136,65 @@ def breakdown(args):
             print(f"{f'b{b} h{h} topk{topk}':18} {tag:5} {len(plan._launchers):7d} {row[0]:6.1f} {row[1]:6.1f} "
                   f"{row[2]:6.1f} | {row[3]:8.1f} {row[4]:6.1f} {row[5]:8.1f} | {row[6]:9.1f} {row[7]:7.1f} "
                   f"{row[8]:9.1f} | {row[9]:11.1f}")
+
+
+def micro(args):
+    """GPU: host time (perf_counter, best of 5 loops) of the pieces a plain call adds above a plan call at b1 h64
+    topk512: the two output allocations, the cache key and lookup, the device and stream queries; and both calls
+    whole, issued back to back."""
+    import time
+
+    import torch
+
+    import workbench as wb
+    from workbench import decode
+
+    assert torch.cuda.is_available() and not wb.INTERPRET, "needs a CUDA GPU and TRITON_INTERPRET=0"
+
+    def us(fn, n=5000):
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            best = min(best, (time.perf_counter() - t0) / n * 1e6)
+        torch.cuda.synchronize()
+        return best
+    kw = wb.build_case(batch=1, heads=64, topk=512, block_size=64, device="cuda").kwargs()
+    q, cache = kw["q"], kw["cache"]
+    decode.PLAIN_PLANS.clear()
+    wb.sparse_mla_decode(**kw)
+    wb.sparse_mla_decode(**kw)
+    (plan,) = decode.PLAIN_PLANS.plans()
+    inputs = tuple(kw.get(n) for n in decode.INPUT_NAMES)
+    ptrs = [0 if t is None else t.data_ptr() for t in inputs]
+    explicit = wb.plan_decode(**kw)
+    rows = {"torch.empty_like(out)": lambda: _empty_like(plan._out_like),
+            "torch.empty_like(lse)": lambda: _empty_like(plan._lse_like),
+            "current raw stream": lambda: decode._raw_stream(0),
+            "is capturing": lambda: decode._capturing(),
+            "storage nbytes": lambda: cache.untyped_storage().nbytes(),
+            "q shape, stride, dtype, device": lambda: (q.shape, q.stride(), q.dtype, q.device)}
+    for name, fn in rows.items():
+        print(f"{name:40} {us(fn):7.2f} us")
+    fresh, run = plan.fresh_call, plan._run
+    plan.fresh_call = lambda *a: (None, None)  # the key and the lookup alone (a hit that launches nothing)
+    print(f"{'plain call: key and lookup':40} {us(lambda: wb.sparse_mla_decode(**kw)):7.2f} us")
+    plan.fresh_call = fresh
+    plan._run = lambda *a: None
+    print(f"{'plain call: fresh_call, no launches':40} {us(lambda: plan.fresh_call(inputs, ptrs)):7.2f} us")
+    plan._run = run
+    replay = explicit._replay
+    explicit._replay = lambda *a: None
+    print(f"{'plan call: checks, no launches':40} {us(lambda: wb.sparse_mla_decode(**kw, plan=explicit)):7.2f} us")
+    explicit._replay = replay
+    print(f"{'plain call, back to back':40} {us(lambda: wb.sparse_mla_decode(**kw), 1000):7.2f} us")
+    print(f"{'plan call, back to back':40} {us(lambda: wb.sparse_mla_decode(**kw, plan=explicit), 1000):7.2f} us")
+
+
+def _empty_like(t):
+    import torch
+    return torch.empty_like(t)
 
 
 def back_to_back_us(fn, calls: int) -> float:
@@ -243,7 +304,10 @@ def stub(args):
 
 if __name__ == "__main__":
     a = parse_args()
-    if a.breakdown:
+    if a.micro:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+        micro(a)
+    elif a.breakdown:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
         breakdown(a)
     elif a.stub:
