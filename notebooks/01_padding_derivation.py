@@ -44,8 +44,8 @@ import torch
 from IPython.display import Markdown, display
 
 import workbench as wb
-from workbench import padding
-from workbench.layout import MODEL1
+from workbench.format import padding
+from workbench.format.layout import MODEL1
 from workbench.pipeline import checked_parameters
 from workbench.plotting import fig_padding_costs, fig_page_byte_map, out_folder, save_figure, save_table, set_theme
 

@@ -18,7 +18,7 @@
 #
 # On the CPU this runs the Triton interpreter on small shapes (and a spread of heads on the big
 # golden cases for the per-head kernel, whose heads are independent). With `device="cuda"` it runs
-# the full grid. The hostile cases are the catalogue's (`workbench.cases`), the same ones, by id, that the
+# the full grid. The hostile cases are the catalogue's (`workbench.format.cases`), the same ones, by id, that the
 # tests and the GPU checks run. The last sections plot the newest committed GPU check table from `data/`
 # (every kernel in the registry on the H200, read with `workbench.results.load_correctness`) and tabulate the
 # newest compute-sanitizer logs (`workbench.results.load_sanitizer`).
@@ -55,8 +55,8 @@ import torch
 from IPython.display import Markdown, display
 
 import workbench as wb
-from workbench import cases
-from workbench.golden import golden_expected, golden_kwargs, golden_names, load_golden
+from workbench.format import cases
+from workbench.format.golden import golden_expected, golden_kwargs, golden_names, load_golden
 from workbench.metrics import OUT_ELEM_REL, OUT_ELEM_RMS
 from workbench.pipeline import checked_parameters
 from workbench.plotting import (commit_provenance, fig_error_ecdf, fig_gpu_checks, fig_worst_by_shape, gpu_label,
@@ -98,7 +98,7 @@ golden[["case", "impl", "heads_checked", "out_rel_norm", "out_cos_dist", "out_el
 
 # %% [markdown]
 # ## The hostile catalogue against the fp32 reference
-# Every entry of `workbench.cases.CATALOGUE` that can be checked here, by its id: shuffled page tables and
+# Every entry of `workbench.format.cases.CATALOGUE` that can be checked here, by its id: shuffled page tables and
 # orphan pages, page sizes 2, 61, 64, 69 and 256, -1 and out-of-range indices, all-invalid queries,
 # `topk_length` of 0 and past topk, `+inf`/`-inf`/finite sinks, an extra KV scope, non-default `sm_scale`,
 # `s_q` = 2. On the CPU the entries with NaN in unselected pages are left to the GPU (the interpreter reads

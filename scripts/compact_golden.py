@@ -4,8 +4,8 @@
     .venv/bin/python scripts/compact_golden.py /path/to/originals --out DIR  # elsewhere
     .venv/bin/python scripts/compact_golden.py --check                       # compare golden/ with the originals
 
-The originals are the ``*.pt`` files of FlashMLA's golden cases (default: the outside folder workbench.golden
-finds: $WORKBENCH_GOLDEN, ../shared/golden, ...). What compaction keeps and drops is in workbench/golden.py's
+The originals are the ``*.pt`` files of FlashMLA's golden cases (default: the outside folder workbench.format.golden
+finds: $WORKBENCH_GOLDEN, ../shared/golden, ...). What compaction keeps and drops is in workbench/format/golden.py's
 docstring. Each written case is checked before it is kept: the fp32 reference gives the same bits on it as on its
 original, and FlashMLA's q, out and lse are unchanged byte for byte. ``--check`` writes nothing: it compacts into
 memory and compares with the files in golden/ (tensors equal, strides equal).
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from workbench.golden import (COMPACT_DIR, compact_case, golden_kwargs, load_golden, original_dir, same_bytes,
-                              save_compact)
-from workbench.reference import sparse_mla_decode_reference
+from workbench.format.golden import (COMPACT_DIR, compact_case, golden_kwargs, load_golden, original_dir, same_bytes,
+                                     save_compact)
+from workbench.format.reference import sparse_mla_decode_reference
 
 
 def _same(a, b) -> bool:
@@ -53,7 +53,7 @@ def verify(original: dict, compact: dict) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("originals", nargs="?", type=Path, help="folder of FlashMLA's *.pt cases (default: the "
-                                                             "outside folder workbench.golden finds)")
+                                                             "outside folder workbench.format.golden finds)")
     ap.add_argument("--out", type=Path, default=COMPACT_DIR, help=f"where to write (default {COMPACT_DIR})")
     ap.add_argument("--check", action="store_true", help="compare the compact files in --out with the originals; "
                                                          "write nothing")

@@ -4,7 +4,7 @@ import sys
 import torch
 
 import workbench as wb
-from workbench.golden import golden_expected, golden_kwargs, golden_names, load_golden
+from workbench.format.golden import golden_expected, golden_kwargs, golden_names, load_golden
 
 bad = 0
 for impl in sys.argv[1:]:

@@ -8,7 +8,7 @@ the kernels compile for the GPU and ``pytest -m gpu`` runs the GPU tests. Marker
 - ``slow``: given here, by ``SLOW_TESTS`` and ``SLOW_FIXTURES`` below. ``pytest -m "not slow"`` is the quick tier
   (under a minute on 2 cores); the whole suite is a few minutes.
 
-The golden cases are the repository's compact copies (``golden/``, see workbench/golden.py), plus any outside
+The golden cases are the repository's compact copies (``golden/``, see workbench/format/golden.py), plus any outside
 folder's. tests/test_cache.py's quantiser check needs a case's ``kv_bf16``, which only some compact cases keep:
 it is skipped, saying so, on the others (tests/test_golden_compaction.py runs it on the originals when present).
 """
@@ -24,8 +24,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import workbench  # noqa: E402,F401
-from workbench import cases  # noqa: E402
-from workbench.golden import golden_names, load_golden  # noqa: E402
+from workbench.format import cases  # noqa: E402
+from workbench.format.golden import golden_names, load_golden  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 INTERPRETING = os.environ["TRITON_INTERPRET"] == "1"

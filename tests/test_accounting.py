@@ -30,7 +30,7 @@ def test_count_valid_tokens_by_hand():
 
 def test_call_valid_tokens_counts_both_scopes_by_hand():
     from workbench.accounting import call_valid_tokens, case_cost
-    from workbench.cache import build_case
+    from workbench.format.cases import build_case
     c = build_case(batch=2, heads=4, topk=8, extra_topk=4, invalid_frac=0.0)
     # every index valid: 2 queries x 8 main + 2 queries x 4 extra
     assert call_valid_tokens(c.kwargs()) == 2 * 8 + 2 * 4

@@ -5,12 +5,13 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import cases
-from workbench.cache import (build_case, copy_cache, dequantize_kv, gather_dequantized, indices_to_positions,
-                             page_bytes_view, positions_to_indices, quantize_kv, raw_scale_bytes, to_device)
-from workbench.codec import SCALE_CONVENTIONS, _row_views
-from workbench.golden import golden_names, load_golden
-from workbench.layout import MODEL1
+from workbench.format import cases
+from workbench.format.cases import build_case
+from workbench.format.codec import (SCALE_CONVENTIONS, _row_views, copy_cache, dequantize_kv, gather_dequantized,
+                                    indices_to_positions, page_bytes_view, positions_to_indices, quantize_kv,
+                                    raw_scale_bytes, to_device)
+from workbench.format.golden import golden_names, load_golden
+from workbench.format.layout import MODEL1
 
 
 def _page_bytes(cache):

@@ -393,7 +393,7 @@ def test_choices_come_from_the_modules_that_own_them(capsys):
 
 
 def test_sanitize_case_choices_are_the_catalogue(capsys):
-    from workbench import cases
+    from workbench.format import cases
     assert tuple(_choices("check", "--case")) == tuple(e.id for e in cases.catalogue())
     assert cli.parser().parse_args(["check", "--sanitize", "mma"]).case == cases.SANITIZER
     with pytest.raises(SystemExit):
@@ -423,7 +423,8 @@ def test_sanitizer_case_runs_the_named_entry_under_the_combine_launch_asked_for(
     """The case compute-sanitizer wraps decodes the chosen catalogue entry, inside combine_launch(pdl) when pdl is
     given, and compares it with the reference (interpreter, CPU tensors: the path the GPU takes, minus the
     sanitizer)."""
-    from workbench import cases, decode, gpu_check
+    from workbench import decode, gpu_check
+    from workbench.format import cases
     seen = []
     real = gpu_check.sparse_mla_decode
 

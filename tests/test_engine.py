@@ -11,8 +11,8 @@ from torch._dynamo.utils import counters
 
 import workbench as wb
 from workbench import flash_mla as fm
-from workbench.golden import golden_expected, golden_names, load_golden
-from workbench.layout import MODEL1
+from workbench.format.golden import golden_expected, golden_names, load_golden
+from workbench.format.layout import MODEL1
 
 interpreter = pytest.mark.interpreter
 HEADS = slice(8, 24)  # the block of heads the golden cases run

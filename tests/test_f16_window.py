@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from workbench import registry
-from workbench.codec import page_bytes_view, quantize_kv, raw_scale_bytes, to_device
+from workbench.format.codec import page_bytes_view, quantize_kv, raw_scale_bytes, to_device
 from workbench.decode import sparse_mla_decode
 from workbench.kernels.gluon_common import F16_K_SHIFT, F16_MAX_SCALE_BYTE, F16_MIN_SCALE_BYTE
 from workbench.kernels.wgmma_ws import ws_partial_kernel

@@ -179,11 +179,11 @@ def build(name, ok):
         note = "PROJECTION, not a measurement: H200 times, sm_120 floor from NVIDIA's spec. " + P.bench_provenance(head)
         return P.fig_projection(proj, get_target("sm_120")), "PROJECTION, not a measurement: sm_120", note
     if name == "padding_costs":
-        from workbench import padding
+        from workbench.format import padding
         return P.fig_padding_costs(pd.DataFrame(padding.padding_costs(block_t=64))), "padding", None
     if name == "page_byte_map":
-        from workbench import padding
-        from workbench.layout import MODEL1
+        from workbench.format import padding
+        from workbench.format.layout import MODEL1
         return P.fig_page_byte_map(pd.DataFrame(padding.page_byte_map(4)), MODEL1, 4), "page", None
     raise KeyError(name)
 

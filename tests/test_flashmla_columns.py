@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import cases, gpu_check
+from workbench import gpu_check
+from workbench.format import cases
 
 
 def _ref(case):

@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from workbench import registry, sweeps
-from workbench.cases import build_case
+from workbench.format.cases import build_case
 from workbench.decode import INTERPRETER_SMS, plan_splits
 from workbench.kernels import gather_async
 from workbench.kernels.common import cdiv
 from workbench.kernels.gather import launch_gather
 from workbench.kernels.gather_async import GatherAsyncConfig, estimate_shared_bytes, launch_gather_async
-from workbench.layout import MODEL1
+from workbench.format.layout import MODEL1
 
 interpreter = pytest.mark.interpreter
 ROOT = Path(__file__).resolve().parents[1]

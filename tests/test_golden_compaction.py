@@ -6,9 +6,9 @@ golden/README.md lists; compaction keeps the fp32 reference's bits on the hostil
 out-of-range indices on both sides, topk_length of 0 and past topk, all-invalid queries, an extra scope, NaN
 pages); the loader's precedence (the repository's cases first, an outside folder's added). The reference against
 FlashMLA's stored outputs on the compact cases is tests/test_reference.py's test_reference_matches_flashmla
-(it reads golden/ through workbench.golden).
+(it reads golden/ through workbench.format.golden).
 
-With FlashMLA's originals (an outside folder, workbench.golden.original_dir: $WORKBENCH_GOLDEN or
+With FlashMLA's originals (an outside folder, workbench.format.golden.original_dir: $WORKBENCH_GOLDEN or
 ../shared/golden beside the checkout; skipped without them): the compact case is what compacting the original
 gives now, FlashMLA's tensors are unchanged byte for byte, and the reference gives the same out and lse, bit for
 bit. Bit-equal, not merely close: the reference gathers each selected token's bytes by index, in the order of
@@ -24,11 +24,11 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import cases, golden
-from workbench.codec import _row_views, page_bytes_view, quantize_kv
-from workbench.golden import (compact_case, golden_cache, golden_kwargs, golden_names, load_golden, original_dir,
-                              original_names, same_bytes, save_compact)
-from workbench.layout import MODEL1
+from workbench.format import cases, golden
+from workbench.format.codec import _row_views, page_bytes_view, quantize_kv
+from workbench.format.golden import (compact_case, golden_cache, golden_kwargs, golden_names, load_golden, original_dir,
+                                     original_names, same_bytes, save_compact)
+from workbench.format.layout import MODEL1
 
 REPO_NAMES = sorted(p.stem for p in golden.golden_dir().glob("*.pt"))
 SCOPES = golden.SCOPES

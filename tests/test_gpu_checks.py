@@ -1,7 +1,7 @@
 """The GPU checks as tests: ``TRITON_INTERPRET=0 pytest -m gpu`` on a CUDA machine (skipped elsewhere).
 
 Every kernel of ``gpu_check.checked_impls()`` on FlashMLA's golden cases, on every case of the hostile
-catalogue (``workbench.cases``: each entry as the interpreter tests run it, GPU-only ones included, then its
+catalogue (``workbench.format.cases``: each entry as the interpreter tests run it, GPU-only ones included, then its
 scaled version), and bit for bit under CUDA-graph replay and run to run. The catalogue rows carry FlashMLA's
 columns (``gpu_check.run_flashmla``, once per case; NaN where it cannot run). The rows are those of
 ``python -m workbench check``; the module writes them as the same correctness table (CSV and .meta.json)
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from workbench import gpu_check
-from workbench.golden import golden_names, load_golden
+from workbench.format.golden import golden_names, load_golden
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +88,7 @@ def test_catalogue_case_vs_reference(table, built_case, impl):
 
 @pytest.fixture(scope="module")
 def bitwise_case():
-    from workbench import cases
+    from workbench.format import cases
     return cases.get(cases.BITWISE).build(device="cuda")
 
 

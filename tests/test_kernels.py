@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import cases
-from workbench.cases import catalogue
-from workbench.codec import to_device
-from workbench.golden import golden_expected, golden_kwargs, golden_names, load_golden
+from workbench.format import cases
+from workbench.format.cases import catalogue
+from workbench.format.codec import to_device
+from workbench.format.golden import golden_expected, golden_kwargs, golden_names, load_golden
 
 
 SPLIT_KERNELS = ["mma", "tile512"]
@@ -38,7 +38,7 @@ def test_simt_matches_flashmla_golden(name):
     wb.assert_close(out.float(), lse, *golden_expected(g, heads=SIMT_HEADS), f"simt {name}")
 
 
-# The hostile cases are the catalogue's (workbench.cases): every entry the interpreter can check, by its id.
+# The hostile cases are the catalogue's (workbench.format.cases): every entry the interpreter can check, by its id.
 HOSTILE = {e.id: e for e in catalogue(interpretable=True)}
 
 

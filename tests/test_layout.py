@@ -1,7 +1,7 @@
 """The format spec against hand-derived numbers."""
 import pytest
 
-from workbench.layout import MODEL1
+from workbench.format.layout import MODEL1
 
 
 def test_model1_token_bytes():

@@ -406,11 +406,15 @@ def test_readme_python_example_runs_as_written(tmp_path):
 
 
 def test_readme_module_map_names_every_module():
-    """Every module of workbench/ and workbench/kernels/ is in the README's map (by name, in backticks)."""
+    """Every module of workbench/ and of its subpackages is in the README's map (by name, in backticks), and
+    every subpackage by its folder (`format/`)."""
     text = _readme_part("Where things live", end="\n## ")
-    modules = [p.stem for d in ("workbench", "workbench/kernels") for p in sorted((ROOT / d).glob("*.py"))
-               if p.stem != "__init__"]
-    missing = [m for m in modules if f"`{m}`" not in text and f"`kernels/{m}`" not in text]
+    pkg = ROOT / "workbench"
+    modules = [p.relative_to(pkg).with_suffix("").as_posix() for p in sorted(pkg.rglob("*.py"))
+               if p.stem != "__init__" and "__pycache__" not in p.parts]
+    missing = [m for m in modules if f"`{m.rsplit('/', 1)[-1]}`" not in text and f"`{m}`" not in text]
+    missing += [f"{d.name}/" for d in sorted(pkg.iterdir()) if (d / "__init__.py").exists()
+                and f"`{d.name}/`" not in text]
     assert not missing, f"README's module map lacks {missing}"
 
 

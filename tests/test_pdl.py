@@ -9,7 +9,7 @@ import torch
 
 import workbench as wb
 from workbench import decode, providers, registry
-from workbench.cases import build_case
+from workbench.format.cases import build_case
 from workbench.kernels.common import capture_launches
 from workbench.resources import without_interpreter
 from workbench.sweeps import BenchShape

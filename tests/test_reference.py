@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import cases
-from workbench.golden import golden_expected, golden_kwargs, golden_names, load_golden
+from workbench.format import cases
+from workbench.format.golden import golden_expected, golden_kwargs, golden_names, load_golden
 
 
 @pytest.mark.parametrize("name", golden_names())

@@ -5,7 +5,7 @@ import torch
 
 import workbench as wb
 from workbench import registry
-from workbench.cache import build_case
+from workbench.format.cases import build_case
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +122,7 @@ def test_device_mismatch_names_the_argument_and_both_devices(case):
 
 
 def test_stride_rejection_points_to_to_device(case):
-    with pytest.raises(ValueError, match=r"cache: .*workbench\.cache\.to_device"):
+    with pytest.raises(ValueError, match=r"cache: .*workbench\.format\.codec\.to_device"):
         wb.sparse_mla_decode(**_with(case, cache=case.main.cache.clone()), impl="reference")
 
 

@@ -12,15 +12,15 @@ import triton as _triton
 _triton.knobs.autotuning.cache = _os.environ.get("WORKBENCH_AUTOTUNE_CACHE", "1") != "0"
 
 from .accounting import DecodeCost, case_cost, count_valid_tokens, decode_cost
-from .cache import (DecodeCase, DecodeScope, build_case, dequantize_kv, indices_to_positions,
-                    positions_to_indices, quantize_kv)
+from .format.cases import DecodeCase, DecodeScope, build_case
+from .format.codec import dequantize_kv, indices_to_positions, positions_to_indices, quantize_kv
 from .decode import IMPLS, plan_splits, sparse_mla_decode, warmup
 from .kernels.common import INTERPRET
 from .kernels.tuning import PRUNE_RECORD
-from .layout import MODEL1, CacheLayout
+from .format.layout import MODEL1, CacheLayout
 from .metrics import assert_close, compare
 from .plan import DecodePlan, plan_decode
-from .reference import sparse_mla_decode_reference
+from .format.reference import sparse_mla_decode_reference
 from . import ops  # noqa: F401  (registers torch.ops.workbench.sparse_mla_decode)
 
 

@@ -61,7 +61,7 @@ def _out_dir(a, label: str) -> Path:
 
 
 def _cmd_check(a):
-    from .cases import SANITIZER
+    from .format.cases import SANITIZER
     if not a.sanitize and (a.case != SANITIZER or a.combine != "rule"):
         print("check: --case and --combine choose the case of --sanitize; give --sanitize KERNEL", file=sys.stderr)
         return 2
@@ -250,7 +250,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--sanitize", choices=checked_impls(), help="run one small case (for compute-sanitizer)")
     c.add_argument("--impls", nargs="+", choices=case_impls(), metavar="IMPL",
                    help="check only these kernels (and 'auto'); default: every kernel and 'auto'")
-    from .cases import SANITIZER, catalogue
+    from .format.cases import SANITIZER, catalogue
     c.add_argument("--case", default=SANITIZER, choices=[e.id for e in catalogue()], metavar="CASE_ID",
                    help=f"with --sanitize: the catalogue entry to run (default {SANITIZER})")
     c.add_argument("--combine", default="rule", choices=("rule", "pdl", "serial"),

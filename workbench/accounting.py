@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .cache import valid_index_mask
-from .layout import MODEL1, CacheLayout
+from .format.codec import valid_index_mask
+from .format.layout import MODEL1, CacheLayout
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,6 @@ def decode_cost(*, batch: int, s_q: int, heads: int, valid_tokens: int,
 
 
 def case_cost(case) -> DecodeCost:
-    """Cost of a :class:`workbench.cache.DecodeCase`, all scopes together."""
+    """Cost of a :class:`workbench.format.cases.DecodeCase`, all scopes together."""
     b, s_q, h, _ = case.q.shape
     return decode_cost(batch=b, s_q=s_q, heads=h, valid_tokens=call_valid_tokens(case.kwargs()))

@@ -22,8 +22,8 @@ from . import registry
 from .kernels.combine import launch_combine
 from .kernels.common import _CAPTURE, INTERPRET, cdiv
 from .kernels.configs import KernelConfig
-from .layout import MODEL1
-from .reference import sparse_mla_decode_reference
+from .format.layout import MODEL1
+from .format.reference import sparse_mla_decode_reference
 from .validate import check_decode_args
 
 ROW_INPUTS = ("q", "indices", "extra_indices")  # inputs the kernels need with stride(-1) == 1 (copied if not)
@@ -529,7 +529,7 @@ PLAIN_PLANS = PlainPlans(enabled=os.environ.get("WORKBENCH_PLAIN_PLANS", "1") !=
 def warmup(cases, impl: str = "auto") -> int:
     """Run every case once so each autotune key a server will see is tuned before CUDA graph capture.
 
-    cases: iterable of :class:`workbench.cache.DecodeCase` (or dicts of decode keyword arguments).
+    cases: iterable of :class:`workbench.format.cases.DecodeCase` (or dicts of decode keyword arguments).
     Returns the number of calls made. With a fixed ``config`` no warmup is needed at all.
     Each call also leaves its plan in ``PLAIN_PLANS`` (for eager calls on this stream; calls made while a CUDA
     graph is captured take the plain path, whose autotuners this warmup has tuned).

@@ -34,7 +34,7 @@ from typing import Any, Optional
 import torch
 
 from .decode import sparse_mla_decode
-from .layout import MODEL1
+from .format.layout import MODEL1
 
 # FlashMLA's cache formats other than MODEL1, by bytes per token (k_cache.shape[-1])
 OTHER_FORMATS = {656: "DeepSeek-V3.2's (656 bytes a token)", 528: "DeepSeek-V4.1's fp8 (528 bytes a token)",

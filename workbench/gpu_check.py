@@ -3,7 +3,7 @@ it), CUDA-graph replay vs eager (bit for bit), run-to-run determinism, and a sma
 compute-sanitizer. Run with ``python -m workbench check --out DIR``, or as tests on the GPU with
 ``TRITON_INTERPRET=0 pytest -m gpu`` (``tests/test_gpu_checks.py``), which writes the same table.
 
-The cases come from :mod:`workbench.cases`: every catalogue entry as it is (the very case the interpreter
+The cases come from :mod:`workbench.format.cases`: every catalogue entry as it is (the very case the interpreter
 tests run, GPU-only ones included) and then its ``gpu_scale`` version; the table's ``case`` column is the
 entry's id (``<id>@<overrides>`` for a scaled one).
 
@@ -23,13 +23,13 @@ from pathlib import Path
 
 import torch
 
-from . import cases as catalogue
+from .format import cases as catalogue
 from . import registry
 from .decode import sparse_mla_decode, warmup
-from .golden import golden_expected, golden_kwargs, golden_names, load_golden
+from .format.golden import golden_expected, golden_kwargs, golden_names, load_golden
 from .metrics import compare
 from .provenance import provenance, write_meta
-from .reference import sparse_mla_decode_reference
+from .format.reference import sparse_mla_decode_reference
 
 # the table's checks, in its row order
 CHECKS = ("golden_vs_flashmla", "random_vs_reference", "nan_unselected", "run_to_run_bitwise",

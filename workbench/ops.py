@@ -28,8 +28,8 @@ from typing import Optional
 import torch
 
 from . import decode
-from .codec import copy_cache
-from .layout import MODEL1
+from .format.codec import copy_cache
+from .format.layout import MODEL1
 from .validate import check_cache, check_tensor
 
 OP_NAME = "workbench::sparse_mla_decode"
@@ -59,7 +59,7 @@ def sparse_mla_decode_op(q: torch.Tensor, cache: torch.Tensor, indices: torch.Te
 def _whole_pages(name: str, cache):
     """``cache`` when the kernels can read it in place, else a copy with its page stride restored (warned).
 
-    Code that copies an operator's inputs loses a cache's page padding (see :func:`workbench.cache.to_device`):
+    Code that copies an operator's inputs loses a cache's page padding (see :func:`workbench.format.codec.to_device`):
     ``torch.clone`` (what ``torch.library.opcheck``'s AOT tests run) packs the pages' rows (stride(0) ==
     block_size*584), and a copy that keeps strides (opcheck's other tests, CUDA-graph trees staging an input that
     is not static) ends the storage at the last token's byte. :func:`workbench.sparse_mla_decode` refuses both; the

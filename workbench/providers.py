@@ -27,7 +27,7 @@ import triton
 
 from . import isolate
 from .decode import sparse_mla_decode
-from .layout import MODEL1
+from .format.layout import MODEL1
 
 
 class Skip(Exception):

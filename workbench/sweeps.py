@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .cache import quantize_kv
-from .layout import MODEL1
+from .format.codec import quantize_kv
+from .format.layout import MODEL1
 
 POOL_TOKENS = 1 << 20        # ~612 MB of cache per page size
 ROTATIONS = 8                # index sets cycled through by the timed calls

@@ -11,12 +11,12 @@ import numbers
 import numpy as np
 import torch
 
-from .layout import MODEL1, CacheLayout
+from .format.layout import MODEL1, CacheLayout
 
 CACHE_DTYPES = (torch.uint8, torch.float8_e4m3fn)
 # Why a cache's page stride is gone, and what keeps it; shown with every stride rejection.
 MOVE_HINT = ("; .clone(), .contiguous() and .to(device) drop a cache's page padding: move or copy a cache with "
-             "workbench.cache.to_device(cache, device), which keeps it (and restores it on such a copy)")
+             "workbench.format.codec.to_device(cache, device), which keeps it (and restores it on such a copy)")
 
 
 def _fail(cls, name: str, expected: str, got) -> None:
@@ -59,7 +59,7 @@ def check_cache(name: str, cache, layout: CacheLayout = MODEL1, *, whole_pages: 
     if cache.data_ptr() % 16:
         _fail(ValueError, name, "a first byte on a 16-byte boundary (torch allocations are; a view with a storage "
               "offset may not be)", f"data_ptr() % 16 = {cache.data_ptr() % 16} (storage_offset="
-              f"{cache.storage_offset()}); workbench.cache.to_device(cache, device) copies it")
+              f"{cache.storage_offset()}); workbench.format.codec.to_device(cache, device) copies it")
     # The kernels view each scope as one flat run of num_blocks whole pages, so the storage must hold the last
     # page's padding too; a view that ends at the last token's byte would fail deep inside torch instead.
     need = cache.storage_offset() + nb * s0  # uint8 and float8 elements are one byte
@@ -67,7 +67,7 @@ def check_cache(name: str, cache, layout: CacheLayout = MODEL1, *, whole_pages: 
     if whole_pages and have < need:
         _fail(ValueError, name, f"storage for {nb} whole pages of stride(0)={s0} bytes ({need} bytes from the "
               "start of its storage, the last page's padding included)",
-              f"{have} bytes; workbench.cache.to_device(cache, device) copies it into whole pages")
+              f"{have} bytes; workbench.format.codec.to_device(cache, device) copies it into whole pages")
     return nb, bs, s0
 
 

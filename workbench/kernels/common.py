@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..layout import MODEL1, CacheLayout
+from ..format.layout import MODEL1, CacheLayout
 
 # Must be read when the kernels are decorated: TRITON_INTERPRET is fixed at import.
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..layout import layout_of
+from ..format.layout import layout_of
 from .common import INTERPRET, launch, next_pow2, scope_args
 from .configs import KernelConfig
 

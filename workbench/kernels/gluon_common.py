@@ -20,7 +20,7 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from ..layout import layout_of
+from ..format.layout import layout_of
 from .common import e4m3_bf16x2_asm, layout_constexprs
 
 # the cache layout's constants the Gluon kernels declare (common.layout_constexprs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..layout import layout_of
+from ..format.layout import layout_of
 from .common import (D_ROPE, INTERPRET, NOPE_PAD, cdiv, dequant_kv, head_group, launch, layout_constexprs,
                      load_kv_raw, mma, partial_args, to_bf16)
 from .configs import TiledConfig

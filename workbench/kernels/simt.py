@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..layout import layout_of
+from ..format.layout import layout_of
 from .common import (INTERPRET, LOG2E, gather_kv_tile, launch, layout_constexprs, next_pow2, scope_args, sink_args,
                      to_bf16)
 from .configs import SimtConfig

@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..layout import layout_of
+from ..format.layout import layout_of
 from .common import (INTERPRET, cdiv, head_group, launch, layout_constexprs, mma, partial_args, to_bf16,
                      ue8m0_fp32)
 from .tuning import call_args, current_target, record_prune

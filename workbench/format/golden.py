@@ -9,7 +9,7 @@ are renamed to match; FlashMLA's cache bytes of those tokens, ``q``, the sink, `
 as they are, an index ``k`` past the end of the original cache is ``k`` past the end of the compact one, a
 valid index past ``topk_length`` still names a valid token. Dropped: the bf16 source ``kv_bf16`` (the key stays,
 ``None``; ``KEEP_KV``'s cases keep the rows of their tokens, for the quantiser's outside check) and the producer's
-own fp32 reference (``ref_out_fp32``, ``ref_lse``; :mod:`workbench.reference` recomputes it). The fp32 reference
+own fp32 reference (``ref_out_fp32``, ``ref_lse``; :mod:`workbench.format.reference` recomputes it). The fp32 reference
 gives the same bits on a compact case as on its original (``tests/test_golden_compaction.py``).
 
 Where cases come from (:func:`golden_paths`): the in-repository folder ``golden/``; then, as additional cases,
@@ -29,14 +29,14 @@ import torch
 from .codec import _row_views, page_bytes_view, quantize_kv, to_device
 from .layout import MODEL1
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMPACT_DIR = ROOT / "golden"  # the compact cases, tracked by git
 COMPACT_FORMAT = 1
 # Cases whose compact copy keeps the bf16 source rows (kv_bf16) of its tokens, so that the codec's quantiser is
 # checked against FlashMLA's bytes without the originals (tests/test_cache.py); the smallest case, 131 KB.
 KEEP_KV = ("v4_b2_h64_k64_bs64",)
 SCOPES = (("", "block_size"), ("extra_", "extra_block_size"))  # (key prefix, page-size key) of each KV scope
-DROPPED = ("ref_out_fp32", "ref_lse")  # the producer's fp32 reference: recomputed by workbench.reference
+DROPPED = ("ref_out_fp32", "ref_lse")  # the producer's fp32 reference: recomputed by workbench.format.reference
 NARROW = ("indices", "extra_indices", "topk_length", "extra_topk_length", "block_table", "extra_block_table",
           "source_block_table", "extra_source_block_table", "source_index", "extra_source_index")
 

@@ -5,14 +5,14 @@ FlashMLA's or vLLM's convention (``scale_exponents``); ``dequantize_kv``
 reads it back (``gather_dequantized`` only the selected tokens); ``page_bytes_view`` and ``raw_scale_bytes``
 expose the stored bytes; ``to_device`` / ``copy_cache`` move or copy a cache with its page stride; and
 ``positions_to_indices`` / ``indices_to_positions`` / ``valid_index_mask`` are the index rules every module
-shares. The hostile test cases built on top of this live in :mod:`workbench.cases`.
+shares. The hostile test cases built on top of this live in :mod:`workbench.format.cases`.
 """
 from __future__ import annotations
 
 import torch
 
 from .layout import MODEL1, CacheLayout
-from .validate import CACHE_DTYPES, check_cache, check_tensor
+from ..validate import CACHE_DTYPES, check_cache, check_tensor
 
 
 SCALE_CONVENTIONS = ("flashmla", "vllm")  # how a cache writer picks a tile's UE8M0 scale (quantize_kv)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from .cache import gather_dequantized, valid_index_mask
+from .codec import gather_dequantized, valid_index_mask
 from .layout import MODEL1
-from .validate import check_decode_args
+from ..validate import check_decode_args
 
 
 def _gather_scope(cache, indices, topk_length):

@@ -1,6 +1,6 @@
 """Hostile decode problems: the builder and the one catalogue every check draws from.
 
-``build_case`` makes a synthetic decode problem out of the codec (:mod:`workbench.codec`): shuffled page
+``build_case`` makes a synthetic decode problem out of the codec (:mod:`workbench.format.codec`): shuffled page
 tables, orphan pages, wild tile magnitudes, -1 and out-of-range indices, all-invalid queries, topk_length
 of 0 and past topk, sinks of +inf/-inf/finite, an extra KV scope, NaN in pages nothing selects; its cache
 written with FlashMLA's or vLLM's scale convention (``scale_convention``), and post-processed by a named
@@ -146,7 +146,7 @@ def build_case(*, batch: int = 2, s_q: int = 1, heads: int = 16, topk: int = 64,
     extra_topk > 0 adds an extra KV scope with its own page size and indices.
     kv_decades: each (token, 64-wide tile) is scaled by 10**u, u uniform in this range.
     scale_convention: how the cache writer picks each tile's scale byte, "flashmla" or "vllm"
-    (:func:`workbench.codec.scale_exponents`); it changes the bytes, not the random draws.
+    (:func:`workbench.format.codec.scale_exponents`); it changes the bytes, not the random draws.
     tweak: the name of a post-processing hook in ``TWEAKS``, applied to the built case (on the CPU, before the
     NaN fill and the move to ``device``) with a generator of its own, so the draws above stay those of the case
     without it. A tweak writes tokens' bytes (quantised with ``scale_convention``, or raw) and may change q;

@@ -5,7 +5,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .cache import page_bytes_view, quantize_kv
+from .codec import page_bytes_view, quantize_kv
 from .layout import MODEL1
 
 
@@ -17,10 +17,11 @@ def _arange_nope(out_ptr, N: tl.constexpr):
 
 def arange_error(n: int = MODEL1.d_nope, arch: int = 90) -> str:
     """Compile ``tl.arange(0, n)`` for sm_<arch> (no GPU needed); return the compiler's error, or '' if it compiles."""
-    from .kernels.common import INTERPRET
+    from ..kernels.common import INTERPRET
     if INTERPRET:  # interpreted functions cannot be compiled: ask a process without the interpreter
-        from .resources import without_interpreter
-        return without_interpreter(f"from workbench.padding import arange_error; print(arange_error({n}, {arch}))")
+        from ..resources import without_interpreter
+        return without_interpreter("from workbench.format.padding import arange_error; "
+                                   f"print(arange_error({n}, {arch}))")
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     src = ASTSource(_arange_nope, {"out_ptr": "*i32", "N": "constexpr"}, {"N": n})
