@@ -25,7 +25,7 @@
 device = "cpu"             # "cpu" runs the Triton interpreter; "cuda" the GPU
 out_dir = "runs/scratch"   # figures and tables; the pipeline passes its run folder (publishing is its job)
 data_dir = "data"          # the committed tables; a relative folder here is from the repository root, wherever
-                           # papermill or Jupyter runs the notebook (workbench.pipeline.checked_parameters)
+                           # papermill or Jupyter runs the notebook (workbench.report.pipeline.checked_parameters)
 fresh = True               # this notebook measures nothing on a GPU; everything here is computed live
 seed = 0
 
@@ -46,10 +46,10 @@ from IPython.display import Markdown, display
 import workbench as wb
 from workbench.format import padding
 from workbench.format.layout import MODEL1
-from workbench.pipeline import checked_parameters
-from workbench.plotting import fig_padding_costs, fig_page_byte_map, out_folder, save_figure, save_table, set_theme
+from workbench.report.pipeline import checked_parameters
+from workbench.report.plotting import fig_padding_costs, fig_page_byte_map, out_folder, save_figure, save_table, set_theme
 
-# the parameters checked and converted in workbench.pipeline (booleans from text, folders from the repository
+# the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
 # root, device cuda only on a GPU): a wrong one stops here, in one line
 globals().update(checked_parameters("01_padding_derivation", globals()))
 set_theme()

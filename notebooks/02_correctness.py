@@ -27,7 +27,7 @@
 device = "cpu"
 out_dir = "runs/scratch"   # figures and tables; the pipeline passes its run folder (publishing is its job)
 data_dir = "data"          # the committed tables; a relative folder here is from the repository root, wherever
-                           # papermill or Jupyter runs the notebook (workbench.pipeline.checked_parameters)
+                           # papermill or Jupyter runs the notebook (workbench.report.pipeline.checked_parameters)
 fresh = True               # run the kernels here (the GPU table is always read from data/)
 heads_grid = [1, 5, 16, 20]
 topk_grid = [1, 37, 200]
@@ -58,13 +58,13 @@ import workbench as wb
 from workbench.format import cases
 from workbench.format.golden import golden_expected, golden_kwargs, golden_names, load_golden
 from workbench.metrics import OUT_ELEM_REL, OUT_ELEM_RMS
-from workbench.pipeline import checked_parameters
-from workbench.plotting import (commit_provenance, fig_error_ecdf, fig_gpu_checks, fig_worst_by_shape, gpu_label,
-                                out_folder, save_figure, save_table, set_theme)
+from workbench.report.pipeline import checked_parameters
+from workbench.report.plotting import (commit_provenance, fig_error_ecdf, fig_gpu_checks, fig_worst_by_shape, gpu_label,
+                                       out_folder, save_figure, save_table, set_theme)
 from workbench.provenance import kernels_changed_since
 from workbench.results import load_correctness, load_sanitizer, sanitizer_summary
 
-# the parameters checked and converted in workbench.pipeline (booleans from text, folders from the repository
+# the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
 # root, device cuda only on a GPU): a wrong one stops here, in one line
 globals().update(checked_parameters("02_correctness", globals()))
 set_theme()

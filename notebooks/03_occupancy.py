@@ -27,7 +27,7 @@
 device = "cpu"
 out_dir = "runs/scratch"   # figures and tables; the pipeline passes its run folder (publishing is its job)
 data_dir = "data"          # the committed tables; a relative folder here is from the repository root, wherever
-                           # papermill or Jupyter runs the notebook (workbench.pipeline.checked_parameters)
+                           # papermill or Jupyter runs the notebook (workbench.report.pipeline.checked_parameters)
 fresh = False              # True: compile `fresh_configs` now and set them beside the committed numbers
 archs = ["sm_120", "sm_90"]
 fresh_configs = [{"BLOCK_H": 64, "BLOCK_T": 16, "num_warps": 8, "num_stages": 1, "PREFETCH": 0}]
@@ -44,14 +44,14 @@ from IPython.display import Markdown, display
 import workbench as wb  # noqa: F401
 from workbench.kernels.configs import TiledConfig
 from workbench.kernels.mma import MMA_CONFIG_SPACE, mma_prune_reason
-from workbench.pipeline import checked_parameters
-from workbench.plotting import (bench_provenance, commit_provenance, fig_pruning, fig_registers, fig_shared_memory,
-                                fig_warps, gpu_label, out_folder, save_figure, save_table, set_theme)
+from workbench.report.pipeline import checked_parameters
+from workbench.report.plotting import (bench_provenance, commit_provenance, fig_pruning, fig_registers, fig_shared_memory,
+                                       fig_warps, gpu_label, out_folder, save_figure, save_table, set_theme)
 from workbench.resources import apply_model, lab_frame
 from workbench.results import current_rows, load_bench, parse_config
 from workbench.targets import get_target
 
-# the parameters checked and converted in workbench.pipeline (booleans from text, folders from the repository
+# the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
 # root, device cuda only on a GPU): a wrong one stops here, in one line
 globals().update(checked_parameters("03_occupancy", globals()))
 set_theme()
@@ -178,7 +178,7 @@ regs90.pivot_table(index=["BLOCK_H", "PREFETCH"], columns="num_warps", values="r
 # allows, and how few warps the portable kernels keep resident there.
 
 # %%
-from workbench.plotting import fig_projection, sm120_projection  # noqa: E402
+from workbench.report.plotting import fig_projection, sm120_projection  # noqa: E402
 
 sm120 = get_target("sm_120")
 timed = load_bench(data_dir=data_dir)

@@ -35,7 +35,7 @@
 device = "cpu"
 out_dir = "runs/scratch"   # figures and tables; the pipeline passes its run folder (publishing is its job)
 data_dir = "data"          # the committed tables; a relative folder here is from the repository root, wherever
-                           # papermill or Jupyter runs the notebook (workbench.pipeline.checked_parameters)
+                           # papermill or Jupyter runs the notebook (workbench.report.pipeline.checked_parameters)
 fresh = False              # True on a GPU: run the sweep named below now and plot that instead
 sweep = "all"
 
@@ -51,14 +51,14 @@ from IPython.display import Markdown, display
 
 from workbench import registry
 from workbench.bench import fit_batch_model, overhead_table, rows_frame, run_sweep
-from workbench.pipeline import checked_parameters
-from workbench.plotting import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, default_kernel_rows,
-                                fig_batch_model, fig_overhead, fig_production, fig_roofline, fig_speedups,
-                                fig_time_vs_batch, gpu_label, markdown_table, out_folder, same_run_times,
-                                save_figure, save_table, set_theme)
+from workbench.report.pipeline import checked_parameters
+from workbench.report.plotting import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, default_kernel_rows,
+                                       fig_batch_model, fig_overhead, fig_production, fig_roofline, fig_speedups,
+                                       fig_time_vs_batch, gpu_label, markdown_table, out_folder, same_run_times,
+                                       save_figure, save_table, set_theme)
 from workbench.results import current_rows, load_bench
 
-# the parameters checked and converted in workbench.pipeline (booleans from text, folders from the repository
+# the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
 # root, device cuda only on a GPU): a wrong one stops here, in one line
 globals().update(checked_parameters("04_throughput", globals()))
 set_theme()

@@ -33,7 +33,7 @@
 # %% tags=["parameters"]
 out_dir = "runs/scratch"   # figures and tables; the pipeline passes its run folder (publishing is its job)
 data_dir = "data"          # the committed tables; a relative folder here is from the repository root, wherever
-                           # papermill or Jupyter runs the notebook (workbench.pipeline.checked_parameters)
+                           # papermill or Jupyter runs the notebook (workbench.report.pipeline.checked_parameters)
 
 # %%
 import os
@@ -48,13 +48,13 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from workbench import registry
-from workbench.pipeline import checked_parameters
-from workbench.plotting import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, fig_ladder, gpu_label,
-                                markdown_table, out_folder, same_run_times, save_figure, save_table, set_theme)
+from workbench.report.pipeline import checked_parameters
+from workbench.report.plotting import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, fig_ladder, gpu_label,
+                                       markdown_table, out_folder, same_run_times, save_figure, save_table, set_theme)
 from workbench.provenance import kernels_changed_since
 from workbench.results import current_rows, current_tables, load_bench
 
-# the parameters checked and converted in workbench.pipeline (booleans from text, folders from the repository
+# the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
 # root, device cuda only on a GPU): a wrong one stops here, in one line
 globals().update(checked_parameters("05_optimization_ladder", globals()))
 set_theme()

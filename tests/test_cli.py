@@ -12,7 +12,7 @@ import torch
 
 from workbench import __main__ as cli
 from workbench.results import find_table
-from workbench import pipeline
+from workbench.report import pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = {"gpu": "NVIDIA H200", "date": "2026-11-29T12:34:56Z", "git_commit": "abc1234"}
@@ -202,7 +202,7 @@ def no_cuda_check(monkeypatch):
 @pytest.mark.parametrize("argv", [["check"], ["bench"], ["check", "--sanitize", "mma"]], ids=" ".join)
 def test_out_inside_data_or_figures_is_refused_even_with_force(argv, where, tmp_path, monkeypatch, no_cuda_check,
                                                                capsys):
-    from workbench.pipeline import PUBLISH_STEP
+    from workbench.report.pipeline import PUBLISH_STEP
     monkeypatch.chdir(ROOT)
     out, before = _inside(where, tmp_path), _tree("data", "figures")
     assert cli.main([*argv, "--out", out]) == 2

@@ -1,7 +1,7 @@
 """Every figure renders from its plotting helper with labels, a title, legends clear of the data, no text cut off
 or on top of another, axes not squeezed into a corner, and the same bytes twice.
 
-The helpers in ``workbench.plotting`` are what the notebooks call; here they get the committed tables
+The helpers in ``workbench.report.plotting`` are what the notebooks call; here they get the committed tables
 from ``data/`` (small) or a few synthetic rows, so the whole file runs in about a minute.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from workbench import plotting as P  # noqa: E402
+from workbench.report import plotting as P  # noqa: E402
 from workbench.results import (current_rows, current_tables, is_current, load_bench, load_correctness,  # noqa: E402
                                parse_config, table_folders)
 
@@ -743,7 +743,7 @@ def test_every_registered_kernel_and_a_new_one_get_distinct_colours():
     """The ladder figure draws one bar per rung: two rungs sharing a colour (the old grey fallback) made
     rungs 9 and 10 indistinguishable; a rung registered later gets a free colour with no plotting edit."""
     from workbench import registry
-    from workbench.plotting import KERNEL_COLORS, kernel_colors
+    from workbench.report.plotting import KERNEL_COLORS, kernel_colors
     names = list(registry.names("split", "fused")) + ["a_rung_registered_later", "and_another"]
     colors = kernel_colors(names)
     assert list(colors) == names

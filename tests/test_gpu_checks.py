@@ -30,7 +30,7 @@ def out_dir() -> Path:
     """$WORKBENCH_CHECK_OUT, or a new runs/<UTC date-time>-check/ (as ``python -m workbench check``)."""
     if os.environ.get("WORKBENCH_CHECK_OUT"):
         return Path(os.environ["WORKBENCH_CHECK_OUT"])
-    from workbench.pipeline import new_run_dir
+    from workbench.report.pipeline import new_run_dir
     return new_run_dir(ROOT / "runs", "check")
 
 

@@ -1,5 +1,5 @@
 """Every notebook runs through the papermill pipeline on the CPU with tiny parameters and writes what it promises;
-plain papermill runs them from any folder; their parameters are checked in one place (workbench.pipeline); the
+plain papermill runs them from any folder; their parameters are checked in one place (workbench.report.pipeline); the
 README's Python example runs and its module map names every module."""
 import json
 import os
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench import pipeline
+from workbench.report import pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMISED = {
@@ -189,8 +189,8 @@ def test_save_helpers_refuse_data_and_figures_in_one_line(where, monkeypatch):
     import matplotlib.pyplot as plt
     import pandas as pd
 
-    from workbench.pipeline import RefusedOutput
-    from workbench.plotting import out_folder, save_figure, save_table
+    from workbench.report.pipeline import RefusedOutput
+    from workbench.report.plotting import out_folder, save_figure, save_table
     monkeypatch.chdir(ROOT)
     before = _tree("data", "figures")
     fig = plt.figure()
@@ -457,7 +457,7 @@ def test_committed_notebooks_are_clean_paired_and_parameterised(nb):
 
 
 def test_jobs_must_be_positive_and_default_to_at_most_two():
-    from workbench import pipeline
+    from workbench.report import pipeline
     r = _run(["--jobs", "0"])
     assert r.returncode == 2 and "--jobs: expected a positive integer, got 0" in r.stderr
     assert 1 <= pipeline.default_jobs() <= 2

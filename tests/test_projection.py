@@ -9,7 +9,7 @@ import math
 import pandas as pd
 import pytest
 
-from workbench import plotting as P
+from workbench.report import plotting as P
 from workbench.targets import get_target
 
 SM120 = get_target("sm_120")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench import plotting as P
+from workbench.report import plotting as P
 from workbench import results
 from workbench.provenance import kernel_source_hash
 

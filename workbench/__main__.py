@@ -41,7 +41,7 @@ def _refused_out(a) -> int:
         return 2
     if not a.out:
         return 0
-    from .pipeline import RefusedOutput, check_out_folder
+    from .report.pipeline import RefusedOutput, check_out_folder
     try:
         check_out_folder(a.out, force=a.force)
     except RefusedOutput as e:
@@ -56,7 +56,7 @@ def _out_dir(a, label: str) -> Path:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
         return out
-    from .pipeline import new_run_dir
+    from .report.pipeline import new_run_dir
     return new_run_dir(RUNS, label)
 
 
@@ -288,7 +288,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["notebooks"]:  # the pipeline owns its flags (-p, -f, --only, ...)
-        from .pipeline import main as pipeline_main
+        from .report.pipeline import main as pipeline_main
         return pipeline_main(argv[1:])
     a = parser().parse_args(argv)
     return a.fn(a)

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 KERNEL = "mla-workbench"
 # The kernel's own logging: ipykernel warns that its local TCP sockets are unencrypted on every start.

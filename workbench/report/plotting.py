@@ -174,7 +174,7 @@ def bench_provenance(df) -> str:
 
 def commit_provenance(df, source: str = "") -> str:
     """The provenance line for a table with a ``git_commit`` column (asks git about each commit)."""
-    from .provenance import kernels_changed_since
+    from ..provenance import kernels_changed_since
     items = []
     for commit, g in df.groupby("git_commit", sort=True):
         date = g["date"].min() if "date" in g.columns else ""
@@ -604,7 +604,7 @@ def same_run_times(ok, *, batch, heads, topk, extra_topk=0, mode="graph", ours=(
     the rung it resolved to where the table says, else "auto"), ours_us, ``<peer>_us`` for each peer (NaN
     when the table has none), source, git_commit, stale; ours_us is NaN and kernel None when nothing matches.
     """
-    from .results import is_current
+    from ..results import is_current
     ok = ok[is_current(ok)]
     shape = ((ok["mode"] == mode) & (ok.batch == batch) & (ok.heads == heads) & (ok.topk == topk)
              & (ok.s_q == 1) & (ok.extra_topk == extra_topk))
@@ -961,8 +961,8 @@ def configs_on_target(kernel: str, heads: int, arch: str = "sm_120") -> list[str
     """The config labels ``kernel`` can run with on ``arch`` for a call of ``heads`` heads: what its autotuner's
     prune hook keeps there (budgeted for ``arch`` through ``target_override``, as on that GPU), or its config
     space where it has no autotuner (a Gluon rung with one config). More than one: the autotuner picks on the GPU."""
-    from . import registry
-    from .kernels.tuning import target_override
+    from .. import registry
+    from ..kernels.tuning import target_override
     spec = registry.get(kernel)
     prune = getattr(spec.jit, "early_config_prune", None)
     if prune is None:
@@ -979,7 +979,7 @@ def _shape_name(b, h, k, sq=1, extra=0) -> str:
 
 def _short_config(label: str) -> str:
     """'BLOCK_H=16,BLOCK_T=32,num_warps=4,num_stages=1' -> 'H16 T32 w4 s1'."""
-    from .results import parse_config
+    from ..results import parse_config
     c = parse_config(label)
     keys = (("BLOCK_H", "H"), ("BLOCK_T", "T"), ("num_warps", "w"), ("num_stages", "s"))
     return " ".join(f"{short}{c[k]}" for k, short in keys if k in c)
