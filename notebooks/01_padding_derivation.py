@@ -47,7 +47,8 @@ import workbench as wb
 from workbench.format import padding
 from workbench.format.layout import MODEL1
 from workbench.report.pipeline import checked_parameters
-from workbench.report.plotting import fig_padding_costs, fig_page_byte_map, out_folder, save_figure, save_table, set_theme
+from workbench.report.figures import out_folder, save_figure, save_table, set_theme
+from workbench.report.plots_padding import fig_padding_costs, fig_page_byte_map
 
 # the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
 # root, device cuda only on a GPU): a wrong one stops here, in one line

@@ -45,8 +45,9 @@ import workbench as wb  # noqa: F401
 from workbench.kernels.configs import TiledConfig
 from workbench.kernels.mma import MMA_CONFIG_SPACE, mma_prune_reason
 from workbench.report.pipeline import checked_parameters
-from workbench.report.plotting import (bench_provenance, commit_provenance, fig_pruning, fig_registers, fig_shared_memory,
-                                       fig_warps, gpu_label, out_folder, save_figure, save_table, set_theme)
+from workbench.report.figures import (bench_provenance, commit_provenance, gpu_label, out_folder, save_figure,
+                                      save_table, set_theme)
+from workbench.report.plots_occupancy import fig_pruning, fig_registers, fig_shared_memory, fig_warps
 from workbench.resources import apply_model, lab_frame
 from workbench.results import current_rows, load_bench, parse_config
 from workbench.targets import get_target
@@ -178,7 +179,7 @@ regs90.pivot_table(index=["BLOCK_H", "PREFETCH"], columns="num_warps", values="r
 # allows, and how few warps the portable kernels keep resident there.
 
 # %%
-from workbench.report.plotting import fig_projection, sm120_projection  # noqa: E402
+from workbench.report.plots_occupancy import fig_projection, sm120_projection  # noqa: E402
 
 sm120 = get_target("sm_120")
 timed = load_bench(data_dir=data_dir)

@@ -52,10 +52,11 @@ from IPython.display import Markdown, display
 from workbench import registry
 from workbench.bench import fit_batch_model, overhead_table, rows_frame, run_sweep
 from workbench.report.pipeline import checked_parameters
-from workbench.report.plotting import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, default_kernel_rows,
-                                       fig_batch_model, fig_overhead, fig_production, fig_roofline, fig_speedups,
-                                       fig_time_vs_batch, gpu_label, markdown_table, out_folder, same_run_times,
-                                       save_figure, save_table, set_theme)
+from workbench.report.figures import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, default_kernel_rows,
+                                      gpu_label, markdown_table, out_folder, same_run_times, save_figure, save_table,
+                                      set_theme)
+from workbench.report.plots_throughput import (fig_batch_model, fig_overhead, fig_production, fig_roofline,
+                                               fig_speedups, fig_time_vs_batch)
 from workbench.results import current_rows, load_bench
 
 # the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
@@ -193,7 +194,7 @@ show[["provider", "mode", "heads", "fixed_us", "per_request_us", "r2", "points"]
 # The default kernel is `impl="auto"` (on the H200 an f16 Gluon rung, `wgmma_f16`, `wgmma_f16_2cta` or `wgmma_ws`, by call size:
 # `registry.auto_kernel`). Each ratio takes our time and the other provider's from the same table (one run): the
 # "auto" rows of the current headline table, or, at a shape that table lacks, the rows of another sweep's current
-# table (`plotting.same_run_times`), of auto or of the rung auto picks there. The SIMT ratio is the exception:
+# table (`figures.same_run_times`), of auto or of the rung auto picks there. The SIMT ratio is the exception:
 # SIMT was timed only in an older run (the current table of the baseline sweeps), so that ratio mixes runs and
 # says so.
 

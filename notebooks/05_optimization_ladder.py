@@ -49,8 +49,9 @@ from IPython.display import Markdown, display
 
 from workbench import registry
 from workbench.report.pipeline import checked_parameters
-from workbench.report.plotting import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, fig_ladder, gpu_label,
-                                       markdown_table, out_folder, same_run_times, save_figure, save_table, set_theme)
+from workbench.report.figures import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, gpu_label, markdown_table,
+                                      out_folder, same_run_times, save_figure, save_table, set_theme)
+from workbench.report.plots_ladder import fig_ladder
 from workbench.provenance import kernels_changed_since
 from workbench.results import current_rows, current_tables, load_bench
 

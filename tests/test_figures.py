@@ -1,8 +1,8 @@
 """Every figure renders from its plotting helper with labels, a title, legends clear of the data, no text cut off
 or on top of another, axes not squeezed into a corner, and the same bytes twice.
 
-The helpers in ``workbench.report.plotting`` are what the notebooks call; here they get the committed tables
-from ``data/`` (small) or a few synthetic rows, so the whole file runs in about a minute.
+The figure functions of ``workbench.report`` (``figures``, ``plots_<topic>``) are what the notebooks call; here
+they get the committed tables from ``data/`` (small) or a few synthetic rows, so the whole file runs in about a minute.
 """
 from __future__ import annotations
 
@@ -10,15 +10,18 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+from pathlib import Path  # noqa: E402
+
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from workbench.report import plotting as P  # noqa: E402
+from workbench.report import (figures, plots_correctness, plots_ladder, plots_occupancy, plots_padding,  # noqa: E402
+                              plots_throughput)
 from workbench.results import (current_rows, current_tables, is_current, load_bench, load_correctness,  # noqa: E402
                                parse_config, table_folders)
 
-ROOT = P.Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
 
 
@@ -79,7 +82,7 @@ def _ladder_as_published(ok):
 
 
 def _tuned(ok):
-    rows = P.default_kernel_rows(ok)
+    rows = figures.default_kernel_rows(ok)
     return rows[rows.config == ""]
 
 
@@ -106,85 +109,85 @@ def build(name, ok):
     """(figure, title, note) for one figure name, drawn as its notebook draws it: from each sweep's current table."""
     ok = ok[is_current(ok)]
     tuned = _tuned(ok)
-    note = P.bench_provenance(tuned)
+    note = figures.bench_provenance(tuned)
     batches = sorted(tuned.batch.unique())
     if name == "throughput_time_vs_batch" or name == "throughput_time_vs_batch_eager":
         sel = tuned[tuned.sweep.isin(["batch", "baselines", "headline"]) & (tuned.s_q == 1) & (tuned.extra_topk == 0)]
         mode = "eager" if name.endswith("eager") else "graph"
-        return P.fig_time_vs_batch(sel, mode=mode, batches=batches), f"time vs batch, {mode}", note
+        return plots_throughput.fig_time_vs_batch(sel, mode=mode, batches=batches), f"time vs batch, {mode}", note
     if name == "throughput_production_and_sq2":
         panels = [("production", 64, "production, 64 heads"), ("s_q2", 64, "s_q = 2, 64 heads")]
-        return P.fig_production(tuned, panels, batches=batches), "production", note
+        return plots_throughput.fig_production(tuned, panels, batches=batches), "production", note
     if name == "throughput_speedups":
         fm = _ratio(tuned, "mma", "flashmla")
         fm = fm[(fm.topk == 2048) & (fm.s_q == 1) & (fm.extra_topk == 0)]
-        return P.fig_speedups(fm, _ratio(tuned, "mma", "simt"), batches=batches), "speed-ups", note
+        return plots_throughput.fig_speedups(fm, _ratio(tuned, "mma", "simt"), batches=batches), "speed-ups", note
     if name == "throughput_roofline":
         rf = tuned[tuned.sweep.isin(["batch", "headline"]) & (tuned.s_q == 1)].copy()
         rf["intensity"] = rf.flops / rf.bytes
-        return P.fig_roofline(rf, 4251.0, 691.0), "roofline", note
+        return plots_throughput.fig_roofline(rf, 4251.0, 691.0), "roofline", note
     if name == "throughput_batch_model":
         from workbench.bench import fit_batch_model
-        fit = fit_batch_model(P.default_kernel_rows(ok))
+        fit = fit_batch_model(figures.default_kernel_rows(ok))
         show = fit[(fit.topk == 2048) & (fit.s_q == 1) & (fit.extra_topk == 0)]
-        return P.fig_batch_model(show), "batch model", note
+        return plots_throughput.fig_batch_model(show), "batch model", note
     if name == "warps_4_vs_8":
         mma = _lab()
         regs = mma[(mma.arch == "sm_90") & (mma.BLOCK_T == 16) & (mma.num_stages == 1)]
         m = ok[(ok.provider == "mma") & (ok.kernel == "mma")]
         graph = m[(m.sweep == "configs") & (m["mode"] == "graph") & (m.BLOCK_T == 16) & (m.num_stages == 1)]
         eager = m[(m.sweep == "warps") & (m["mode"] == "eager")]
-        return P.fig_warps(regs, graph, eager), "warps", note
+        return plots_occupancy.fig_warps(regs, graph, eager), "warps", note
     if name == "occupancy_shared_memory":
-        return P.fig_shared_memory(_lab(), ["sm_120", "sm_90"], LIMITS, {}), "shared memory", "Measured at commit x."
+        return plots_occupancy.fig_shared_memory(_lab(), ["sm_120", "sm_90"], LIMITS, {}), "shared memory", "Measured at commit x."
     if name == "occupancy_registers":
-        return P.fig_registers(_lab(), ["sm_120", "sm_90"]), "registers", "Measured at commit x."
+        return plots_occupancy.fig_registers(_lab(), ["sm_120", "sm_90"]), "registers", "Measured at commit x."
     if name == "pruning_model_vs_compiled":
         mma = _lab()
         agree = pd.DataFrame(dict(arch=mma.arch, model_bytes=mma.model_shared_bytes, compiled_bytes=mma.shared_bytes,
                                   model=np.where(mma.status == "over_limit", "prune", "keep"),
                                   compiled=np.where(mma.status == "over_limit", "over", "fits")))
-        return P.fig_pruning(agree, ["sm_120", "sm_90"], LIMITS), "pruning", None
+        return plots_occupancy.fig_pruning(agree, ["sm_120", "sm_90"], LIMITS), "pruning", None
     if name == "correctness_error_distribution":
         rng = np.random.default_rng(0)
         r = np.concatenate([np.zeros(300), 10 ** rng.uniform(-6, -0.5, 700)])
         df = pd.concat([pd.DataFrame(dict(impl=i, ratio=r)) for i in ("mma", "simt")])
-        return P.fig_error_ecdf(df), "errors", None
+        return plots_correctness.fig_error_ecdf(df), "errors", None
     if name == "correctness_worst_by_shape":
         g = pd.DataFrame([dict(impl=i, heads=h, topk=k, out_elem_ratio=0.01 * h + 0.001 * k)
                           for i in ("mma", "simt") for h in (1, 5) for k in (1, 37)])
-        return P.fig_worst_by_shape(g), "worst by shape", None
+        return plots_correctness.fig_worst_by_shape(g), "worst by shape", None
     if name == "correctness_gpu":
         gpu = load_correctness(DATA)
-        return P.fig_gpu_checks(gpu)[0], "GPU checks", P.commit_provenance(gpu, gpu.source.iloc[0])
+        return plots_correctness.fig_gpu_checks(gpu)[0], "GPU checks", figures.commit_provenance(gpu, gpu.source.iloc[0])
     if name == "correctness_gpu_old_table":
         gpu = load_correctness(DATA, name="correctness_h200.csv")
-        return P.fig_gpu_checks(gpu)[0], "GPU checks", P._provenance_text([("35074e5", "2026-11-30", "", True)])
+        return plots_correctness.fig_gpu_checks(gpu)[0], "GPU checks", figures._provenance_text([("35074e5", "2026-11-30", "", True)])
     if name in ("ladder_time_per_rung", "ladder_b1_and_production"):
         times, rungs, default, labels = _ladder_as_published(ok)
         panels = ([("h16", "b64 h16 topk2048"), ("h64", "b64 h64 topk2048"), ("h128", "b64 h128 topk2048")]
                   if name == "ladder_time_per_rung"
                   else [("b1", "b1 h64 topk512"), ("prod", "b64 h16 main 128@256 + extra 512@64")])
         lad = current_rows("ladder", ok)
-        note = P.bench_provenance(lad[lad.config == ""])
-        return P.fig_ladder(times, panels, rungs, default=default, labels=labels), "ladder", note
+        note = figures.bench_provenance(lad[lad.config == ""])
+        return plots_ladder.fig_ladder(times, panels, rungs, default=default, labels=labels), "ladder", note
     if name == "throughput_host_overhead":  # the current overhead table, as notebook 04 draws it
         over = current_rows("overhead", ok)
-        return P.fig_overhead(over), "host overhead", P.bench_provenance(over)
+        return plots_throughput.fig_overhead(over), "host overhead", figures.bench_provenance(over)
     if name == "projection_sm120":  # notebook 03: the current headline and forced tables, the sm_120 lab table
         from workbench.targets import get_target
         head = current_rows("headline", ok)
-        proj = P.sm120_projection(head, pd.read_csv(DATA / "resources_sm_120.csv"), get_target("sm_120"),
+        proj = plots_occupancy.sm120_projection(head, pd.read_csv(DATA / "resources_sm_120.csv"), get_target("sm_120"),
                                   forced=current_rows(["forced"], ok))
-        note = "PROJECTION, not a measurement: H200 times, sm_120 floor from NVIDIA's spec. " + P.bench_provenance(head)
-        return P.fig_projection(proj, get_target("sm_120")), "PROJECTION, not a measurement: sm_120", note
+        note = "PROJECTION, not a measurement: H200 times, sm_120 floor from NVIDIA's spec. " + figures.bench_provenance(head)
+        return plots_occupancy.fig_projection(proj, get_target("sm_120")), "PROJECTION, not a measurement: sm_120", note
     if name == "padding_costs":
         from workbench.format import padding
-        return P.fig_padding_costs(pd.DataFrame(padding.padding_costs(block_t=64))), "padding", None
+        return plots_padding.fig_padding_costs(pd.DataFrame(padding.padding_costs(block_t=64))), "padding", None
     if name == "page_byte_map":
         from workbench.format import padding
         from workbench.format.layout import MODEL1
-        return P.fig_page_byte_map(pd.DataFrame(padding.page_byte_map(4)), MODEL1, 4), "page", None
+        return plots_padding.fig_page_byte_map(pd.DataFrame(padding.page_byte_map(4)), MODEL1, 4), "page", None
     raise KeyError(name)
 
 
@@ -488,7 +491,7 @@ def text_layout_problems(fig, *, min_axes_share=MIN_AXES_SHARE) -> list[str]:
 @pytest.fixture(autouse=True)
 def _theme():
     import matplotlib.pyplot as plt
-    P.set_theme()
+    figures.set_theme()
     yield
     plt.close("all")
 
@@ -499,7 +502,7 @@ def test_figure_basics_and_same_bytes_twice(name, bench, tmp_path):
     files = []
     for run in ("a", "b"):
         fig, title, note = build(name, ok)
-        paths = P.save_figure(fig, name, tmp_path / run, title=title, note=note)
+        paths = figures.save_figure(fig, name, tmp_path / run, title=title, note=note)
         if run == "a":
             assert fig._suptitle is not None and fig._suptitle.get_text(), "a title"
             assert not legend_overlaps(fig)  # draws the figure once for the checks after it
@@ -608,36 +611,36 @@ def test_text_layout_check_catches_axes_squeezed_into_a_corner():
     ax.set_xlabel("x")
     ax.set_ylabel("y")
     fig.tight_layout()
-    P.legend_right(fig, *ax.get_legend_handles_labels())
+    figures.legend_right(fig, *ax.get_legend_handles_labels())
     problems = text_layout_problems(fig)
     assert len(problems) == 1 and "the axes are squeezed" in problems[0], problems
 
 
 def test_new_providers_are_drawn_and_rungs_ignored(bench):
     ok = _with_new_providers(bench)
-    rows = P.default_kernel_rows(ok)
+    rows = figures.default_kernel_rows(ok)
     assert "gather" in set(rows.provider) and "mma_rung_tile512" not in set(rows.kernel)
     fig, _, _ = build("throughput_time_vs_batch", ok)
     labels = [t.get_text() for lg in fig.legends for t in lg.get_texts()]
-    assert P.PROVIDER_LABELS["mma"] in labels and P.PROVIDER_LABELS["gather"] in labels
-    assert P.PROVIDER_LABELS["flashmla"] in labels
+    assert figures.PROVIDER_LABELS["mma"] in labels and figures.PROVIDER_LABELS["gather"] in labels
+    assert figures.PROVIDER_LABELS["flashmla"] in labels
 
 
 def test_graph_lines_do_not_bridge_missing_batches():
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots()
-    P.gapped_line(ax, [0, 1, 2, 6], [1.0, 2.0, 3.0, 4.0], label="x")
+    figures.gapped_line(ax, [0, 1, 2, 6], [1.0, 2.0, 3.0, 4.0], label="x")
     segs = [ln.get_xydata()[:, 0].tolist() for ln in ax.get_lines()]
     assert segs == [[0, 1, 2], [6]]
 
 
 def test_provenance_marks_stale_data(bench):
-    note = P.bench_provenance(bench)
+    note = figures.bench_provenance(bench)
     commit = str(bench.git_commit.iloc[0])[:7]
     assert commit in note
     stale = bench[bench.provider == "mma"].stale.any()
     assert ("STALE" in note) == bool(stale)
-    fresh = P._provenance_text([("abcdef1234", "2026-12-01", "bench_x.csv", False)])
+    fresh = figures._provenance_text([("abcdef1234", "2026-12-01", "bench_x.csv", False)])
     assert "STALE" not in fresh and "abcdef1" in fresh and "unchanged" in fresh
 
 
@@ -653,30 +656,30 @@ def test_readable_log_ticks_and_roofline_has_several_x_ticks(bench):
 
 def test_default_kernel_labels():
     """'auto' is the default kernel; the seed 'mma' is never called the default."""
-    assert P.PROVIDER_LABELS["auto"] == "workbench default (auto)"
-    assert "default" not in P.PROVIDER_LABELS["mma"] and "seed" in P.PROVIDER_LABELS["mma"]
-    assert "auto" in P.PROVIDER_ORDER and "auto" in P.PROVIDER_COLORS
+    assert figures.PROVIDER_LABELS["auto"] == "workbench default (auto)"
+    assert "default" not in figures.PROVIDER_LABELS["mma"] and "seed" in figures.PROVIDER_LABELS["mma"]
+    assert "auto" in figures.PROVIDER_ORDER and "auto" in figures.PROVIDER_COLORS
 
 
 def test_ladder_figure_draws_every_rung_and_the_reference_lines(bench):
     times, rungs = _ladder_times(bench)
-    fig = P.fig_ladder(times, [("h16", "b64 h16")], rungs, default="wgmma")
+    fig = plots_ladder.fig_ladder(times, [("h16", "b64 h16")], rungs, default="wgmma")
     ax = fig.axes[0]
     # every rung the table measured has its bar (a rung registered after the table has no row, and no bar, yet)
     measured = [r for r in rungs if r in set(times[times.panel == "h16"].kernel)]
     assert measured and len([p for p in ax.patches if p.get_height() > 0]) == len(measured)
     ys = sorted(round(float(ln.get_ydata()[0]), 3) for ln in ax.get_lines())
     # FlashMLA and every floor probe the table timed (gather, and gather_async from its first run on)
-    ref = times[(times.panel == "h16") & times.kernel.isin(["flashmla", *P.LADDER_FLOORS])].median_us
+    ref = times[(times.panel == "h16") & times.kernel.isin(["flashmla", *figures.LADDER_FLOORS])].median_us
     assert len(ref) >= 2 and ys == sorted(round(float(v), 3) for v in ref)
     labels = [t.get_text() for lg in fig.legends for t in lg.get_texts()]
-    assert any("'auto' runs" in t for t in labels) and any(P.PROVIDER_LABELS["gather"] in t for t in labels)
-    drawn = set(times.kernel) & set(P.LADDER_FLOORS)
-    assert all(any(P.PROVIDER_LABELS[f] in t for t in labels) for f in drawn)
+    assert any("'auto' runs" in t for t in labels) and any(figures.PROVIDER_LABELS["gather"] in t for t in labels)
+    drawn = set(times.kernel) & set(figures.LADDER_FLOORS)
+    assert all(any(figures.PROVIDER_LABELS[f] in t for t in labels) for f in drawn)
 
 
 def test_same_run_times_prefers_auto_and_takes_peers_from_its_table(bench):
-    r = P.same_run_times(bench, batch=64, heads=16, topk=2048)
+    r = figures.same_run_times(bench, batch=64, heads=16, topk=2048)
     assert r["kernel"] == "auto" and r["source"].endswith("_headline.csv")
     cur = current_tables(bench).set_index("sweep").source
     assert r["source"] == cur["headline"], "the current headline table (results.current_tables)"
@@ -685,12 +688,12 @@ def test_same_run_times_prefers_auto_and_takes_peers_from_its_table(bench):
               & (raw.topk == 2048) & (raw.extra_topk == 0)]
     assert r["flashmla_us"] == pytest.approx(sel.median_us.median())
     # the current headline table lacks the production shape: the newest other current table with auto rows there
-    prod = P.same_run_times(bench, batch=64, heads=16, topk=128, extra_topk=512)
+    prod = figures.same_run_times(bench, batch=64, heads=16, topk=128, extra_topk=512)
     now = bench[is_current(bench)]
     auto_prod = now[(now.provider == "auto") & (now.extra_topk == 512) & (now["mode"] == "graph")]
     assert prod["kernel"] == "auto" and prod["source"] == auto_prod.sort_values(["date", "source"]).source.iloc[-1]
     assert not prod["source"].endswith("_headline.csv") and prod["source"] in set(cur)
-    assert P.default_kernel_rows(bench).provider.eq("auto").sum() == bench.provider.eq("auto").sum()
+    assert figures.default_kernel_rows(bench).provider.eq("auto").sum() == bench.provider.eq("auto").sum()
 
 
 def test_load_correctness_picks_the_newest_table_and_keeps_the_old_one():
@@ -715,35 +718,35 @@ def test_overhead_figure_draws_a_bar_per_provider_and_shape(tmp_path):
     df = pd.DataFrame(rows)
     files = []
     for run in ("a", "b"):
-        fig = P.fig_overhead(df)
+        fig = plots_throughput.fig_overhead(df)
         ax = fig.axes[0]
         bars = sorted(round(p.get_height(), 6) for p in ax.patches if p.get_visible() and p.get_width() > 0)
         # the axis ends at OVERHEAD_CLIP x the median bar (30 us, above the 15 us goal): 350 and 160 are cut there
-        clip = P.OVERHEAD_CLIP * 30.0
+        clip = plots_throughput.OVERHEAD_CLIP * 30.0
         assert bars == sorted([clip, 30.0, clip, 4.0, -2.0]), "one bar per (provider, shape) overhead row"
         assert ax.get_ylim()[1] == clip
         assert sorted(t.get_text() for t in ax.texts if "(cut)" in t.get_text()) == ["160\n(cut)", "350\n(cut)"]
         assert [t.get_text() for t in ax.get_xticklabels()] == ["b1 h64 topk512", "b64 h16 topk2048"]
         assert any(t.get_text() == "n/a" for t in ax.texts), "auto+plan has no b1 row: marked, not dropped"
         names = [t.get_text() for t in fig.legends[0].get_texts()]
-        assert names[:3] == [P.PROVIDER_LABELS["auto"], "workbench default through a plan (auto+plan)", "FlashMLA"]
+        assert names[:3] == [figures.PROVIDER_LABELS["auto"], "workbench default through a plan (auto+plan)", "FlashMLA"]
         assert names[-2:] == ["goal for a plain call (15 us)", "goal for a call through a plan (10 us)"]
         assert sorted(round(ln.get_ydata()[0], 3) for ln in ax.get_lines() if ln.get_color() == "#B00020") == [10, 15]
         assert ax.get_ylim()[0] < -2.0
-        paths = P.save_figure(fig, "overhead", tmp_path / run, title="host overhead", note="Measured at commit x.")
+        paths = figures.save_figure(fig, "overhead", tmp_path / run, title="host overhead", note="Measured at commit x.")
         if run == "a":
             assert not legend_overlaps(fig) and not missing_labels(fig) and not text_layout_problems(fig)
         files.append([p.read_bytes() for p in paths])
     assert files[0] == files[1], "same bytes twice"
     with pytest.raises(ValueError, match="overhead"):
-        P.fig_overhead(df[df["mode"] == "graph"])
+        plots_throughput.fig_overhead(df[df["mode"] == "graph"])
 
 
 def test_every_registered_kernel_and_a_new_one_get_distinct_colours():
     """The ladder figure draws one bar per rung: two rungs sharing a colour (the old grey fallback) made
     rungs 9 and 10 indistinguishable; a rung registered later gets a free colour with no plotting edit."""
     from workbench import registry
-    from workbench.report.plotting import KERNEL_COLORS, kernel_colors
+    from workbench.report.figures import KERNEL_COLORS, kernel_colors
     names = list(registry.names("split", "fused")) + ["a_rung_registered_later", "and_another"]
     colors = kernel_colors(names)
     assert list(colors) == names
@@ -771,9 +774,9 @@ def test_projection_figure_says_projection_and_marks_a_shape_without_proxy_rows(
                              config="BLOCK_H=16,BLOCK_T=32,num_warps=4,num_stages=1",
                              status="fits", mma="HMMA", registers=128, spill_stores=0, shared_bytes=84180,
                              blocks_per_sm=1, warps_per_sm=8, occupancy=1 / 6, limiter="shared_memory")])
-    proj = P.sm120_projection(pd.DataFrame(rows), lab, sm120)
-    fig = P.fig_projection(proj, sm120)
-    P.save_figure(fig, "projection", tmp_path, title="PROJECTION, not a measurement", note="Measured at commit x.")
+    proj = plots_occupancy.sm120_projection(pd.DataFrame(rows), lab, sm120)
+    fig = plots_occupancy.fig_projection(proj, sm120)
+    figures.save_figure(fig, "projection", tmp_path, title="PROJECTION, not a measurement", note="Measured at commit x.")
     ax, occ = fig.axes
     assert "PROJECTION" in ax.get_title()
     assert [t.get_text() for t in ax.texts].count("n/a") == 1 and [t.get_text() for t in occ.texts].count("n/a") == 1

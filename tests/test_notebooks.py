@@ -190,7 +190,7 @@ def test_save_helpers_refuse_data_and_figures_in_one_line(where, monkeypatch):
     import pandas as pd
 
     from workbench.report.pipeline import RefusedOutput
-    from workbench.report.plotting import out_folder, save_figure, save_table
+    from workbench.report.figures import out_folder, save_figure, save_table
     monkeypatch.chdir(ROOT)
     before = _tree("data", "figures")
     fig = plt.figure()

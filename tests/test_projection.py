@@ -1,4 +1,4 @@
-"""Notebook 03's sm_120 projection (plotting.sm120_projection): per headline shape, the H200 proxy time of
+"""Notebook 03's sm_120 projection (plots_occupancy.sm120_projection): per headline shape, the H200 proxy time of
 auto_portable, the sm_120 memory floor (the decode's bytes over the RTX PRO 6000 Blackwell's 1,792 GB/s) beside the
 H200's measured floors, and the lab's occupancy on sm_120 for the config the kernel runs there. The expectations are
 worked out by hand here, not by the code under test."""
@@ -9,7 +9,7 @@ import math
 import pandas as pd
 import pytest
 
-from workbench.report import plotting as P
+from workbench.report import plots_occupancy
 from workbench.targets import get_target
 
 SM120 = get_target("sm_120")
@@ -68,7 +68,7 @@ def test_the_sm120_target_carries_nvidias_spec():
 
 
 def test_projection_floor_is_the_bytes_over_1792_gbs_and_the_rest_comes_from_the_table():
-    proj = P.sm120_projection(_table(), _lab(), SM120, configs=_configs)
+    proj = plots_occupancy.sm120_projection(_table(), _lab(), SM120, configs=_configs)
     assert list(proj["shape"]) == ["b64 h16 topk2048", "b64 h64 topk2048"], "the table's shapes, in its order"
     h16 = proj.iloc[0]
     # 64 x 2048 tokens x 584 B = 76,546,048 B of cache, plus q and out: 2 x 64 x 16 x 512 x 2 B = 2,097,152 B
@@ -102,14 +102,14 @@ def test_projection_refuses_a_table_without_auto_portable_rows_in_one_line():
     old = _table()
     old = old[old.provider != "auto_portable"]
     with pytest.raises(ValueError, match="no ok graph rows of auto_portable in the headline table bench_x.csv") as e:
-        P.sm120_projection(old, _lab(), SM120, configs=_configs)
+        plots_occupancy.sm120_projection(old, _lab(), SM120, configs=_configs)
     assert "\n" not in str(e.value)
 
 
 def test_a_shape_without_proxy_rows_is_nan_not_dropped():
     t = _table()
     t = t[~((t.provider == "auto_portable") & (t.heads == 64))]
-    proj = P.sm120_projection(t, _lab(), SM120, configs=_configs)
+    proj = plots_occupancy.sm120_projection(t, _lab(), SM120, configs=_configs)
     h64 = proj.iloc[1]
     assert h64["shape"] == "b64 h64 topk2048" and h64["kernel"] == "" and math.isnan(h64["proxy_us"])
     assert math.isnan(h64["warps_per_sm_max"]) and h64["h200_gather_async_us"] == 26.5
@@ -118,7 +118,7 @@ def test_a_shape_without_proxy_rows_is_nan_not_dropped():
 
 def test_projection_refuses_a_target_without_a_bandwidth():
     with pytest.raises(ValueError, match="sm_90 has no dram_gbps"):
-        P.sm120_projection(_table(), _lab(), get_target("sm_90"), configs=_configs)
+        plots_occupancy.sm120_projection(_table(), _lab(), get_target("sm_90"), configs=_configs)
 
 
 def test_the_config_sm120_runs_is_what_its_autotuner_keeps_there():
@@ -127,10 +127,10 @@ def test_the_config_sm120_runs_is_what_its_autotuner_keeps_there():
     98,304 B (16 x 1536 + 2 x 4 x 16 B: 123,008 B), both over sm_120's 101,376 B a block; 4 warps would hold a
     [64, 512] fp32 accumulator in 256 registers a thread. One config is left: BLOCK_T 16, 8 warps, 1 stage.
     portable_ws has one config."""
-    assert P.configs_on_target("tile512", 64, "sm_120") == [H64]
-    assert P.configs_on_target("tile512", 128, "sm_120") == [H64]
-    assert P.configs_on_target("portable_ws", 16, "sm_120") == [H16]
-    assert len(P.configs_on_target("tile512", 16, "sm_120")) > 1, "at 16 heads the autotuner picks on the GPU"
+    assert plots_occupancy.configs_on_target("tile512", 64, "sm_120") == [H64]
+    assert plots_occupancy.configs_on_target("tile512", 128, "sm_120") == [H64]
+    assert plots_occupancy.configs_on_target("portable_ws", 16, "sm_120") == [H16]
+    assert len(plots_occupancy.configs_on_target("tile512", 16, "sm_120")) > 1, "at 16 heads the autotuner picks on the GPU"
 
 
 @pytest.mark.slow
@@ -139,7 +139,7 @@ def test_projection_of_the_committed_headline_table():
     from workbench import registry
     from workbench.results import DATA, current_rows, load_bench
     head = current_rows("headline", df=load_bench(data_dir=DATA))
-    proj = P.sm120_projection(head, pd.read_csv(DATA / "resources_sm_120.csv"), SM120).set_index("shape")
+    proj = plots_occupancy.sm120_projection(head, pd.read_csv(DATA / "resources_sm_120.csv"), SM120).set_index("shape")
     r = proj.loc["b64 h16 topk2048"]
     assert r["target_floor_us"] == pytest.approx(78_643_200 / 1792e3)
     raw = pd.read_csv(DATA / head.source.iloc[0])

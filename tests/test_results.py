@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench.report import plotting as P
+from workbench.report import figures
 from workbench import results
 from workbench.provenance import kernel_source_hash
 
@@ -54,7 +54,7 @@ def test_same_run_times_never_reads_a_table_the_current_one_superseded():
     df = pd.DataFrame(_table("old.csv", "headline", "2026-12-01T00:00:00Z", True,
                              {"auto": 50.0, "flashmla": 80.0, "gather": 30.0})
                       + _table("new.csv", "headline", "2026-12-02T00:00:00Z", True, {"auto": 52.0, "flashmla": 81.0}))
-    r = P.same_run_times(df, batch=64, heads=16, topk=2048)
+    r = figures.same_run_times(df, batch=64, heads=16, topk=2048)
     assert (r["source"], r["ours_us"], r["flashmla_us"]) == ("new.csv", 52.0, 81.0)
     assert r["gather_us"] != r["gather_us"], "NaN: the current table has no gather floor"
 
@@ -64,7 +64,7 @@ def test_same_run_times_prefers_an_older_fresh_table_to_a_newer_stale_one():
                              {"auto": 50.0, "flashmla": 80.0, "gather": 30.0})
                       + _table("stale.csv", "headline", "2026-12-02T00:00:00Z", True,
                                {"auto": 5000.0, "flashmla": 80.0, "gather": 30.0}))
-    assert P.same_run_times(df, batch=64, heads=16, topk=2048)["source"] == "fresh.csv"
+    assert figures.same_run_times(df, batch=64, heads=16, topk=2048)["source"] == "fresh.csv"
 
 
 def test_a_shape_the_current_headline_table_lacks_comes_from_another_sweeps_current_table():
@@ -77,7 +77,7 @@ def test_a_shape_the_current_headline_table_lacks_comes_from_another_sweeps_curr
                                {"auto": 3.0, "flashmla": 4.0, "gather": 1.0}, **prod)
                       + _table("i_new.csv", "isolate", "2026-12-02T00:00:00Z", True,
                                {"auto": 28.0, "flashmla": 46.0, "gather": 20.0}, **prod))
-    r = P.same_run_times(df, batch=64, heads=16, topk=128, extra_topk=512)
+    r = figures.same_run_times(df, batch=64, heads=16, topk=128, extra_topk=512)
     assert (r["source"], r["ours_us"]) == ("i_new.csv", 28.0)
 
 
