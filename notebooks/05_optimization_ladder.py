@@ -26,7 +26,7 @@
 # reads exactly the bytes a decode reads and does no math) in one CUDA-graph run with cold KV; the
 # headline tables timed the default kernel (`impl="auto"`: on sm_90 an f16 Gluon rung, `wgmma_f16`,
 # `wgmma_f16_2cta` or the warp-specialised `wgmma_ws`, by call size, `registry.auto_kernel`); the isolate tables time
-# it with one stage left out (`workbench.isolate`); earlier ladder tables show how the first Gluon rung,
+# it with one stage left out (`workbench.bench.isolate`); earlier ladder tables show how the first Gluon rung,
 # `wgmma`, got where it is; forced-config tables check the autotuner; Nsight Compute reports (`data/ncu/`)
 # say where the time goes.
 

@@ -42,8 +42,8 @@ fi
 echo "rows record git_commit=${WORKBENCH_COMMIT:-(none: git in this copy)}"
 nvidia-smi --query-gpu=name,compute_cap,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-# What this GPU runs, said first: one line on FlashMLA (workbench.providers.flashmla_line), one on the kernels that
-# do not run here (a Gluon kernel runs on the targets its module is written for: resources.gluon_archs) and one per
+# What this GPU runs, said first: one line on FlashMLA (workbench.bench.providers.flashmla_line), one on the kernels
+# that do not run here (a Gluon kernel runs on the targets its module is written for: resources.gluon_archs) and one per
 # requested sweep that times them; then the GPU part of the tables' names and the kernels check and sanitize run
 GPU_TAG=gpu; HERE_IMPLS=""; HERE_KERNELS=""; NOT_HERE=""
 SESSION_ENV=$(mktemp)
@@ -55,9 +55,9 @@ import torch
 
 from workbench.__main__ import gpu_slug
 from workbench.gpu_check import case_impls, checked_impls
-from workbench.providers import flashmla_line
+from workbench.bench.providers import flashmla_line
 from workbench.resources import gluon_archs, is_gluon, lab_kernels
-from workbench.sweeps import sweep_shapes
+from workbench.bench.sweeps import sweep_shapes
 from workbench.targets import target_for_capability
 
 print(flashmla_line())

@@ -5,7 +5,7 @@ GPU (default; an H200 is the target):
     TRITON_INTERPRET=0 .venv/bin/python scripts/plan_overhead.py [--impl auto] [--calls 200]
 
 For impl at b1 h64 topk512 and b64 h16 topk2048 it checks that the plan path equals the plain path bit for
-bit, then prints microseconds per call (medians, ``workbench.timing``): the plain path and the plan path each
+bit, then prints microseconds per call (medians, ``workbench.bench.timing``): the plain path and the plan path each
 launched onto an idle GPU (``time_idle``: synchronize, then time one call, so all host time before and
 between its kernels counts), the plan path replayed from a CUDA graph (``time_graph``: the kernels' own time),
 and their differences, the host overhead per call (the bench's ``overhead`` rows). The issue's target: plan
@@ -46,7 +46,7 @@ def gpu(args):
     import torch
 
     import workbench as wb
-    from workbench.timing import time_graph, time_idle
+    from workbench.bench.timing import time_graph, time_idle
 
     assert torch.cuda.is_available() and not wb.INTERPRET, "needs a CUDA GPU and TRITON_INTERPRET=0"
     print(f"{torch.cuda.get_device_name()}  impl={args.impl}  (us per call, medians)")
@@ -88,7 +88,7 @@ def breakdown(args):
     import workbench as wb
     from workbench import decode
     from workbench.plan import DecodePlan
-    from workbench.timing import time_graph, time_idle
+    from workbench.bench.timing import time_graph, time_idle
 
     assert torch.cuda.is_available() and not wb.INTERPRET, "needs a CUDA GPU and TRITON_INTERPRET=0"
 

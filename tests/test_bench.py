@@ -84,7 +84,7 @@ def test_fit_batch_model_recovers_a_line():
 # ----------------------------------------------------------------------------- host overhead (issue 10)
 
 def test_overhead_sweep_covers_the_issue():
-    from workbench.timing import MODES
+    from workbench.bench.timing import MODES
     assert "overhead" in bench.SWEEPS
     items = sweep_shapes("overhead")
     assert {(s.batch, s.heads, s.topk) for s, *_ in items} == {(1, 64, 512), (64, 16, 2048)}
@@ -179,7 +179,7 @@ def test_plan_provider_is_skipped_until_the_plan_api_exists(monkeypatch):
 
 def test_plan_provider_plans_once_per_shape_outside_the_call(monkeypatch):
     import workbench
-    from workbench import providers
+    from workbench.bench import providers
     made, launched = [], []
 
     def plan_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_length=None, extra_cache=None,
@@ -327,7 +327,7 @@ def test_the_published_correctness_tables_carry_their_errata():
 
 
 def test_launch_floor_providers_are_listed_in_the_overhead_sweep_and_need_cuda(monkeypatch):
-    from workbench import sweeps
+    from workbench.bench import sweeps
     for name, launches in (("launch_floor", 1), ("launch_floor2", 2)):
         assert name in bench.provider_names() and name in sweeps.OVERHEAD_PROVIDERS
         assert bench.kernel_of(name, BenchShape(1, 64, 512)) == name
@@ -335,7 +335,7 @@ def test_launch_floor_providers_are_listed_in_the_overhead_sweep_and_need_cuda(m
         with pytest.raises(bench.Skip, match="CUDA"):
             bench.make_provider(name)
         monkeypatch.undo()
-    from workbench.providers import LAUNCH_FLOORS
+    from workbench.bench.providers import LAUNCH_FLOORS
     assert LAUNCH_FLOORS == {"launch_floor": 1, "launch_floor2": 2}
 
 

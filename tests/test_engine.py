@@ -266,7 +266,7 @@ def test_drop_in_compiles_without_graph_break(tiny):
 def test_compiled_module_gives_the_eager_output_bit_for_bit_on_the_gpu():
     """On the GPU, an engine's module around the op compiled by inductor (fullgraph) returns what eager does,
     bit for bit, on a hostile case (sink, topk_length, both scopes)."""
-    from workbench.providers import DecodeModule
+    from workbench.bench.providers import DecodeModule
     case = wb.build_case(batch=4, heads=64, topk=512, block_size=64, sink=True, topk_length=True, extra_topk=128,
                          extra_topk_length=True, seed=3, device="cuda")
     kw = case.kwargs()

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from workbench import registry, sweeps
+from workbench import registry
+from workbench.bench import sweeps
 from workbench.format.cases import build_case
 from workbench.decode import INTERPRETER_SMS, plan_splits
 from workbench.kernels import gather_async
@@ -102,7 +103,7 @@ def test_registered_as_a_probe_beside_gather():
     assert spec.kind == "probe" and spec.interpretable and spec.prediction and spec.lab_signature
     assert registry.names("probe")[:2] == ("gather", "gather_async")
     assert "gather_async" in registry.compiled_kernels()
-    from workbench.providers import ProbeProvider, make_provider
+    from workbench.bench.providers import ProbeProvider, make_provider
     if torch.cuda.is_available():
         assert isinstance(make_provider("gather_async"), ProbeProvider)
 

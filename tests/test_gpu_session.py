@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workbench import providers
+from workbench.bench import providers
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_session.sh"

@@ -1,8 +1,9 @@
-"""Cost isolation (workbench.isolate): the variant names, their LEAVE_OUT bits, which kernels take them, and how the
-bench finds them (the timings themselves need an sm_90 GPU: the isolate sweep, data/*_isolate.csv)."""
+"""Cost isolation (workbench.bench.isolate): the variant names, their LEAVE_OUT bits, which kernels take them, and how
+the bench finds them (the timings themselves need an sm_90 GPU: the isolate sweep, data/*_isolate.csv)."""
 import pytest
 
-from workbench import isolate, providers, registry
+from workbench import registry
+from workbench.bench import isolate, providers
 from workbench.kernels.gluon_common import LEAVE_OUT_BITS
 
 

@@ -8,11 +8,12 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import decode, providers, registry
+from workbench import decode, registry
+from workbench.bench import providers
 from workbench.format.cases import build_case
 from workbench.kernels.common import capture_launches
 from workbench.resources import without_interpreter
-from workbench.sweeps import BenchShape
+from workbench.bench.sweeps import BenchShape
 
 
 @pytest.fixture

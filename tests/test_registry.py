@@ -134,7 +134,7 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
 
 
 def test_auto_portable_provider_records_what_auto_runs_without_wgmma():
-    from workbench.sweeps import BenchShape, sweep_shapes
+    from workbench.bench.sweeps import BenchShape, sweep_shapes
     assert "auto_portable" in bench.provider_names()
     assert bench.kernel_of("auto_portable", BenchShape(64, 16, 2048)) == "portable_ws"
     assert bench.kernel_of("auto_portable", BenchShape(64, 128, 2048)) == "tile512"

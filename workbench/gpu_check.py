@@ -177,7 +177,7 @@ class FlashMLARun:
 
 def _flashmla_call(kw: dict):
     """FlashMLA's decode through the bench's provider (the one call; fewer than 64 heads padded to 64)."""
-    from .providers import FlashMLAProvider
+    from .bench.providers import FlashMLAProvider
     return FlashMLAProvider().prepare(kw)()
 
 

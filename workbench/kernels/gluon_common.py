@@ -45,8 +45,8 @@ F16_OUT_MULT = gl.constexpr(2.0 ** -F16_K_SHIFT)
 Q_TOP = gl.constexpr(14)     # each head's largest |q| is scaled into [2**Q_TOP, 2**(Q_TOP+1)): f16-exact down to
                              # 2**-31 of it
 Q_EXP_CLAMP = gl.constexpr(100)  # the head exponent's range: zero, tiny and inf heads stay finite powers of two
-# LEAVE_OUT's bits (measurement only, workbench.isolate): the loop stages a timing may drop (the first tile is still
-# loaded with "loads" left out). Any bit set makes the output wrong.
+# LEAVE_OUT's bits (measurement only, workbench.bench.isolate): the loop stages a timing may drop (the first tile is
+# still loaded with "loads" left out). Any bit set makes the output wrong.
 LEAVE_OUT_BITS = {"loads": 1, "dequant": 2, "softmax": 4, "qk": 8, "pv": 16}
 
 

@@ -26,7 +26,7 @@ in bf16, so every cache is exact: see ``gluon_common.F16_MIN_SCALE_BYTE``). The 
 (rungs 5-9, each a switch of this kernel, no longer in the code; ``data/rungs.csv`` names the commit that runs them).
 
 LEAVE_OUT (0 in every rung) is for measurement only: a bit mask of the loop's stages to drop
-(``gluon_common.LEAVE_OUT_BITS``), so a timing isolates what each stage costs (``workbench.isolate``). Any bit set
+(``gluon_common.LEAVE_OUT_BITS``), so a timing isolates what each stage costs (``workbench.bench.isolate``). Any bit set
 makes the output wrong.
 GPU only (sm_90): Gluon does not run under the interpreter.
 """

@@ -59,7 +59,7 @@ BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "on": True
 # The values a string parameter (or each item of a list of strings) may take, where there is a fixed set.
 CHOICES = {
     "device": lambda: ("cpu", "cuda"),
-    "sweep": lambda: __import__("workbench.sweeps", fromlist=["SWEEPS"]).SWEEPS,
+    "sweep": lambda: __import__("workbench.bench.sweeps", fromlist=["SWEEPS"]).SWEEPS,
     "archs": lambda: tuple(__import__("workbench.targets", fromlist=["TARGETS"]).TARGETS),
 }
 # Notebook parameters that need a CUDA GPU when true, and what they do then.

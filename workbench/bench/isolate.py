@@ -38,7 +38,7 @@ VARIANTS = {
 
 def leave_out_bits(stages) -> int:
     """The LEAVE_OUT mask for stage names (``LEAVE_OUT_BITS`` keys); a ValueError names an unknown one."""
-    from .kernels.gluon_common import LEAVE_OUT_BITS
+    from ..kernels.gluon_common import LEAVE_OUT_BITS
     unknown = [s for s in stages if s not in LEAVE_OUT_BITS]
     if unknown:
         raise ValueError(f"stages: expected some of {tuple(LEAVE_OUT_BITS)}, got {unknown}")
@@ -66,8 +66,8 @@ def provider_names(impl: str = "auto") -> tuple[str, ...]:
 def is_gluon(spec) -> bool:
     """Whether a registered kernel is a rung of a Gluon partial kernel with the LEAVE_OUT switch (wgmma's or
     wgmma_ws's, which give its bits the same meaning)."""
-    from .kernels.wgmma import wgmma_partial_kernel
-    from .kernels.wgmma_ws import ws_partial_kernel
+    from ..kernels.wgmma import wgmma_partial_kernel
+    from ..kernels.wgmma_ws import ws_partial_kernel
     return spec.kind == "split" and spec.jit in (wgmma_partial_kernel, ws_partial_kernel)
 
 
@@ -75,7 +75,7 @@ def isolated_launches(kw: dict, *, impl: str, variant: str, config=None):
     """A zero-argument callable that runs one decode call (``kw``: sparse_mla_decode's inputs) with ``variant``
     left out, and returns the decode's (out, lse) buffers (wrong by design). The kernel is the one the decode
     would run (``impl="auto"`` resolved as decode resolves it); it must be a Gluon rung."""
-    from .decode import INPUT_NAMES, allocate_workspace, decode_scopes, launch_stages, resolve_call
+    from ..decode import INPUT_NAMES, allocate_workspace, decode_scopes, launch_stages, resolve_call
     if variant not in VARIANTS:
         raise ValueError(f"variant: expected one of {tuple(VARIANTS)}, got {variant!r}")
     spec, sm_scale = resolve_call(**{k: kw.get(k) for k in INPUT_NAMES}, sm_scale=kw.get("sm_scale"), impl=impl)

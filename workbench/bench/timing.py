@@ -1,6 +1,6 @@
 """How the bench times a call: cold-L2 eager timing, eager from an idle GPU, CUDA-graph replay, the ceilings.
 
-Each timer takes ``fns``, one zero-argument callable per input rotation (:data:`workbench.sweeps.ROTATIONS`
+Each timer takes ``fns``, one zero-argument callable per input rotation (:data:`workbench.bench.sweeps.ROTATIONS`
 index sets, so no call re-reads what the call before it left in L2), and returns samples in microseconds
 per call; :func:`summarize` makes them (median, p20, p80). The timing modes (a row's ``mode``):
 

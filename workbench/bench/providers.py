@@ -1,7 +1,7 @@
 """What the bench times: one provider per thing it can run, built from the kernel registry.
 
 A provider's ``prepare(kw, config)`` takes one rotation's decode keyword arguments (from
-:class:`workbench.sweeps.InputPool`) and returns a zero-argument callable that runs one call; all
+:class:`workbench.bench.sweeps.InputPool`) and returns a zero-argument callable that runs one call; all
 setup happens in ``prepare``, outside the timed region. A provider that cannot run here raises
 :class:`Skip`, whose message the bench records as the row's reason.
 
@@ -26,8 +26,8 @@ import torch
 import triton
 
 from . import isolate
-from .decode import sparse_mla_decode
-from .format.layout import MODEL1
+from ..decode import sparse_mla_decode
+from ..format.layout import MODEL1
 
 
 class Skip(Exception):
@@ -101,9 +101,9 @@ class FlashMLAProvider:
 def not_on_this_gpu(impl: str) -> str | None:
     """Why a registered kernel cannot run on this CUDA GPU (a Gluon kernel off the targets its module is written
     for, as the lab decides: resources.gluon_archs), or None. A sweep then skips its rows instead of stopping."""
-    from . import registry
-    from .resources import gluon_archs, is_gluon, lab_kernels
-    from .targets import target_for_capability
+    from .. import registry
+    from ..resources import gluon_archs, is_gluon, lab_kernels
+    from ..targets import target_for_capability
     lab = lab_kernels()
     if impl not in registry.names() or impl not in lab or not is_gluon(lab[impl]):
         return None
@@ -120,7 +120,7 @@ class WorkbenchProvider:
     def __init__(self, impl: str):
         self.name = impl
         if impl != "reference" and not torch.cuda.is_available():
-            from .kernels.common import INTERPRET
+            from ..kernels.common import INTERPRET
             if not INTERPRET:
                 raise Skip("no CUDA GPU (and TRITON_INTERPRET is not set)")
         elif impl not in ("reference", "auto") and (reason := not_on_this_gpu(base_impl(impl))):
@@ -153,7 +153,7 @@ class AutoPortableProvider(WorkbenchProvider):
 
 
 def portable_impl(*, heads: int, tokens: int) -> str:
-    from . import registry
+    from .. import registry
     return registry.auto_kernel(PORTABLE_PROXY, heads=heads, tokens=tokens)
 
 
@@ -168,7 +168,7 @@ class CombineLaunchProvider(WorkbenchProvider):
     key does not hold the launch kind), so the A/B compares launches, not configs."""
 
     def __init__(self, impl: str, suffix: str):
-        from . import registry
+        from .. import registry
         if impl != "auto" and not registry.get(impl).pdl:
             raise ValueError(f"provider: {impl!r} never launches its combine as a programmatic dependent, so "
                              f"{impl + suffix!r} would time the plain decode under another name")
@@ -176,7 +176,7 @@ class CombineLaunchProvider(WorkbenchProvider):
         self.impl, self.name, self.pdl = impl, impl + suffix, COMBINE_LAUNCH[suffix]
 
     def prepare(self, kw: dict, config=None):
-        from .decode import INPUT_NAMES, combine_launch, resolve_call
+        from ..decode import INPUT_NAMES, combine_launch, resolve_call
         spec, _ = resolve_call(**{k: kw.get(k) for k in INPUT_NAMES}, sm_scale=kw.get("sm_scale"),
                                impl=self.impl)  # the kernel the decode will run, as decode picks it
         if not spec.pdl:
@@ -206,7 +206,7 @@ class PlanProvider(WorkbenchProvider):
     def __init__(self, impl: str):
         super().__init__(impl)
         self.impl, self.name = impl, impl + PLAN
-        self.plan_decode = getattr(importlib.import_module(__package__), "plan_decode", None)
+        self.plan_decode = getattr(importlib.import_module("..", __package__), "plan_decode", None)
         if self.plan_decode is None:
             raise Skip("workbench.plan_decode does not exist in this checkout (issue 10's plan API): no plan to time")
         if "plan" not in inspect.signature(sparse_mla_decode).parameters:
@@ -247,7 +247,7 @@ class CompiledOpProvider(WorkbenchProvider):
         super().__init__(impl)
         if not torch.cuda.is_available():
             raise Skip("the compiled op is timed on a CUDA GPU")
-        from . import ops  # noqa: F401 - registers the op
+        from .. import ops  # noqa: F401 - registers the op
         self.impl, self.name, self._compiled = impl, impl + COMPILED, {}
 
     def prepare(self, kw: dict, config=None):
@@ -272,13 +272,13 @@ class ProbeProvider:
     is_probe = True
 
     def __init__(self, name: str):
-        from . import registry
+        from .. import registry
         self.name, self.spec = name, registry.get(name)
         if not torch.cuda.is_available():
             raise Skip("no CUDA GPU")
 
     def prepare(self, kw: dict, config=None):
-        from .decode import decode_scopes, sm_count, split_plans
+        from ..decode import decode_scopes, sm_count, split_plans
         q = kw["q"]
         b, s_q, h, _ = q.shape
         scopes = decode_scopes(kw["cache"], kw["indices"], None, kw.get("extra_cache"), kw.get("extra_indices"))
@@ -338,7 +338,7 @@ class LaunchFloorProvider:
         self._launchers = None
 
     def prepare(self, kw: dict, config=None):
-        from .plan import DecodePlan, _launcher, compile_launch, compiled_launch
+        from ..plan import DecodePlan, _launcher, compile_launch, compiled_launch
         q = kw["q"]
         if self._launchers is None:
             args = dict(ptr=q)
@@ -357,15 +357,15 @@ def provider_names() -> tuple[str, ...]:
     """Every provider the bench knows: the registered kernels (decodes and probes), FlashMLA, and the default
     decode through a plan ("auto+plan"; make_provider takes any decode name with "+plan") or with its combine's
     launch forced ("auto+pdl", "auto+serial"; also any decode that asks for PDL), and the default decode with one
-    stage left out ("auto~no_loads", ...: workbench.isolate; also any Gluon rung)."""
-    from . import registry
+    stage left out ("auto~no_loads", ...: workbench.bench.isolate; also any Gluon rung)."""
+    from .. import registry
     return (registry.names() + ("flashmla", AUTO_PORTABLE, "auto" + PLAN, "auto" + COMPILED, *LAUNCH_FLOORS)
             + tuple("auto" + s for s in COMBINE_LAUNCH) + isolate.provider_names("auto"))
 
 
 def make_provider(name: str):
     """A provider object, or raise Skip with the reason it cannot run here."""
-    from . import registry
+    from .. import registry
     if name == "flashmla":
         return FlashMLAProvider()
     if name in registry.names("probe"):
@@ -400,14 +400,14 @@ def base_impl(provider: str) -> str:
 
 
 def kernel_of(provider: str, shape) -> str:
-    """The kernel a provider runs on this shape (a :class:`workbench.sweeps.BenchShape`) here: "auto" is
+    """The kernel a provider runs on this shape (a :class:`workbench.bench.sweeps.BenchShape`) here: "auto" is
     recorded as what it resolved to (with or without a plan)."""
     provider = base_impl(provider)
     if provider == AUTO_PORTABLE:
         return portable_impl(heads=shape.heads, tokens=shape.batch * shape.s_q * (shape.topk + shape.extra_topk))
     if provider != "auto":
         return provider
-    from . import registry
+    from .. import registry
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return registry.resolve("auto", device, heads=shape.heads,
                             tokens=shape.batch * shape.s_q * (shape.topk + shape.extra_topk))
@@ -417,6 +417,6 @@ def config_columns(provider: str, config) -> dict:
     """The forced config as a short label and flat columns ('' and nothing else when autotuned)."""
     if config is None:
         return dict(config="")
-    from . import registry
+    from .. import registry
     typed = registry.get(base_impl(provider)).check_config(config)
     return dict(config=typed.label, **typed.columns())

@@ -1,8 +1,8 @@
 """Benchmark harness: runs a sweep into long-format rows (one per provider, shape and timing mode).
 
-The parts live apart: :mod:`workbench.sweeps` (shapes, named sweeps, the cold-KV input pool),
-:mod:`workbench.providers` (what is timed: FlashMLA, the registry's decodes and probes) and
-:mod:`workbench.timing` (how: cold-L2 eager, CUDA-graph replay, the ceilings). This module runs them
+The parts live apart: :mod:`workbench.bench.sweeps` (shapes, named sweeps, the cold-KV input pool),
+:mod:`workbench.bench.providers` (what is timed: FlashMLA, the registry's decodes and probes) and
+:mod:`workbench.bench.timing` (how: cold-L2 eager, CUDA-graph replay, the ceilings). This module runs them
 (:func:`bench_one`, :func:`run_sweep`), makes the table (:data:`COLUMNS`, :func:`rows_frame`) and
 summarises it; it re-exports the names callers import from ``workbench.bench``.
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 
-from .accounting import call_valid_tokens, decode_cost
-from .decode import sparse_mla_decode
-from .metrics import compare
-from .provenance import provenance
+from ..accounting import call_valid_tokens, decode_cost
+from ..decode import sparse_mla_decode
+from ..metrics import compare
+from ..provenance import provenance
 from .providers import (PLAN, FlashMLAProvider, PlanProvider, ProbeProvider, Skip, WorkbenchProvider, config_columns,
                         kernel_of, make_provider, provider_names)
 from .sweeps import (ALL_ORDER, BATCHES, HEADLINE, HEADS, POOL_TOKENS, ROTATIONS, SWEEPS, BenchShape, InputPool,
@@ -43,7 +43,7 @@ def bench_one(shape: BenchShape, provider: str, modes, *, pool: InputPool, ceili
               sweep: str = "", prov: dict | None = None, providers_cache: dict | None = None) -> list[dict]:
     """Rows (one per mode) for one provider on one shape; skipped or wrong providers get a row saying why.
 
-    modes: any of :data:`workbench.timing.MODES`. Each timed mode is measured once on the same prepared calls;
+    modes: any of :data:`workbench.bench.timing.MODES`. Each timed mode is measured once on the same prepared calls;
     "overhead" is derived from the "eager_idle" and "graph" samples of this same call (measured here for it
     if not asked for as rows), and its row has time columns only (no GB/s or TFLOP/s: it is not a kernel time).
     """

@@ -1,7 +1,7 @@
 """What the bench measures: shapes, the named sweeps over them, and the cold-KV inputs a shape is timed on.
 
 A sweep is a list of (shape, providers, modes, forced config) items; :func:`workbench.bench.run_sweep`
-runs each provider on each shape in each timing mode (:mod:`workbench.timing`).
+runs each provider on each shape in each timing mode (:mod:`workbench.bench.timing`).
 Every timed call reads cold KV: indices are drawn at random from a pool cache of about 600 MB (ten times
 the H200's L2), and the timed calls cycle through several index sets (:data:`ROTATIONS`).
 """
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .format.codec import quantize_kv
-from .format.layout import MODEL1
+from ..format.codec import quantize_kv
+from ..format.layout import MODEL1
 
 POOL_TOKENS = 1 << 20        # ~612 MB of cache per page size
 ROTATIONS = 8                # index sets cycled through by the timed calls
@@ -46,7 +46,7 @@ HEADS = (16, 32, 64, 128)
 # Host overhead (issue 10): the plain default decode, the same decode through a plan, and FlashMLA, at a
 # host-bound and a GPU-bound shape, each timed every way, beside the host's floor for a call of one and of two
 # empty launches (providers.LaunchFloorProvider); its "overhead" rows are eager_idle minus graph per call
-# (workbench.timing).
+# (workbench.bench.timing).
 OVERHEAD_SHAPES = (BenchShape(1, 64, 512), BenchShape(64, 16, 2048))
 OVERHEAD_PROVIDERS = ("auto", "auto+plan", "auto+compiled", "flashmla", "launch_floor", "launch_floor2")
 OVERHEAD_MODES = ("eager", "eager_idle", "graph", "overhead")
@@ -63,7 +63,7 @@ PDL_PROVIDERS = ("auto+pdl", "auto+serial")
 # The gather floors timed beside the decodes (the ladder takes every registered probe): the old probe stays so that
 # the history still reads, the new one says what the hardware can gather
 FLOOR_PROBES = ("gather", "gather_async")
-# Where the default kernel's time goes (workbench.isolate): the whole decode, the same with one stage left out,
+# Where the default kernel's time goes (workbench.bench.isolate): the whole decode, the same with one stage left out,
 # FlashMLA and the gather floors, in one run at the headline shapes
 
 
@@ -98,7 +98,7 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
             plan.append((shape, fast, ("graph",), None))
         return plan + [(BenchShape(1, 64, 512), fast, ("graph",), None)]
     if name == "ladder":  # every rung beside FlashMLA and the gather floor, at the headline shapes
-        from . import registry
+        from .. import registry
         provs = tuple(r.name for r in registry.rungs()) + ("auto_portable", "flashmla") + registry.names("probe")
         return [(shape, provs, ("graph",), None) for shape in HEADLINE]
     if name == "forced":  # the configs the autotuner chooses among, each forced, to check its choice
