@@ -76,3 +76,32 @@ def test_the_check_finds_a_cycle_through_a_function_local_import(tmp_path):
     (pkg / "sub" / "b.py").write_text("def f():\n    from .. import a\n    return a\n")
     (pkg / "c.py").write_text("import toy.a\n")
     assert cycles(import_graph(pkg)) == [["toy.a", "toy.sub.b"]]
+
+
+# The public API as it stood before the modules moved into format/, bench/ and report/ (issue 23): a move never
+# renames what `import workbench` gives.
+PUBLIC = {"MODEL1", "CacheLayout", "DecodeCase", "DecodeScope", "DecodeCost", "DecodePlan", "IMPLS", "INTERPRET",
+          "assert_close", "build_case", "case_cost", "compare", "count_valid_tokens", "decode_cost", "dequantize_kv",
+          "indices_to_positions", "plan_decode", "plan_splits", "positions_to_indices", "pruned_configs", "quantize_kv",
+          "sparse_mla_decode", "sparse_mla_decode_reference", "warmup"}
+
+
+def test_the_public_api_keeps_its_names():
+    import workbench
+    assert PUBLIC <= set(workbench.__all__)
+    assert [n for n in workbench.__all__ if not hasattr(workbench, n)] == []
+
+
+def test_every_module_imports():
+    """Each module of the package imports on its own (a moved module's relative imports all resolve)."""
+    import importlib
+    graph = import_graph(ROOT / "workbench")
+    failed = {}
+    for name in sorted(graph):
+        if name.endswith("__main__"):
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - report every module that fails, with why
+            failed[name] = f"{type(e).__name__}: {e}"
+    assert failed == {}
