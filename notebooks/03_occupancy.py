@@ -41,7 +41,7 @@ if device == "cpu":
 import pandas as pd
 from IPython.display import Markdown, display
 
-import workbench as wb  # noqa: F401
+import workbench as wb
 from workbench.kernels.configs import TiledConfig
 from workbench.kernels.mma import MMA_CONFIG_SPACE, mma_prune_reason
 from workbench.report.pipeline import checked_parameters
@@ -59,7 +59,9 @@ set_theme()
 out_folder(out_dir)  # refused here, before anything runs, inside data/ or figures/: only publishing adds there
 lab = pd.concat([pd.read_csv(os.path.join(data_dir, f"resources_{a}.csv")) for a in archs], ignore_index=True)
 lab = apply_model(lab)  # the pruning model's verdicts from the current code; compiled numbers from data/
-lab_note = commit_provenance(lab, "resources_*.csv")
+# the rows of kernels still registered say which code the figures describe; a removed rung's rows stay in the
+# tables as history and neither stale nor vouch for them (the rule of results.current_tables)
+lab_note = commit_provenance(lab[lab.kernel.isin(wb.registry.names())], "resources_*.csv")
 if fresh:  # cross-compiling needs no GPU; the fresh numbers are shown beside the committed ones
     new = pd.concat([lab_frame(a, "mma", fresh_configs) for a in archs], ignore_index=True)
     both = new.merge(lab, on=["arch", "config"], how="left", suffixes=("_fresh", "_data"))
