@@ -20,8 +20,8 @@
 # golden cases for the per-head kernel, whose heads are independent). With `device="cuda"` it runs
 # the full grid. The hostile cases are the catalogue's (`workbench.format.cases`), the same ones, by id, that the
 # tests and the GPU checks run. The last sections plot the newest committed GPU check table from `data/`
-# (every kernel in the registry on the H200, read with `workbench.results.load_correctness`) and tabulate the
-# newest compute-sanitizer logs (`workbench.results.load_sanitizer`).
+# (every kernel in the registry on the H200, read with `workbench.report.results.load_correctness`) and tabulate the
+# newest compute-sanitizer logs (`workbench.report.results.load_sanitizer`).
 
 # %% tags=["parameters"]
 device = "cpu"
@@ -61,8 +61,8 @@ from workbench.metrics import OUT_ELEM_REL, OUT_ELEM_RMS
 from workbench.report.pipeline import checked_parameters
 from workbench.report.figures import commit_provenance, gpu_label, out_folder, save_figure, save_table, set_theme
 from workbench.report.plots_correctness import fig_error_ecdf, fig_gpu_checks, fig_worst_by_shape
-from workbench.provenance import kernels_changed_since
-from workbench.results import load_correctness, load_sanitizer, sanitizer_summary
+from workbench.report.provenance import kernels_changed_since
+from workbench.report.results import load_correctness, load_sanitizer, sanitizer_summary
 
 # the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
 # root, device cuda only on a GPU): a wrong one stops here, in one line
@@ -253,7 +253,7 @@ worst
 # racecheck's reports (each one pair of accesses, covering the many hazards it counts; at most 20 are printed); an
 # empty cell is a log without the tool's summary (e.g. timed out). Newest is by the folders' dated names. Where a
 # tool reports anything, see the folder's README.md (for the warp-specialised kernel it maps each report to SASS
-# and to a race-free probe, `scripts/ws_protocol_probe.py`). Read with `workbench.results.load_sanitizer`.
+# and to a race-free probe, `scripts/ws_protocol_probe.py`). Read with `workbench.report.results.load_sanitizer`.
 
 # %%
 san = sanitizer_summary(load_sanitizer(data_dir))

@@ -49,7 +49,7 @@ from workbench.report.figures import (bench_provenance, commit_provenance, gpu_l
                                       save_table, set_theme)
 from workbench.report.plots_occupancy import fig_pruning, fig_registers, fig_shared_memory, fig_warps
 from workbench.resources import apply_model, lab_frame
-from workbench.results import current_rows, load_bench, parse_config
+from workbench.report.results import current_rows, load_bench, parse_config
 from workbench.targets import get_target
 
 # the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository

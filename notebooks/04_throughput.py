@@ -17,7 +17,7 @@
 # # 4. Throughput on the H200: the kernels against FlashMLA
 #
 # Everything here is drawn from the current benchmark table of each sweep in `data/` (read with
-# `workbench.results.load_bench` and chosen by `workbench.results.current_rows`, the one rule `data/README.md`
+# `workbench.report.results.load_bench` and chosen by `workbench.report.results.current_rows`, the one rule `data/README.md`
 # states; the older tables are history), or from a fresh sweep when a GPU is present and `fresh=True`. Each
 # row is one (provider, shape, mode) measurement with median, p20 and p80 over cold-L2 calls, checked
 # against the fp32 reference first. "workbench default (auto)" is the default kernel, `impl="auto"`
@@ -57,7 +57,7 @@ from workbench.report.figures import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_p
                                       set_theme)
 from workbench.report.plots_throughput import (fig_batch_model, fig_overhead, fig_production, fig_roofline,
                                                fig_speedups, fig_time_vs_batch)
-from workbench.results import current_rows, load_bench
+from workbench.report.results import current_rows, load_bench
 
 # the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
 # root, device cuda only on a GPU): a wrong one stops here, in one line

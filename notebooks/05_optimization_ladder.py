@@ -52,8 +52,8 @@ from workbench.report.pipeline import checked_parameters
 from workbench.report.figures import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, gpu_label, markdown_table,
                                       out_folder, same_run_times, save_figure, save_table, set_theme)
 from workbench.report.plots_ladder import fig_ladder
-from workbench.provenance import kernels_changed_since
-from workbench.results import current_rows, current_tables, load_bench
+from workbench.report.provenance import kernels_changed_since
+from workbench.report.results import current_rows, current_tables, load_bench
 
 # the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
 # root, device cuda only on a GPU): a wrong one stops here, in one line
@@ -82,7 +82,7 @@ def at(frame, key):
                  & (frame.s_q == 1) & (frame["mode"] == "graph")]
 
 
-# the current ladder table (workbench.results.current_tables): the newest ladder table whose rows of the kept rungs
+# the current ladder table (workbench.report.results.current_tables): the newest ladder table whose rows of the kept rungs
 # match the checked-out kernels (a removed rung has no checked-out kernel to match); all of them listed below
 kept_rows = ok.kernel.isin(list(registered))
 ladders = (ok[ok.sweep == "ladder"].groupby("source")

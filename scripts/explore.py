@@ -12,7 +12,7 @@ import json
 import sys
 
 from workbench.bench import HEADLINE, BenchShape, InputPool, bench_one, measure_ceilings, rows_frame
-from workbench.provenance import provenance
+from workbench.report.provenance import provenance
 
 
 def main(argv=None) -> int:

@@ -8,7 +8,7 @@
 #   kernels do not run on this GPU (the Gluon wgmma rungs: sm_90 only), which check and compute-sanitizer leave out
 #   unless CHECK_IMPLS / SANITIZE_IMPLS name them; a sweep that times them stops at the first (said before it runs).
 #   Tables are named after the GPU (correctness_<gpu>.csv: correctness_h200.csv on the H200) and every row carries
-#   its name and capability (gpu, capability, sm_count: workbench.provenance).
+#   its name and capability (gpu, capability, sm_count: workbench.report.provenance).
 #   <sha> typed out here: $(git rev-parse HEAD) in the device command runs in the machine's copy of the tree,
 #   which reported an older commit than the one sent (data/errata.csv, the 1102-1103 tables)
 #   SKIP_CHECK=1 / SKIP_PYTEST_GPU=1 / SKIP_SANITIZE=1 / SKIP_BENCH=1 leave a part out (to fit the 10-minute limit
@@ -161,8 +161,8 @@ if [ "${WS_PROBES:-0}" = 1 ]; then  # the race-free probes: what racecheck repor
   done
 fi
 if [ -n "${SANITIZED:-}" ]; then
-  # the logs' provenance, beside them (workbench.results.load_sanitizer reads it once they are in data/sanitizer_*/)
-  python3 -c "import sys; from workbench.provenance import write_meta; write_meta(sys.argv[1] + '/sanitizer.csv')" "$OUT"
+  # the logs' provenance, beside them (workbench.report.results.load_sanitizer reads it once they are in data/sanitizer_*/)
+  python3 -c "import sys; from workbench.report.provenance import write_meta; write_meta(sys.argv[1] + '/sanitizer.csv')" "$OUT"
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   for sweep in $SWEEPS; do

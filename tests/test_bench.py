@@ -42,7 +42,7 @@ def test_csv_schema_round_trip(tmp_path):
 
 
 def test_committed_results_have_schema_and_provenance():
-    from workbench.results import DATA, table_folders
+    from workbench.report.results import DATA, table_folders
     tables = sorted(p for d in table_folders(DATA) for p in d.glob("bench_*.csv") if not p.name.endswith(".fit.csv"))
     assert tables
     for path in tables:
@@ -239,7 +239,7 @@ def test_auto_is_recorded_as_the_rung_decode_runs_on_an_h200(monkeypatch):
 
 
 def test_overhead_rows_load_and_summarise(tmp_path):
-    from workbench.results import load_bench
+    from workbench.report.results import load_bench
     common = dict(sweep="overhead", batch=1, s_q=1, heads=64, topk=512, block_size=256, extra_topk=0,
                   extra_block_size=64, config="", status="ok", reason="", check_passed=True, gpu="x", driver="d",
                   torch="2.11", triton="3.6.0", git_commit="abc", date="2026-12-01")
@@ -274,7 +274,7 @@ def test_auto_plan_runs_through_the_real_plan_api(fake_timers):
 
 def test_errata_correct_named_rows_and_refuse_a_typo(tmp_path):
     """data/errata.csv corrects a published cell without rewriting the table; an erratum matching nothing fails."""
-    from workbench.results import apply_errata
+    from workbench.report.results import apply_errata
     df = pd.DataFrame(dict(source=["t.csv"] * 3, provider=["auto", "auto", "flashmla"], batch=[64, 1, 64],
                            heads=[16, 64, 16], topk=[2048, 512, 2048], kernel=["wgmma_rope", "wgmma_rope", "flashmla"]))
     path = tmp_path / "errata.csv"
@@ -290,7 +290,7 @@ def test_errata_correct_named_rows_and_refuse_a_typo(tmp_path):
 
 
 def test_published_errata_apply():
-    from workbench.results import load_bench
+    from workbench.report.results import load_bench
     df = load_bench()
     fixed = df[df.erratum.str.startswith("kernel_of resolved auto")]
     assert len(fixed) and set(fixed.kernel) == {"wgmma_2cta"}
@@ -302,7 +302,7 @@ def test_published_errata_apply():
 
 def test_an_erratum_with_wildcards_corrects_every_row_it_names(tmp_path):
     """"*" in provider, batch, heads or topk matches any value; the other selectors still narrow the rows."""
-    from workbench.results import apply_errata
+    from workbench.report.results import apply_errata
     df = pd.DataFrame(dict(source=["t.csv", "t.csv", "u.csv"], provider=["auto", "flashmla", "auto"],
                            batch=[64, 1, 64], heads=[16, 64, 16], topk=[2048, 512, 2048], git_commit=["a", "a", "a"]))
     path = tmp_path / "errata.csv"
@@ -321,7 +321,7 @@ def test_an_erratum_with_wildcards_corrects_every_row_it_names(tmp_path):
 
 
 def test_the_published_correctness_tables_carry_their_errata():
-    from workbench.results import load_correctness
+    from workbench.report.results import load_correctness
     df = load_correctness(name="correctness_h200_20261201-1059.csv")
     assert set(df.git_commit) == {"f8d640a2688241437ca67544521adde34ba6a9c8"} and (df.erratum != "").all()
 

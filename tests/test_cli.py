@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from workbench import __main__ as cli
-from workbench.results import find_table
+from workbench.report.results import find_table
 from workbench.report import pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def test_cli_defaults_leave_data_figures_and_git_status_alone(capsys):
 def fake_bench(monkeypatch):
     """bench's measuring parts replaced by a two-row table, so the CLI's file handling runs on a CPU."""
     import workbench.bench as bench
-    import workbench.provenance as provenance
+    import workbench.report.provenance as provenance
     monkeypatch.setattr(cli, "_needs_cuda", lambda what: 0)
     monkeypatch.setattr(bench, "run_sweep", lambda name, progress, on_rows: on_rows([{"x": 1}, {"x": 2}]) or
                         [{"x": 1}, {"x": 2}])
@@ -131,7 +131,7 @@ def _run_table(folder: Path, name="bench_h200.csv", meta=H200, fit=True) -> Path
 
 
 def test_publish_an_earlier_run_into_data_where_load_bench_finds_it(runs):
-    from workbench.results import load_bench
+    from workbench.report.results import load_bench
     csv = _run_table(runs / "runs" / "20261129-123456-bench")
     assert cli.main(["publish", str(csv)]) == 0
     stem = "bench_h200_20261129-1234"

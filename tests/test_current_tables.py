@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from workbench import results
+from workbench.report import results
 
 
 def _rows(source, sweep, date, stale, provider="auto", kernel="wgmma_ws"):

@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 
 from workbench.report import (figures, plots_correctness, plots_ladder, plots_occupancy, plots_padding,  # noqa: E402
                               plots_throughput)
-from workbench.results import (current_rows, current_tables, is_current, load_bench, load_correctness,  # noqa: E402
+from workbench.report.results import (current_rows, current_tables, is_current, load_bench, load_correctness,  # noqa: E402
                                parse_config, table_folders)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -58,7 +58,7 @@ def test_notebook_writes_its_figures_and_tables(tiny_run, name):
 
 def _graph_row(table, provider, batch, heads, topk, extra_topk=0):
     import pandas as pd
-    from workbench.results import find_table
+    from workbench.report.results import find_table
     bench = pd.read_csv(find_table(table, ROOT / "data"))  # in data/, or data/archive/ if it is history
     kernel = bench.kernel.fillna(bench.provider) if "kernel" in bench else bench.provider
     who = bench.provider if provider == "auto" else kernel  # auto rows record the rung they ran as their kernel
@@ -76,7 +76,7 @@ def test_headline_numbers_come_from_data(tiny_run):
     assert row.kernel == "auto" and row.source.endswith("_headline.csv")
     assert row.ours_us == pytest.approx(_graph_row(row.source, "auto", 64, 64, 2048))
     assert row.other_us == pytest.approx(_graph_row(row.source, "flashmla", 64, 64, 2048))
-    from workbench.results import load_bench  # the table's commit as data/errata.csv leaves it
+    from workbench.report.results import load_bench  # the table's commit as data/errata.csv leaves it
     published = load_bench(data_dir=ROOT / "data")
     assert str(row.git_commit) == str(published[published.source == row.source].git_commit.iloc[0])
 
@@ -119,7 +119,7 @@ def test_projection_numbers_come_from_data(tiny_run):
     of the config named; labelled a projection in the executed notebook."""
     import pandas as pd
     proj = pd.read_csv(tiny_run / "figures" / "projection_sm120.csv")
-    from workbench.results import current_tables, find_table
+    from workbench.report.results import current_tables, find_table
     head = pd.read_csv(find_table(current_tables().set_index("sweep").source["headline"], ROOT / "data"))
     lab = pd.read_csv(ROOT / "data" / "resources_sm_120.csv")
     assert len(proj) >= 4

@@ -137,7 +137,7 @@ def test_the_config_sm120_runs_is_what_its_autotuner_keeps_there():
 def test_projection_of_the_committed_headline_table():
     """From data/: the current headline table's auto_portable rows and the committed sm_120 lab table."""
     from workbench import registry
-    from workbench.results import DATA, current_rows, load_bench
+    from workbench.report.results import DATA, current_rows, load_bench
     head = current_rows("headline", df=load_bench(data_dir=DATA))
     proj = plots_occupancy.sm120_projection(head, pd.read_csv(DATA / "resources_sm_120.csv"), SM120).set_index("shape")
     r = proj.loc["b64 h16 topk2048"]

@@ -5,7 +5,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from workbench import provenance, results
+from workbench.report import provenance, results
 
 KERNEL = '''"""A kernel module."""
 import math

@@ -49,7 +49,7 @@ def test_typed_config_round_trip_and_errors():
     assert c.label == "BLOCK_H=16,BLOCK_T=32,num_warps=8,num_stages=1"
     assert c.columns() == dict(BLOCK_H=16, BLOCK_T=32, num_warps=8, num_stages=1)
     assert spec.check_config(c.to_triton()) == c and spec.check_config(c) == c
-    from workbench.results import parse_config
+    from workbench.report.results import parse_config
     assert spec.check_config(parse_config(c.label)) == c  # the label in a CSV reads back to the same config
     with pytest.raises(ValueError, match="PREFETCH"):
         spec.check_config({"BLOCK_H": 16, "BLOCK_T": 32, "PREFETCH": 1})

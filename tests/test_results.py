@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from workbench.report import figures
-from workbench import results
-from workbench.provenance import kernel_source_hash
+from workbench.report import results
+from workbench.report.provenance import kernel_source_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
@@ -147,11 +147,11 @@ def test_an_archived_committed_table_still_loads_by_name():
 @pytest.mark.slow
 def test_data_readme_lists_the_current_tables_and_they_lie_in_data():
     """data/README.md's list is current_tables() of the committed data (after publishing: `python -m
-    workbench.results readme`, and `... archive` to move what the new table superseded)."""
+    workbench.report.results readme`, and `... archive` to move what the new table superseded)."""
     bench = results.load_bench()
     text = (DATA / results.README).read_text()
     assert results.readme_section(bench) in text, (
-        "data/README.md's list of current tables is out of date: run .venv/bin/python -m workbench.results readme")
+        "data/README.md's list of current tables is out of date: run .venv/bin/python -m workbench.report.results readme")
     for source in results.current_tables(bench).source:
         assert (DATA / source).is_file(), f"{source} is current: it belongs in data/, not data/archive/"
 

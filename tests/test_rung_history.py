@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from workbench import registry
-from workbench.results import find_table
+from workbench.report.results import find_table
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNGS = ROOT / "data" / "rungs.csv"

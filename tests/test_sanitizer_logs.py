@@ -1,4 +1,4 @@
-"""Reading compute-sanitizer logs back (workbench.results.load_sanitizer): hand-written logs in the tools' formats,
+"""Reading compute-sanitizer logs back (workbench.report.results.load_sanitizer): hand-written logs in the tools' formats,
 then the committed folders."""
 import json
 
@@ -6,7 +6,7 @@ import pytest
 
 from workbench import registry
 from workbench.gpu_check import checked_impls
-from workbench.results import kernel_names_ever, load_sanitizer, sanitizer_summary
+from workbench.report.results import kernel_names_ever, load_sanitizer, sanitizer_summary
 
 RACE = """# compute-sanitizer --tool racecheck ...
 ========= COMPUTE-SANITIZER

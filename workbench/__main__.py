@@ -94,7 +94,7 @@ def _cmd_bench(a):
     if rc := _refused_out(a) or _needs_cuda("bench"):
         return rc
     from .bench import fit_batch_model, rows_frame, run_sweep, summary_markdown
-    from .provenance import write_meta
+    from .report.provenance import write_meta
     csv = _out_dir(a, "bench") / a.name
     write_meta(csv)
     done = []
@@ -117,7 +117,7 @@ def _resource_table(df) -> str:
     numbers; "-" where a kernel has no such key."""
     import pandas as pd
 
-    from .results import parse_config
+    from .report.results import parse_config
     df = df.copy()
     if "PREFETCH" not in df.columns:
         df["PREFETCH"] = [parse_config(c).get("PREFETCH") for c in df["config"]]
@@ -147,7 +147,7 @@ def gpu_slug(name: str) -> str:
 
 
 def _provenance_of(csv: Path) -> dict:
-    from .provenance import meta_path
+    from .report.provenance import meta_path
     meta = meta_path(csv)
     if meta.is_file():
         return json.loads(meta.read_text())

@@ -28,7 +28,7 @@ from . import registry
 from .decode import sparse_mla_decode, warmup
 from .format.golden import golden_expected, golden_kwargs, golden_names, load_golden
 from .metrics import compare
-from .provenance import provenance, write_meta
+from .report.provenance import provenance, write_meta
 from .format.reference import sparse_mla_decode_reference
 
 # the table's checks, in its row order

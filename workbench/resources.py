@@ -154,7 +154,7 @@ def typed_config(kernel: str | LabKernel, cfg):
     if isinstance(cfg, triton.Config):
         return lk.config_cls.from_triton(cfg)
     if isinstance(cfg, str):
-        from .results import parse_config
+        from .report.results import parse_config
         cfg = parse_config(cfg)
     names = {f.name for f in fields(lk.config_cls)}
     unknown = sorted(set(cfg) - names)
@@ -579,10 +579,10 @@ def apply_model(df):
     """Recompute the pruning model's columns (model_shared_bytes, status, reason) of a lab table with the current code.
 
     The compiled numbers do not depend on the model, so a table stays valid when the model changes. The config
-    cell may be an old ``str(dict)`` or a new label (:func:`workbench.results.parse_config` reads both); rows of a
+    cell may be an old ``str(dict)`` or a new label (:func:`workbench.report.results.parse_config` reads both); rows of a
     kernel the lab no longer knows keep their columns. The fixed switches come from the current registry entry.
     """
-    from .results import parse_config
+    from .report.results import parse_config
     df = df.copy()
     kernels = lab_kernels()
     for i, r in df.iterrows():
@@ -606,7 +606,7 @@ PRINT_COLUMNS = ["kernel", "arch", "BLOCK_H", "BLOCK_T", "num_warps", "num_stage
 def sweep_to_csv(arch="sm_120", kernel="mma", csv=None, progress=True):
     import datetime as dt
 
-    from .provenance import git_commit
+    from .report.provenance import git_commit
     commit, date = git_commit(), dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # the code compiled
     df = to_frame(sweep(arch, kernel, progress))
     df["triton"] = triton.__version__

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from ..accounting import call_valid_tokens, decode_cost
 from ..decode import sparse_mla_decode
 from ..metrics import compare
-from ..provenance import provenance
+from ..report.provenance import provenance
 from .providers import (PLAN, FlashMLAProvider, PlanProvider, ProbeProvider, Skip, WorkbenchProvider, config_columns,
                         kernel_of, make_provider, provider_names)
 from .sweeps import (ALL_ORDER, BATCHES, HEADLINE, HEADS, POOL_TOKENS, ROTATIONS, SWEEPS, BenchShape, InputPool,

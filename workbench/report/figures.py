@@ -164,7 +164,7 @@ def _provenance_text(items) -> str:
 
 
 def bench_provenance(df) -> str:
-    """The provenance line for rows of :func:`workbench.results.load_bench` (uses its ``stale`` flags)."""
+    """The provenance line for rows of :func:`workbench.report.results.load_bench` (uses its ``stale`` flags)."""
     items = []
     src = df["source"] if "source" in df.columns else [""] * len(df)
     for (commit, source), g in df.assign(_src=list(src)).groupby(["git_commit", "_src"], sort=True):
@@ -176,7 +176,7 @@ def bench_provenance(df) -> str:
 
 def commit_provenance(df, source: str = "") -> str:
     """The provenance line for a table with a ``git_commit`` column (asks git about each commit)."""
-    from ..provenance import kernels_changed_since
+    from .provenance import kernels_changed_since
     items = []
     for commit, g in df.groupby("git_commit", sort=True):
         date = g["date"].min() if "date" in g.columns else ""
@@ -374,8 +374,8 @@ def same_run_times(ok, *, batch, heads, topk, extra_topk=0, mode="graph", ours=(
                    peers=("flashmla", "gather")) -> dict:
     """Our kernel's time at one shape, with the peers' times from the same table (one run).
 
-    ok: rows of :func:`workbench.results.load_bench` (status ok), whole tables: only each sweep's current table
-    counts (:func:`workbench.results.is_current`, the one rule); the others are history. The first of ``ours``
+    ok: rows of :func:`workbench.report.results.load_bench` (status ok), whole tables: only each sweep's current table
+    counts (:func:`workbench.report.results.is_current`, the one rule); the others are history. The first of ``ours``
     with an autotuned (empty config) row at the shape wins: "auto" means the rows of provider "auto", any other name
     the rows of that kernel timed as itself. Among the current tables with such rows (one per sweep), those that
     also timed every peer at the shape come first, then the headline sweep's, then the newest.
@@ -383,7 +383,7 @@ def same_run_times(ok, *, batch, heads, topk, extra_topk=0, mode="graph", ours=(
     the rung it resolved to where the table says, else "auto"), ours_us, ``<peer>_us`` for each peer (NaN
     when the table has none), source, git_commit, stale; ours_us is NaN and kernel None when nothing matches.
     """
-    from ..results import is_current
+    from .results import is_current
     ok = ok[is_current(ok)]
     shape = ((ok["mode"] == mode) & (ok.batch == batch) & (ok.heads == heads) & (ok.topk == topk)
              & (ok.s_q == 1) & (ok.extra_topk == extra_topk))

@@ -199,7 +199,7 @@ def _shape_name(b, h, k, sq=1, extra=0) -> str:
 
 def _short_config(label: str) -> str:
     """'BLOCK_H=16,BLOCK_T=32,num_warps=4,num_stages=1' -> 'H16 T32 w4 s1'."""
-    from ..results import parse_config
+    from .results import parse_config
     c = parse_config(label)
     keys = (("BLOCK_H", "H"), ("BLOCK_T", "T"), ("num_warps", "w"), ("num_stages", "s"))
     return " ".join(f"{short}{c[k]}" for k, short in keys if k in c)

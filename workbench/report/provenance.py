@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 import triton
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def git_commit() -> str:

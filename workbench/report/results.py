@@ -6,7 +6,7 @@ the config travels as flat columns (``BLOCK_H``, ``BLOCK_T``, ``num_warps``, ``n
 ``PREFETCH``, ...), and each row says whether the kernel sources it timed still match the
 checked-out code (``stale``). :func:`current_tables` is the one rule for which table of a sweep is current
 (:func:`current_rows`, :func:`is_current`); the rest is history, moved to ``data/archive/`` by
-``python -m workbench.results archive`` and still read from there.
+``python -m workbench.report.results archive`` and still read from there.
 """
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ def current_tables(df=None, data_dir: Path | str = DATA):
     df = load_bench(data_dir=data_dir) if df is None else df
     if not len(df):
         return pd.DataFrame(columns=["sweep", "source", "date", "git_commit", "rows", "stale"])
-    from . import registry
+    from .. import registry
     # the rows that can vouch: our kernels that still exist (a peer's rows are never stale; a removed rung's
     # rows, kept as history, always are)
     kernel = df["kernel"] if "kernel" in df.columns else df["provider"]
@@ -242,7 +242,7 @@ RUNGS = "rungs.csv"  # every rung the ladder ever registered (kept or removed), 
 def kernel_names_ever(data_dir: Path | str = DATA) -> tuple[str, ...]:
     """Every kernel name a published row may carry: the registered ones and the removed rungs of ``rungs.csv``."""
     import pandas as pd
-    from . import registry
+    from .. import registry
     names = set(registry.names())
     path = Path(data_dir) / RUNGS
     if path.exists():
@@ -318,7 +318,7 @@ def sanitizer_summary(df):
 # ----------------------------------------------------------------------------- what data/ holds
 
 README = "README.md"
-README_BEGIN = "<!-- current tables: written by `python -m workbench.results readme`; do not edit by hand -->"
+README_BEGIN = "<!-- current tables: written by `python -m workbench.report.results readme`; do not edit by hand -->"
 README_END = "<!-- end of current tables -->"
 
 
@@ -396,7 +396,7 @@ def write_readme(data_dir: Path | str = DATA, bench=None) -> Path:
 
 def _main(argv=None) -> int:
     import argparse
-    p = argparse.ArgumentParser(prog="python -m workbench.results",
+    p = argparse.ArgumentParser(prog="python -m workbench.report.results",
                                 description="data/: list its current tables, move what is superseded to archive/")
     p.add_argument("what", choices=["current", "archive", "readme"],
                    help="current: print current_tables(); archive: move superseded files to data/archive/ (git mv); "
