@@ -48,9 +48,9 @@ from workbench.report.pipeline import checked_parameters
 from workbench.report.figures import (bench_provenance, commit_provenance, gpu_label, out_folder, save_figure,
                                       save_table, set_theme)
 from workbench.report.plots_occupancy import fig_pruning, fig_registers, fig_shared_memory, fig_warps
-from workbench.resources import apply_model, lab_frame
+from workbench.lab.resources import apply_model, lab_frame
 from workbench.report.results import current_rows, load_bench, parse_config
-from workbench.targets import get_target
+from workbench.lab.targets import get_target
 
 # the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
 # root, device cuda only on a GPU): a wrong one stops here, in one line

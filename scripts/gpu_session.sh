@@ -56,9 +56,9 @@ import torch
 from workbench.__main__ import gpu_slug
 from workbench.gpu_check import case_impls, checked_impls
 from workbench.bench.providers import flashmla_line
-from workbench.resources import gluon_archs, is_gluon, lab_kernels
+from workbench.lab.resources import gluon_archs, is_gluon, lab_kernels
 from workbench.bench.sweeps import sweep_shapes
-from workbench.targets import target_for_capability
+from workbench.lab.targets import target_for_capability
 
 print(flashmla_line())
 arch, tag = None, "cpu"
@@ -189,7 +189,7 @@ for item in ${NCU:-}; do
       barrier wait math_pipe_throttle mio_throttle lg_throttle not_selected selected dispatch_stall membar \
       no_instruction drain imc_miss branch_resolving tex_throttle sleeping | sed 's/,$//')" \
     ${NCU_SOURCE:+-o /tmp/ncu_$impl --import-source no} \
-    python3 -m workbench.profile --impl "$impl" --heads "${NCU_HEADS:-16}" --config "$cfg" > "$OUT/ncu_${impl}_h${NCU_HEADS:-16}.txt" 2>&1
+    python3 -m workbench.lab.profile --impl "$impl" --heads "${NCU_HEADS:-16}" --config "$cfg" > "$OUT/ncu_${impl}_h${NCU_HEADS:-16}.txt" 2>&1
   if [ -n "${NCU_SOURCE:-}" ]; then  # the report went to a file: print its details, and every SASS line's counters
     ncu --import "/tmp/ncu_$impl.ncu-rep" --print-details all >> "$OUT/ncu_${impl}_h${NCU_HEADS:-16}.txt" 2>&1
     ncu --import "/tmp/ncu_$impl.ncu-rep" --page source --print-source sass --csv \

@@ -379,8 +379,8 @@ def _choices(sub, flag):
 
 def test_choices_come_from_the_modules_that_own_them(capsys):
     from workbench.bench import SWEEPS
-    from workbench.resources import KERNELS
-    from workbench.targets import TARGETS
+    from workbench.lab.resources import KERNELS
+    from workbench.lab.targets import TARGETS
     assert tuple(_choices("resources", "--kernel")) == (*KERNELS, "all")
     assert tuple(_choices("resources", "--arch")) == (*TARGETS, "all")
     assert tuple(_choices("bench", "--sweep")) == tuple(SWEEPS)
@@ -442,7 +442,7 @@ def test_sanitizer_case_runs_the_named_entry_under_the_combine_launch_asked_for(
 
 
 def test_resources_printout_has_prefetch(monkeypatch, capsys):
-    import workbench.resources as resources
+    import workbench.lab.resources as resources
     lab = pd.DataFrame([dict(kernel="mma", arch="sm_120", BLOCK_H=16, BLOCK_T=32, num_warps=4, num_stages=1,
                              config=str({"BLOCK_H": 16, "BLOCK_T": 32, "PREFETCH": p, "num_warps": 4,
                                          "num_stages": 1}), status="fits", registers=200) for p in (0, 1)]

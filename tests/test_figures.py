@@ -175,7 +175,7 @@ def build(name, ok):
         over = current_rows("overhead", ok)
         return plots_throughput.fig_overhead(over), "host overhead", figures.bench_provenance(over)
     if name == "projection_sm120":  # notebook 03: the current headline and forced tables, the sm_120 lab table
-        from workbench.targets import get_target
+        from workbench.lab.targets import get_target
         head = current_rows("headline", ok)
         proj = plots_occupancy.sm120_projection(head, pd.read_csv(DATA / "resources_sm_120.csv"), get_target("sm_120"),
                                   forced=current_rows(["forced"], ok))
@@ -759,7 +759,7 @@ def test_projection_figure_says_projection_and_marks_a_shape_without_proxy_rows(
     """The sm_120 projection drawn from a table where one shape has no auto_portable row: that shape's proxy bar and
     occupancy bar are "n/a" (not dropped), the rest drawn; the panel title and legend call it a PROJECTION; the
     layout checks pass."""
-    from workbench.targets import get_target
+    from workbench.lab.targets import get_target
     sm120 = get_target("sm_120")
     rows = []
     for heads, kernel, proxy in ((16, "portable_ws", 57.0), (64, None, None)):

@@ -134,7 +134,7 @@ def test_configs_round_trip_and_name_their_loop_stages():
 def test_lab_compiles_every_config_for_sm90_with_the_intended_loads():
     """Every config fits an sm_90 SM with no spills; the model bounds the compiled shared bytes; a pipelined config
     (3+ stages) issues only cp.async (16-byte .cg copies of the data), a synchronous one 16-byte global loads."""
-    from workbench.resources import lab_frame
+    from workbench.lab.resources import lab_frame
     df = lab_frame("sm_90", "gather_async")
     assert len(df) == len(gather_async.CONFIG_SPACE) and (df.status == "fits").all(), df[["config", "reason"]]
     assert (df.spill_stores == 0).all() and (df.blocks_per_sm >= 1).all() and (df.registers <= 255).all()
@@ -152,7 +152,7 @@ def test_lab_compiles_every_config_for_sm90_with_the_intended_loads():
 
 SASS_CODE = """
 import collections, json, re
-from workbench import resources as r
+from workbench.lab import resources as r
 lk = r.lab_kernel("gather_async")
 out = {}
 for c in (dict(BLOCK_T=32, num_warps=4, num_stages=4), dict(BLOCK_T=64, num_warps=8, num_stages=1)):
@@ -168,7 +168,7 @@ print(json.dumps(out))
 def test_sass_holds_ldgsts_128_or_ldg_128():
     """The SASS behind the PTX counts: the ring's data copies are LDGSTS.E.BYPASS.128 (cp.async.cg: 16 bytes,
     L1 bypassed) and no LDG; the synchronous tiles' data loads are 16-byte LDGs (ld.global.cg.v4)."""
-    from workbench.resources import without_interpreter
+    from workbench.lab.resources import without_interpreter
     ops = json.loads(without_interpreter(SASS_CODE).splitlines()[-1])
     piped, sync = ops["4"], ops["1"]
     assert piped.get("LDGSTS.E.BYPASS.128", 0) >= 9 and not any(k.startswith("LDG.") for k in piped)

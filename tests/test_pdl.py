@@ -12,7 +12,7 @@ from workbench import decode, registry
 from workbench.bench import providers
 from workbench.format.cases import build_case
 from workbench.kernels.common import capture_launches
-from workbench.resources import without_interpreter
+from workbench.lab.resources import without_interpreter
 from workbench.bench.sweeps import BenchShape
 
 
@@ -86,7 +86,7 @@ def test_interpreted_decodes_launch_the_combine_plainly():
 def test_the_pdl_combine_waits_before_it_touches_memory():
     """sm_90 PTX of the combine as PDL launches it: griddepcontrol.wait before its first global load or store
     (every read of the partials and every write of out and lse); without PDL there is no wait at all."""
-    code = ("from workbench.resources import compiled_ptx\n"
+    code = ("from workbench.lab.resources import compiled_ptx\n"
             "print(compiled_ptx('combine', 'sm_90', {'num_warps': 1}, PDL=True))\n"
             "print('----')\n"
             "print(compiled_ptx('combine', 'sm_90', {'num_warps': 1}, PDL=False))")

@@ -10,9 +10,9 @@ import pytest
 from workbench import registry
 from workbench.kernels import portable_ws
 from workbench.kernels.configs import TiledConfig
-from workbench.resources import (CHILD_ABORT, arch_skip_reason, compiles_in_child, declared_archs, gluon_archs,
+from workbench.lab.resources import (CHILD_ABORT, arch_skip_reason, compiles_in_child, declared_archs, gluon_archs,
                                  lab_kernels, without_interpreter)
-from workbench.targets import get_target
+from workbench.lab.targets import get_target
 
 NAME = "portable_ws"
 CFG = {"BLOCK_H": 16, "BLOCK_T": 32, "num_warps": 4}
@@ -58,7 +58,7 @@ def test_the_lab_compiles_it_everywhere_and_off_its_targets_in_a_child():
 @pytest.fixture(scope="module")
 def portable_lab():
     """Lab rows for sm_120, sm_90 and sm_89 and the sm_120 PTX, from one process without the interpreter."""
-    code = ("import json; from workbench.resources import compile_config, compiled_ptx\n"
+    code = ("import json; from workbench.lab.resources import compile_config, compiled_ptx\n"
             f"rows = [compile_config({NAME!r}, a, {CFG!r}).as_row() for a in ('sm_120', 'sm_90', 'sm_89')]\n"
             f"ptx = compiled_ptx({NAME!r}, 'sm_120', {CFG!r})\n"
             "print(json.dumps(dict(rows=rows, ptx=ptx)))")

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from workbench.report import plots_occupancy
-from workbench.targets import get_target
+from workbench.lab.targets import get_target
 
 SM120 = get_target("sm_120")
 H16 = "BLOCK_H=16,BLOCK_T=32,num_warps=4,num_stages=1"

@@ -62,7 +62,7 @@ def test_typed_config_round_trip_and_errors():
 
 
 def test_simt_has_a_typed_config_and_the_lab_finds_it_through_the_registry():
-    from workbench import resources
+    from workbench.lab import resources
     from workbench.kernels import simt
     spec = registry.get("simt")
     c = spec.check_config({"BLOCK_T": 32, "num_warps": 4})

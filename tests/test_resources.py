@@ -11,9 +11,9 @@ import triton.language as tl
 from workbench import registry
 from workbench.kernels.configs import KernelConfig
 from workbench.registry import KernelSpec
-from workbench.resources import (CHILD_ABORT, apply_model, compiles_in_child, gluon_archs, is_gluon, lab_frame,
+from workbench.lab.resources import (CHILD_ABORT, apply_model, compiles_in_child, gluon_archs, is_gluon, lab_frame,
                                  lab_kernels, ptx_memory_counts)
-from workbench.targets import TARGETS, get_target
+from workbench.lab.targets import TARGETS, get_target
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = {"BLOCK_H": 64, "BLOCK_T": 16, "num_warps": 8, "num_stages": 1, "PREFETCH": 0}
@@ -193,7 +193,8 @@ TOY_PLAIN = KernelSpec(**{**TOY.__dict__, "name": "toy_copy_plain",
 
 def test_adding_a_kernel_is_one_registration():
     from workbench import __main__ as cli
-    from workbench import bench, resources
+    from workbench import bench
+    from workbench.lab import resources
     registry.register(TOY)
     try:
         assert "toy_copy" in registry.compiled_kernels()
@@ -226,7 +227,7 @@ def toy_switched(src, dst, OTHER: tl.constexpr, FLAG: tl.constexpr = 7):
 def test_a_siblings_switch_becomes_a_column_at_the_launch_default():
     """A switch that a sibling entry of the same jit function pins but this entry does not is a constexpr and a
     table column of this entry too, at the value a launch that omits it gets: the parameter's default, else 0."""
-    from workbench.resources import _from_spec
+    from workbench.lab.resources import _from_spec
     base = dict(kind="probe", summary="test-only", jit=toy_switched, config_cls=ToyConfig,
                 config_space=(ToyConfig(BLOCK=512),), lab_signature=dict(src="*fp32", dst="*fp32"),
                 lab_constexprs=lambda c: {})

@@ -9,7 +9,7 @@ import pytest
 
 from workbench import registry
 from workbench.kernels import wgmma
-from workbench.resources import lab_kernels, to_frame, without_interpreter
+from workbench.lab.resources import lab_kernels, to_frame, without_interpreter
 
 # wgmma_f16_2cta as registered (its lab signature types the page stride "i64:16", as a launch specialises it:
 # typed plainly, the gathers compile to 1-8 byte loads in the lab), and the same entry without its register cap
@@ -66,7 +66,7 @@ def test_a_gluon_rung_compiles_for_sm90_with_its_register_cap():
     the cap reaches ptxas; skipped, not compiled, for sm_120."""
     setup = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_resources_gluon as t; "
              "t.register_probes()")
-    code = (f"{setup}\nimport json; from workbench.resources import compile_config\n"
+    code = (f"{setup}\nimport json; from workbench.lab.resources import compile_config\n"
             f"res = [compile_config(k, a, {H16!r}) for k, a in "
             f"(({CAPPED!r}, 'sm_90'), ({UNCAPPED!r}, 'sm_90'), ({CAPPED!r}, 'sm_120'), ({LOWCAP!r}, 'sm_90'))]\n"
             "print(json.dumps([r.as_row() for r in res]))")
@@ -104,7 +104,7 @@ def test_the_loop_keeps_k_safe_and_the_combine_launches_after_it(kernel):
     membar pass puts one there too; the kernel writes it out). Every Gluon rung signals the combine's launch
     (griddepcontrol.launch_dependents) once, after the first pass's MMA waits (the f16 rungs' bf16 second pass,
     taken only for a cache outside the f16 window, comes after it) and before it writes its partials."""
-    code = ("from workbench.resources import compiled_ptx\n"
+    code = ("from workbench.lab.resources import compiled_ptx\n"
             f"print(compiled_ptx({kernel!r}, 'sm_90', {H16!r}))")
     ops = _ptx_ops(without_interpreter(code))
     waits = [i for i, op in enumerate(ops) if op.startswith("wgmma.wait_group")]
@@ -136,7 +136,7 @@ def test_wgmma_ws_hands_each_slot_over_behind_its_partitions_barrier():
     already provide (so this does not fail with the consumer's explicit barrier removed, nor check which slot is
     handed back). Two arrive sites in each of the kernel's two warp-specialised regions (the f16 pass and its bf16
     rerun), and the producer gets its 152 registers."""
-    code = ("from workbench.resources import compiled_ptx\n"
+    code = ("from workbench.lab.resources import compiled_ptx\n"
             f"print(compiled_ptx('wgmma_ws', 'sm_90', {WS!r}))")
     ptx = without_interpreter(code)
     ops = _ptx_sync_ops(ptx)

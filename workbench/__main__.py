@@ -133,7 +133,7 @@ def _resource_table(df) -> str:
 
 
 def _cmd_resources(a):
-    from .resources import sweep_to_csv
+    from .lab.resources import sweep_to_csv
     with contextlib.redirect_stdout(io.StringIO()):  # its own printout has no PREFETCH; ours below does
         df = sweep_to_csv(arch=a.arch, kernel=a.kernel, csv=a.csv, progress=not a.no_progress)
     print(_resource_table(df))
@@ -227,8 +227,8 @@ def _cmd_publish(a):
 def _choices():
     """The CLI's choices, from the modules that own them."""
     from .bench import SWEEPS
-    from .resources import KERNELS
-    from .targets import TARGETS
+    from .lab.resources import KERNELS
+    from .lab.targets import TARGETS
     return SWEEPS, (*KERNELS, "all"), (*TARGETS, "all")
 
 

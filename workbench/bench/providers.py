@@ -102,8 +102,8 @@ def not_on_this_gpu(impl: str) -> str | None:
     """Why a registered kernel cannot run on this CUDA GPU (a Gluon kernel off the targets its module is written
     for, as the lab decides: resources.gluon_archs), or None. A sweep then skips its rows instead of stopping."""
     from .. import registry
-    from ..resources import gluon_archs, is_gluon, lab_kernels
-    from ..targets import target_for_capability
+    from ..lab.resources import gluon_archs, is_gluon, lab_kernels
+    from ..lab.targets import target_for_capability
     lab = lab_kernels()
     if impl not in registry.names() or impl not in lab or not is_gluon(lab[impl]):
         return None

@@ -19,7 +19,7 @@ def arange_error(n: int = MODEL1.d_nope, arch: int = 90) -> str:
     """Compile ``tl.arange(0, n)`` for sm_<arch> (no GPU needed); return the compiler's error, or '' if it compiles."""
     from ..kernels.common import INTERPRET
     if INTERPRET:  # interpreted functions cannot be compiled: ask a process without the interpreter
-        from ..resources import without_interpreter
+        from ..lab.resources import without_interpreter
         return without_interpreter("from workbench.format.padding import arange_error; "
                                    f"print(arange_error({n}, {arch}))")
     from triton.backends.compiler import GPUTarget

@@ -49,9 +49,9 @@ def estimate_shared_bytes(c: TiledConfig, arch: str | None = None) -> int:
     per-block limit (tests/test_resources.py).
     """
     if arch is None:
-        from ..targets import TARGETS
+        from ..lab.targets import TARGETS
         return max(estimate_shared_bytes(c, a) for a in TARGETS)
-    from ..targets import get_target
+    from ..lab.targets import get_target
     cap = get_target(arch).capability
     wide = c.BLOCK_H >= 64
     smem_operands = wide and cap in (90, 100)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from ..targets import GpuTarget, get_target, target_for_capability
+from ..lab.targets import GpuTarget, get_target, target_for_capability
 from . import common
 
 class _Overrides(threading.local):

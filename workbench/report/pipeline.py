@@ -60,7 +60,7 @@ BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "on": True
 CHOICES = {
     "device": lambda: ("cpu", "cuda"),
     "sweep": lambda: __import__("workbench.bench.sweeps", fromlist=["SWEEPS"]).SWEEPS,
-    "archs": lambda: tuple(__import__("workbench.targets", fromlist=["TARGETS"]).TARGETS),
+    "archs": lambda: tuple(__import__("workbench.lab.targets", fromlist=["TARGETS"]).TARGETS),
 }
 # Notebook parameters that need a CUDA GPU when true, and what they do then.
 NEEDS_CUDA = {"04_throughput": {"fresh": "measures a new sweep"}}

@@ -226,7 +226,7 @@ def sm120_projection(headline, lab, target, *, configs=configs_on_target, forced
     import numpy as np
     import pandas as pd
     if not getattr(target, "dram_gbps", None):
-        raise ValueError(f"projection: target {target.arch} has no dram_gbps (workbench/targets.py)")
+        raise ValueError(f"projection: target {target.arch} has no dram_gbps (workbench/lab/targets.py)")
     ok = headline[(headline["status"] == "ok") & (headline["mode"] == "graph")]
     if "config" in ok.columns:
         ok = ok[ok["config"].fillna("") == ""]

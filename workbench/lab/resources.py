@@ -48,7 +48,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
-from .kernels.configs import KernelConfig
+from ..kernels.configs import KernelConfig
 from .targets import TARGETS, get_target
 
 LOAD_WIDTHS = (1, 2, 4, 8, 16)      # bytes per ld.global instruction the table counts
@@ -99,7 +99,7 @@ def _from_spec(spec, siblings=()) -> LabKernel:
 
 
 def _combine() -> LabKernel:
-    from .kernels import combine
+    from ..kernels import combine
     sig = dict(part_out_ptr="*fp32", part_lse_ptr="*fp32", sink_ptr="*fp32", stride_sink="i32", out_ptr="*bf16",
                lse_ptr="*fp32", H="i32", S_Q="i32", s_total="i32", S_BUCKET="i32")
     return LabKernel(
@@ -119,7 +119,7 @@ LAB_EXTRAS: dict[str, Callable[[], LabKernel]] = {"combine": _combine}
 
 def lab_kernels() -> dict[str, LabKernel]:
     """Every kernel the lab compiles, by name: the registry's compiled kernels, then the extras."""
-    from . import registry
+    from .. import registry
     specs = [registry.get(n) for n in registry.compiled_kernels()]
     out = {s.name: _from_spec(s, specs) for s in specs}
     for name, make in LAB_EXTRAS.items():
@@ -154,7 +154,7 @@ def typed_config(kernel: str | LabKernel, cfg):
     if isinstance(cfg, triton.Config):
         return lk.config_cls.from_triton(cfg)
     if isinstance(cfg, str):
-        from .report.results import parse_config
+        from ..report.results import parse_config
         cfg = parse_config(cfg)
     names = {f.name for f in fields(lk.config_cls)}
     unknown = sorted(set(cfg) - names)
@@ -412,7 +412,7 @@ def model_prune_reason(lk: LabKernel, model: int | None, arch: str) -> str | Non
 def _compile_lab_kernel(lk: LabKernel, arch: str, cfg, constexprs: dict | None = None) -> tuple[object, str]:
     """(compiled kernel, ptxas log) of one typed config for one target, as a launch compiles it; ``constexprs``
     replace the lab's values of those constexprs."""
-    from .kernels.tuning import target_override
+    from ..kernels.tuning import target_override
     fn, sig, const = _signature_and_constexprs(lk, cfg)
     unknown = set(constexprs or {}) - set(const)
     if unknown:
@@ -485,7 +485,7 @@ def _compile_in_child(kernel: str, arch: str, cfg, base: dict, respect_pruning: 
     compile_error whose reason is CHILD_ABORT and the child's last error line."""
     import json
     import sys
-    code = ("import dataclasses, json; from workbench.resources import compile_config\n"
+    code = ("import dataclasses, json; from workbench.lab.resources import compile_config\n"
             f"r = compile_config({kernel!r}, {arch!r}, {cfg.columns()!r}, respect_pruning={respect_pruning!r}, "
             "isolate=False)\n"
             "print(json.dumps(dataclasses.asdict(r)))")
@@ -512,7 +512,7 @@ def without_interpreter(code: str) -> str:
 
 
 def _check_compilable():
-    from .kernels.common import INTERPRET
+    from ..kernels.common import INTERPRET
     if INTERPRET:
         raise RuntimeError("the resource lab compiles kernels, which TRITON_INTERPRET=1 prevents in this process; "
                            "use lab_frame(...) (it runs a separate process) or `python -m workbench resources`")
@@ -527,7 +527,7 @@ def lab_frame(arch: str = "sm_120", kernel: str = "mma", configs: list[dict] | N
 
     import pandas as pd
     code = (f"{setup}\n"
-            "import json; from workbench.resources import compile_config, sweep\n"
+            "import json; from workbench.lab.resources import compile_config, sweep\n"
             f"cfgs = json.loads({json.dumps(configs)!r})\n"
             f"res = [compile_config({kernel!r}, {arch!r}, c) for c in cfgs] if cfgs else "
             f"sweep({arch!r}, {kernel!r}, False)\n"
@@ -579,10 +579,11 @@ def apply_model(df):
     """Recompute the pruning model's columns (model_shared_bytes, status, reason) of a lab table with the current code.
 
     The compiled numbers do not depend on the model, so a table stays valid when the model changes. The config
-    cell may be an old ``str(dict)`` or a new label (:func:`workbench.report.results.parse_config` reads both); rows of a
-    kernel the lab no longer knows keep their columns. The fixed switches come from the current registry entry.
+    cell may be an old ``str(dict)`` or a new label (:func:`workbench.report.results.parse_config` reads both);
+    rows of a kernel the lab no longer knows keep their columns. The fixed switches come from the current registry
+    entry.
     """
-    from .report.results import parse_config
+    from ..report.results import parse_config
     df = df.copy()
     kernels = lab_kernels()
     for i, r in df.iterrows():
@@ -606,7 +607,7 @@ PRINT_COLUMNS = ["kernel", "arch", "BLOCK_H", "BLOCK_T", "num_warps", "num_stage
 def sweep_to_csv(arch="sm_120", kernel="mma", csv=None, progress=True):
     import datetime as dt
 
-    from .report.provenance import git_commit
+    from ..report.provenance import git_commit
     commit, date = git_commit(), dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # the code compiled
     df = to_frame(sweep(arch, kernel, progress))
     df["triton"] = triton.__version__

@@ -1,4 +1,4 @@
-"""One decode shape, run a few times, for Nsight Compute: ``python -m workbench.profile --impl tile512 ...``.
+"""One decode shape, run a few times, for Nsight Compute: ``python -m workbench.lab.profile --impl tile512 ...``.
 
 ncu captures the kernels of one call after a warm-up call; the inputs are the bench's cold-KV
 pool, so the profile sees what the timings see. Used by scripts/gpu_session.sh (NCU=1).
@@ -12,7 +12,7 @@ import torch
 
 
 def run(impl: str, batch: int, heads: int, topk: int, config: dict | None, calls: int = 3) -> None:
-    from .bench import BenchShape, InputPool, make_provider
+    from ..bench import BenchShape, InputPool, make_provider
     pool = InputPool("cuda", pool_tokens=1 << 18)
     kw = pool.inputs(BenchShape(batch, heads, topk), rotations=1)[0]
     fn = make_provider(impl).prepare(kw, config)
@@ -22,7 +22,7 @@ def run(impl: str, batch: int, heads: int, topk: int, config: dict | None, calls
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workbench.profile", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m workbench.lab.profile", description=__doc__)
     p.add_argument("--impl", required=True)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--heads", type=int, default=16)
