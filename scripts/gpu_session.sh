@@ -109,17 +109,27 @@ if [ "${SKIP_CHECK:-0}" != 1 ] && [ "${CHECK_JOBS:-1}" -gt 1 ]; then
   for pid in "${pids[@]}"; do wait "$pid"; rc=$((rc | $?)); done
   tail -n 3 "$OUT"/check_part*.log
   python3 - "$OUT" "correctness_$GPU_TAG" <<'PY' || rc=1
-import glob, shutil, sys
+import glob, os, shutil, sys
 import pandas as pd
 out, name = sys.argv[1:3]
-parts = sorted(glob.glob(f"{out}/check_part*/{name}*.csv"))
-table = pd.concat([pd.read_csv(p) for p in parts if not p.endswith(".partial.csv")], ignore_index=True)
-table.to_csv(f"{out}/{name}.csv", index=False)
-meta = sorted(glob.glob(f"{out}/check_part*/{name}.meta.json"))
-if meta:
-    shutil.copy(meta[0], f"{out}/{name}.meta.json")
-print(f"{name}.csv: {len(table)} rows from {len(parts)} processes; passed {int(table.passed.sum())}, "
+done, cut = [], []  # a process that finished wrote <name>.csv; one cut short left <name>.partial.csv, or nothing
+for d in sorted(glob.glob(f"{out}/check_part*/")):
+    final, partial = f"{d}{name}.csv", f"{d}{name}.partial.csv"
+    done.append(final) if os.path.exists(final) else cut.append(partial if os.path.exists(partial) else d)
+frames = [pd.read_csv(p) for p in done + [c for c in cut if c.endswith(".csv")]]
+if not frames:
+    sys.exit(f"{name}: no check process wrote a row ({len(cut)} cut short)")
+table = pd.concat(frames, ignore_index=True)
+# the whole table's name only when every process finished: a cut-short run's rows stay a .partial.csv
+target = f"{out}/{name}.csv" if not cut else f"{out}/{name}.partial.csv"
+table.to_csv(target, index=False)
+meta = done[0].replace(".csv", ".meta.json") if done else ""
+if not cut and os.path.exists(meta):
+    shutil.copy(meta, f"{out}/{name}.meta.json")
+print(f"{os.path.basename(target)}: {len(table)} rows; {len(done)} of {len(done) + len(cut)} processes finished"
+      + (f", cut short: {', '.join(cut)}" if cut else "") + f"; passed {int(table.passed.astype(bool).sum())}, "
       f"failed {int((~table.passed.astype(bool)).sum())}")
+sys.exit(1 if cut else 0)
 PY
 elif [ "${SKIP_CHECK:-0}" != 1 ]; then
   python3 -m workbench check --out "$OUT" --force --name "correctness_$GPU_TAG.csv" ${CHECK_IMPLS:+--impls $CHECK_IMPLS} \

@@ -46,6 +46,10 @@ def test_a_module_moved_to_another_package_keeps_its_hash_but_a_new_binding_does
     (root / "workbench" / "kernels" / "decode.py").write_text(
         "from ..format.layout import layout_of as lay\nfrom .. import registry\nSPLITS = 4\n")
     assert provenance.kernel_source_hash(root) != h, "a different binding is different code"
+    fp = provenance.code_fingerprint
+    assert fp("from .common import launch") != fp("from .tuning import launch"), "another module's launch"
+    assert fp("from triton.experimental.gluon.language.nvidia.hopper import mbarrier") != fp(
+        "from triton.experimental.gluon.language.nvidia.ampere import mbarrier"), "an absolute path is kept whole"
 
 
 def test_the_hash_covers_kernels_and_split_planning_not_other_modules(tmp_path):

@@ -149,6 +149,8 @@ class AutoPortableProvider(WorkbenchProvider):
         tokens = b * s_q * (kw["indices"].shape[-1] + (kw["extra_indices"].shape[-1]
                                                         if kw.get("extra_indices") is not None else 0))
         impl = portable_impl(heads=h, tokens=tokens)
+        if q.is_cuda and (reason := not_on_this_gpu(impl)):  # e.g. portable_ws on sm_89: a skipped row, no abort
+            raise Skip(reason)
         return lambda: sparse_mla_decode(**kw, impl=impl, config=config)
 
 

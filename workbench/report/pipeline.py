@@ -394,8 +394,9 @@ def reductions(per_notebook: dict[str, dict], declared: dict[str, dict]) -> list
 
 
 def default_jobs() -> int:
-    """Notebooks run at once by default: one per core, at most two (each is a kernel process; they share nothing
-    but data/, which they only read, and the run's figures/ folder, where each writes files of its own names)."""
+    """Notebooks run at once by default on the CPU: one per core, at most two (each is a kernel process; they share
+    data/, which they only read, and the run's figures/ folder, where each writes files of its own names). With
+    device cuda they run one at a time, so that no notebook times kernels while another runs on the same GPU."""
     return max(1, min(2, os.cpu_count() or 1))
 
 
@@ -429,7 +430,7 @@ def run(params: dict, *, only=None, runs_dir: Path = ROOT / "runs", publish: boo
             raise SystemExit(f"{stem}: {e}") from None
         p.update({name: checked[name] for name in p})  # as the notebook will see them: -p heads_grid 5 is [5]
     import papermill as pm
-    run_dir = new_run_dir(Path(runs_dir))
+    run_dir = new_run_dir(Path(runs_dir).absolute())  # absolute: papermill changes the process's folder per run
     fig_dir = run_dir / "figures"
     bar = _progress(len(paths), progress)
 
@@ -443,14 +444,21 @@ def run(params: dict, *, only=None, runs_dir: Path = ROOT / "runs", publish: boo
             pm.execute_notebook(str(path), str(out), parameters=p, kernel_name=kernel, cwd=str(NOTEBOOKS),
                                 progress_bar=False, extra_arguments=KERNEL_ARGS)
         except pm.PapermillExecutionError as e:
+            bar.done(f"{path.stem} FAILED", time.monotonic() - t0)
             return (f"FAILED: {path.name}, cell {e.exec_count}: {e.ename}: {e.evalue}\n"
                     f"The executed notebook with the failing cell: {out}")
         bar.done(path.stem, time.monotonic() - t0)
         return None
 
     from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(max_workers=max(1, jobs or default_jobs())) as pool:
-        failures = [f for f in pool.map(execute, paths) if f]  # every notebook runs to its end, in paths order
+    # on a GPU one notebook at a time: two would share it while one of them times kernels
+    on_gpu = any(p.get("device") == "cuda" for p in per_notebook.values())
+    cwd = os.getcwd()  # papermill changes the process's folder for each run and restores it: threads interleave that
+    try:
+        with ThreadPoolExecutor(max_workers=1 if on_gpu else max(1, jobs or default_jobs())) as pool:
+            failures = [f for f in pool.map(execute, paths) if f]  # every notebook runs to its end, in paths order
+    finally:
+        os.chdir(cwd)
     bar.close()
     if failures:
         print("\n" + "\n".join(failures), file=sys.stderr)

@@ -76,9 +76,9 @@ KERNEL_SOURCES = ("workbench/kernels", "workbench/registry.py", "workbench/decod
 
 def code_fingerprint(source: str) -> str:
     """Python source without its comments, docstrings and layout (``ast.unparse``): what runs, not how it reads.
-    A ``from M import x as y`` keeps only the name it binds (``import y``): the code behind a name is hashed where it
-    is defined, so moving a module to another package (which rewrites every relative import of it) is not a
-    change of code. Text that does not parse is kept whole."""
+    A relative ``from ..pkg.mod import x`` keeps only the module's own name (``from mod import x``), so moving a
+    module to another package (which rewrites every relative import of it) is not a change of code; an absolute
+    import keeps its whole path. Text that does not parse is kept whole."""
     import ast
     try:
         tree = ast.parse(source)
@@ -87,8 +87,10 @@ def code_fingerprint(source: str) -> str:
 
     class BoundNames(ast.NodeTransformer):
         def visit_ImportFrom(self, node):
-            return ast.copy_location(ast.Import(names=[ast.alias(name=a.asname or a.name) for a in node.names]),
-                                     node)
+            # a relative import keeps the module's own name (its package may move), an absolute one its whole path
+            # (hopper's mbarrier is not ampere's): "from ..format.layout import x" -> "from layout import x"
+            module = (node.module or "").rsplit(".", 1)[-1] if node.level else node.module
+            return ast.copy_location(ast.ImportFrom(module=module or None, names=node.names, level=0), node)
     tree = BoundNames().visit(tree)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
