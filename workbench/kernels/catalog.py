@@ -127,11 +127,11 @@ _wgmma("wgmma_f16_2cta", 12, "wgmma_f16 at 16 heads, two blocks per SM: one K bu
        allowed=dict(wgmma.ALLOWED, BLOCK_H=(16,)), split_waves=2, maxnreg=128, K_BUFFERS=1, F16=1)
 
 
-def _wgmma_ws(name, rung, summary, prediction, *, consumer_warps=4, **fixed):
+def _wgmma_ws(name, rung, summary, prediction, *, consumer_warps=4, block_h=16, **fixed):
     """A rung of the warp-specialised Gluon kernel (wgmma_ws): its constexpr switches (``fixed``: NUM_BUFS,
     PRODUCER_WARPS, PRODUCER_REGS) and the consumer's warps (the kernel's num_warps). One block per SM, so split
     waves 1, and a register cap that spreads an SM's registers over the block's warps (wgmma_ws.register_cap)."""
-    allowed = dict(wgmma_ws.ALLOWED, num_warps=(consumer_warps,))
+    allowed = dict(wgmma_ws.ALLOWED, BLOCK_H=(block_h,), num_warps=(consumer_warps,))
     checks = tuple({"BLOCK_H": bh, "BLOCK_T": 64, "num_warps": consumer_warps} for bh in allowed["BLOCK_H"])
     options = {"maxnreg": wgmma_ws.register_cap(consumer_warps, fixed["PRODUCER_WARPS"])}
     return register(KernelSpec(
@@ -139,7 +139,8 @@ def _wgmma_ws(name, rung, summary, prediction, *, consumer_warps=4, **fixed):
         split_granule=64, prediction=prediction, jit=wgmma_ws.ws_partial_kernel, config_cls=TiledConfig,
         allowed=allowed, launch=lambda **kw: wgmma_ws.launch_ws_partial(**kw, allowed=allowed, name=name, **options,
                                                                         **fixed),
-        config_space=tuple(c for c in wgmma_ws.CONFIG_SPACE if c.num_warps == consumer_warps), fixed_meta=fixed,
+        config_space=tuple(c for c in wgmma_ws.CONFIG_SPACE if c.num_warps == consumer_warps and c.BLOCK_H == block_h),
+        fixed_meta=fixed,
         shared_model=lambda c: wgmma_ws.estimate_shared_bytes(c, **fixed), check_configs=checks,
         compile_options=options, lab_signature=GLUON_SIGNATURE, lab_constexprs=_gluon_lab_constexprs(fixed)))
 
@@ -151,6 +152,26 @@ _wgmma_ws("wgmma_ws", 13, "wgmma_f16 warp-specialised at 16 heads: a producer pa
           "barely overlap. With the gathers in warps of their own, expect b64 h16 at 36-42 us (one 12-warp block "
           "per SM, split waves 1)",
           NUM_BUFS=3, PRODUCER_WARPS=8, PRODUCER_REGS=152)
+
+from . import wgmma_ws_h64  # noqa: E402 - beside its entry, so that the entry is one block
+
+register(KernelSpec(
+    name="wgmma_ws_h64", kind="split", rung=15, interpretable=False, split_waves=1, split_granule=64, pdl=True,
+    summary="wgmma_ws for a group of 64 heads in three partitions: a softmax warpgroup (QK, softmax, PV of half the "
+            "columns with P from registers), a PV warpgroup (the other half, P from shared memory) and a producer "
+            "warpgroup (gathers and dequantises one tile at a time into a ring of 2 K tiles)",
+    prediction="wgmma_ws's schedule with 64 heads a block gathers each token once per 64 heads, not once per 16. "
+               "A 64-head group in wgmma_ws's two partitions spilled (lab) and ran 2-3x slower than wgmma_f16 "
+               "(data/explore/explore_h200_20261202-1309_ws64.csv); with FlashMLA's unequal register shares (lab: "
+               "76 B of spill stores, no serialised wgmma) expect b64 h128 topk2048 at 80-100 us (wgmma_f16: 130, "
+               "FlashMLA: 87) and b64 h64 at 45-55 us (auto: 74)",
+    launch=lambda **kw: wgmma_ws_h64.launch_ws_h64_partial(**kw, name="wgmma_ws_h64"),
+    jit=wgmma_ws_h64.ws_h64_partial_kernel, config_cls=TiledConfig, allowed=wgmma_ws_h64.ALLOWED,
+    config_space=tuple(wgmma_ws_h64.CONFIG_SPACE), fixed_meta=dict(wgmma_ws_h64.SWITCHES),
+    shared_model=lambda c: wgmma_ws_h64.estimate_shared_bytes(c, **wgmma_ws_h64.SWITCHES),
+    check_configs=({"BLOCK_H": 64, "BLOCK_T": 64, "num_warps": 4},),
+    compile_options={"maxnreg": wgmma_ws_h64.MAXNREG}, lab_signature=GLUON_SIGNATURE,
+    lab_constexprs=_gluon_lab_constexprs(wgmma_ws_h64.SWITCHES)))
 
 from . import portable_ws  # noqa: E402 - beside its entry, so that the entry is one block
 

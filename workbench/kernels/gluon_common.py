@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
 from ..format.layout import layout_of
 from .common import e4m3_bf16x2_asm, layout_constexprs
@@ -183,6 +184,138 @@ def bf16x4_to_f16(rope):
                                      dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
 
 
+# ----------------------------------------------------------------------------- the producer partition
+
+@gluon.jit
+def _tile_layouts(BLOCK_T: gl.constexpr, SCALE_BYTES: gl.constexpr, TILE: gl.constexpr):
+    """(g [G], g3 [1, G, 1], w3 [1, 1, W]) of a [BLOCK_T, G, W] tile of raw words in the producer's layout: 4
+    lanes share a token, each 16 B of every group (G = SCALE_BYTES groups of W = TILE/4 words)."""
+    L3: gl.constexpr = gl.BlockedLayout([1, 8, 4], [8, 1, 4], [gl.num_warps(), 1, 1], [2, 1, 0])
+    g = gl.arange(0, SCALE_BYTES, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))
+    g3 = gl.expand_dims(gl.expand_dims(g, 0), 2)
+    w3 = gl.expand_dims(gl.expand_dims(gl.arange(0, TILE // 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
+    return g, g3, w3
+
+
+@gluon.constexpr_function
+def _rows_layout(num_warps):
+    """The layout of a tile's [BLOCK_T] token vectors (indices, valid), matching :func:`_tile_layouts`."""
+    return gl.SliceLayout(1, gl.SliceLayout(2, gl.BlockedLayout([1, 8, 4], [8, 1, 4], [num_warps, 1, 1], [2, 1, 0])))
+
+
+@gluon.jit
+def dequant_tile(words, rope, sbyte, is_rope, F16: gl.constexpr, LEAVE_OUT: gl.constexpr = 0):
+    """A gathered tile's words -> (lo, hi) int32 words of 16-bit pairs (f16 with F16, else bf16), the rope in the
+    last group's words."""
+    if LEAVE_OUT & 2:  # no dequant: f16 1.0 or 0 in every half
+        lo = words & 0x3C003C00
+        hi = lo
+    else:
+        if F16:
+            lo, hi = dequant_words_f16(words, gl.expand_dims(f16_scale_pairs(sbyte), 2))
+            rlo, rhi = bf16x4_to_f16(rope)
+        else:
+            lo, hi = dequant_words(words, gl.expand_dims(bf16_scale_pairs(sbyte), 2))
+            rlo = rope.to(gl.int32)
+            rhi = (rope >> 32).to(gl.int32)
+        lo = gl.where(is_rope, rlo, lo)
+        hi = gl.where(is_rope, rhi, hi)
+    return lo, hi
+
+
+@gluon.jit
+def store_tile_rows(k_slot, lo, hi, ROWS: gl.constexpr, D: gl.constexpr):
+    """(lo, hi) of ROWS tokens into k_slot [ROWS, D] 16-bit (128-byte swizzle), as int32 words."""
+    KW: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32)
+    k_slot._reinterpret(gl.int32, [ROWS, D // 2], KW).store(gl.reshape(gl.join(lo, hi), [ROWS, D // 2]))
+
+
+@gluon.jit
+def produce_k_tiles(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row, start,
+                    end, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
+                    SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr,
+                    F16: gl.constexpr, LEAVE_OUT: gl.constexpr = 0):
+    """wgmma_ws's producer partition: gather and dequantise each tile of the split into the next free slot of the
+    ring k_smem [NUM_BUFS, BLOCK_T, D] (its valid mask into valid_smem), then mark it full. The next tile's gathers
+    are in flight while this one waits for its slot and is dequantised: two tiles of words live in registers."""
+    D: gl.constexpr = D_NOPE + D_ROPE
+    ROWS: gl.constexpr = _rows_layout(gl.num_warps())
+    W: gl.constexpr = TILE // 4
+    g, g3, w3 = _tile_layouts(BLOCK_T, SCALE_BYTES, TILE)
+    cache_w = cache_u8.to(gl.pointer_type(gl.int32), bitcast=True)
+    cache_d = cache_u8.to(gl.pointer_type(gl.int64), bitcast=True)
+    is_rope = g3 == SCALE_BYTES - 1
+
+    idx = load_idx(idx_row, start, end, BLOCK_T, ROWS)
+    words, rope, sbyte, valid = load_tile(cache_w, cache_d, cache_u8, idx, start, end, num_tokens, stride_page,
+                                          block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS,
+                                          BS_SHIFT)
+    idx = load_idx(idx_row, start + BLOCK_T, end, BLOCK_T, ROWS)
+    i = 0
+    for t0 in range(start, end, BLOCK_T):
+        buf = i % NUM_BUFS
+        if LEAVE_OUT & 1:  # no loads: every tile reuses the first tile's bytes
+            n_words, n_rope, n_sbyte, n_valid = words, rope, sbyte, valid
+        else:
+            n_words, n_rope, n_sbyte, n_valid = load_tile(cache_w, cache_d, cache_u8, idx, t0 + BLOCK_T, end,
+                                                          num_tokens, stride_page, block_size, g, g3, w3, D_NOPE,
+                                                          DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS, BS_SHIFT)
+            idx = load_idx(idx_row, t0 + 2 * BLOCK_T, end, BLOCK_T, ROWS)
+        lo, hi = dequant_tile(words, rope, sbyte, is_rope, F16, LEAVE_OUT)
+        # a fresh barrier counts as completed in phase 1, so each slot's first wait passes
+        mbarrier.wait(empty.index(buf), ((i // NUM_BUFS) & 1) ^ 1)
+        store_tile_rows(k_smem.index(buf), lo, hi, BLOCK_T, D)
+        valid_smem.index(buf).store(valid.to(gl.int8))
+        fence_async_shared()  # the generic stores before the consumer's wgmma reads the slot
+        gl.thread_barrier()   # every producer warp's part of the tile before the one arrive
+        mbarrier.arrive(full.index(buf))
+        words, rope, sbyte, valid = n_words, n_rope, n_sbyte, n_valid
+        i += 1
+
+
+@gluon.jit
+def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens,
+                              idx_row, start, end, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr,
+                              DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr,
+                              BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr):
+    """The producer partition in fewer registers (wgmma_ws_h64's 4 warps at 152): one tile of words at a time, not
+    two. Each tile's gathers are issued, both halves, as soon as the previous tile is stored, and are in flight
+    while the producer waits for its slot; then each half is dequantised and stored on its own, so that only half
+    a tile of 16-bit words is live at once."""
+    D: gl.constexpr = D_NOPE + D_ROPE
+    HT: gl.constexpr = BLOCK_T // 2
+    ROWS: gl.constexpr = _rows_layout(gl.num_warps())
+    W: gl.constexpr = TILE // 4
+    g, g3, w3 = _tile_layouts(HT, SCALE_BYTES, TILE)
+    cache_w = cache_u8.to(gl.pointer_type(gl.int32), bitcast=True)
+    cache_d = cache_u8.to(gl.pointer_type(gl.int64), bitcast=True)
+    is_rope = g3 == SCALE_BYTES - 1
+    ia = load_idx(idx_row, start, end, HT, ROWS)
+    ib = load_idx(idx_row, start + HT, end, HT, ROWS)
+    i = 0
+    for t0 in range(start, end, BLOCK_T):
+        buf = i % NUM_BUFS
+        wa, ra, sa, va = load_tile(cache_w, cache_d, cache_u8, ia, t0, end, num_tokens, stride_page, block_size, g,
+                                   g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
+        wb, rb, sb, vb = load_tile(cache_w, cache_d, cache_u8, ib, t0 + HT, end, num_tokens, stride_page,
+                                   block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
+        ia = load_idx(idx_row, t0 + BLOCK_T, end, HT, ROWS)
+        ib = load_idx(idx_row, t0 + BLOCK_T + HT, end, HT, ROWS)
+        # a fresh barrier counts as completed in phase 1, so each slot's first wait passes
+        mbarrier.wait(empty.index(buf), ((i // NUM_BUFS) & 1) ^ 1)
+        slot = k_smem.index(buf)
+        lo, hi = dequant_tile(wa, ra, sa, is_rope, F16)
+        store_tile_rows(slot.slice(0, HT), lo, hi, HT, D)
+        lo, hi = dequant_tile(wb, rb, sb, is_rope, F16)
+        store_tile_rows(slot.slice(HT, HT), lo, hi, HT, D)
+        valid_smem.index(buf).slice(0, HT).store(va.to(gl.int8))
+        valid_smem.index(buf).slice(HT, HT).store(vb.to(gl.int8))
+        fence_async_shared()  # the generic stores before the consumers' wgmma read the slot
+        gl.thread_barrier()   # every producer warp's part of the tile before the one arrive
+        mbarrier.arrive(full.index(buf))
+        i += 1
+
+
 # ----------------------------------------------------------------------------- q, softmax, epilogue
 
 @gluon.jit
@@ -221,29 +354,30 @@ def qk_scale(sm_scale_log2, q_exp, F16: gl.constexpr):
 
 
 @gluon.jit
-def softmax_step(s, v, m_i, scale, INF_TO_NAN: gl.constexpr, SKIP: gl.constexpr):
+def softmax_step(s, v, m_i, scale, INF_TO_NAN: gl.constexpr, SKIP: gl.constexpr, AXIS: gl.constexpr = 0):
     """_online_softmax, or with SKIP (LEAVE_OUT's softmax bit) the scores as P and no rescaling."""
     if SKIP:
         return s, m_i * 0.0 + 1.0, m_i
-    return _online_softmax(s, v, m_i, scale, INF_TO_NAN)
+    return _online_softmax(s, v, m_i, scale, INF_TO_NAN, AXIS)
 
 
 @gluon.jit
-def _online_softmax(s, v, m_i, scale, INF_TO_NAN: gl.constexpr):
-    """One tile's step of the base-2 online softmax over S^T [BLOCK_T, BLOCK_H] (tokens on axis 0, any layout):
-    masked scores in log2 units (scale [BLOCK_H]: qk_scale), the new running max, P and the factor alpha that
-    rescales what came before."""
+def _online_softmax(s, v, m_i, scale, INF_TO_NAN: gl.constexpr, AXIS: gl.constexpr = 0):
+    """One tile's step of the base-2 online softmax over the scores, tokens on axis AXIS (S^T [BLOCK_T, BLOCK_H]
+    with AXIS 0, S [BLOCK_H, BLOCK_T] with AXIS 1; any layout): masked scores in log2 units (scale [BLOCK_H]:
+    qk_scale), the new running max, P and the factor alpha that rescales what came before."""
     if INF_TO_NAN:
         # f16 operands: q is scaled and K in the window stays below 2**16, so the fp32 scores cannot overflow: an
         # infinite score comes from an f16 inf in K (a rope of 512 or more). -inf would drop its token without a
         # trace; NaN makes the split's row sums NaN (+inf already does, through inf - inf in exp2), and so sends
         # it to the bf16 pass (not_finite)
         s = gl.where(s == float("-inf"), float("nan"), s)
-    s = gl.where(gl.expand_dims(v, 1), s * gl.expand_dims(scale, 0), float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, 0))
+    HEADS: gl.constexpr = 1 - AXIS
+    s = gl.where(gl.expand_dims(v, HEADS), s * gl.expand_dims(scale, AXIS), float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, AXIS))
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
     alpha = gl.exp2(m_i - m_use)
-    p = gl.exp2(s - gl.expand_dims(m_use, 0))
+    p = gl.exp2(s - gl.expand_dims(m_use, AXIS))
     return p, alpha, m_new
 
 

@@ -31,13 +31,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .common import cdiv, launch, split_args
 from .configs import TiledConfig
-from .gluon_common import (F16_OUT_MULT, bf16_scale_pairs, bf16x4_to_f16, cache_constexprs, dequant_words,
-                           dequant_words_f16, f16_scale_pairs, load_idx, load_q, load_tile, not_finite, qk_scale,
+from .gluon_common import (F16_OUT_MULT, cache_constexprs, load_q, not_finite, produce_k_tiles, qk_scale,
                            require_sm90, scale_q_per_head, softmax_step, store_partial)
 
-# 16 heads only: at 32 the accumulator is 128 registers a consumer thread and 3 K slots need 234,240 B (lab), over
-# sm_90's 232,448 B a block
-ALLOWED = dict(BLOCK_H=(16,), BLOCK_T=(64,), num_warps=(4, 8), num_stages=(1,))
+# 16 heads with one consumer warpgroup and 3 K slots; 64 heads with two (the accumulator is 128 registers a consumer
+# thread) and 2 slots (3 need more than sm_90's 232,448 B a block)
+ALLOWED = dict(BLOCK_H=(16, 64), BLOCK_T=(64,), num_warps=(4, 8), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=bh, BLOCK_T=64, num_warps=w) for bh in ALLOWED["BLOCK_H"]
                 for w in ALLOWED["num_warps"]]
 
@@ -144,8 +143,9 @@ def _pass(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row, st
     return gl.warp_specialize([
         (_consumer, (q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
                      sm_scale_log2, BLOCK_H, BLOCK_T, D_NOPE + D_ROPE, NUM_BUFS, F16, F16, LEAVE_OUT)),
-        (_producer, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row, start,
-                     end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS, F16, LEAVE_OUT)),
+        (produce_k_tiles, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row,
+                           start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS, F16,
+                           LEAVE_OUT)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])
 
 
@@ -211,72 +211,9 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row
     return m_i, l_i, acc
 
 
-@gluon.jit
-def _producer(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row, start, end,
-              D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
-              SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr,
-              F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
-    """Gather and dequantise each tile of the split into the next free slot, then mark it full."""
-    PW: gl.constexpr = gl.num_warps()
-    D: gl.constexpr = D_NOPE + D_ROPE
-    G: gl.constexpr = SCALE_BYTES
-    W: gl.constexpr = TILE // 4
-    # [BLOCK_T, G, W] raw words: 4 lanes share a token, each 16 B of every group
-    L3: gl.constexpr = gl.BlockedLayout([1, 8, 4], [8, 1, 4], [PW, 1, 1], [2, 1, 0])
-    ROWS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))        # [BLOCK_T]
-    GRP2: gl.constexpr = gl.SliceLayout(2, L3)                           # [BLOCK_T, G]
-    KW: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32)
-    g = gl.arange(0, G, layout=gl.SliceLayout(0, GRP2))
-    g3 = gl.expand_dims(gl.expand_dims(g, 0), 2)  # [1, G, 1]
-    w3 = gl.expand_dims(gl.expand_dims(gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
-    cache_w = cache_u8.to(gl.pointer_type(gl.int32), bitcast=True)
-    cache_d = cache_u8.to(gl.pointer_type(gl.int64), bitcast=True)
-    is_rope = g3 == G - 1
-
-    idx = load_idx(idx_row, start, end, BLOCK_T, ROWS)
-    words, rope, sbyte, valid = load_tile(cache_w, cache_d, cache_u8, idx, start, end, num_tokens, stride_page,
-                                          block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS,
-                                          BS_SHIFT)
-    idx = load_idx(idx_row, start + BLOCK_T, end, BLOCK_T, ROWS)
-    i = 0
-    for t0 in range(start, end, BLOCK_T):
-        buf = i % NUM_BUFS
-        # the next tile's gathers are in flight while this one waits for its slot and is dequantised
-        if LEAVE_OUT & 1:  # no loads: every tile reuses the first tile's bytes
-            n_words, n_rope, n_sbyte, n_valid = words, rope, sbyte, valid
-        else:
-            n_words, n_rope, n_sbyte, n_valid = load_tile(cache_w, cache_d, cache_u8, idx, t0 + BLOCK_T, end,
-                                                          num_tokens, stride_page, block_size, g, g3, w3, D_NOPE,
-                                                          DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS, BS_SHIFT)
-            idx = load_idx(idx_row, t0 + 2 * BLOCK_T, end, BLOCK_T, ROWS)
-        if LEAVE_OUT & 2:  # no dequant: f16 1.0 or 0 in every half
-            lo = words & 0x3C003C00
-            hi = lo
-        elif F16:
-            lo, hi = dequant_words_f16(words, gl.expand_dims(f16_scale_pairs(sbyte), 2))
-            rlo, rhi = bf16x4_to_f16(rope)
-        else:
-            lo, hi = dequant_words(words, gl.expand_dims(bf16_scale_pairs(sbyte), 2))
-            rlo = rope.to(gl.int32)
-            rhi = (rope >> 32).to(gl.int32)
-        if not LEAVE_OUT & 2:
-            lo = gl.where(is_rope, rlo, lo)
-            hi = gl.where(is_rope, rhi, hi)
-        # a fresh barrier counts as completed in phase 1, so each slot's first wait passes
-        mbarrier.wait(empty.index(buf), ((i // NUM_BUFS) & 1) ^ 1)
-        k_smem.index(buf)._reinterpret(gl.int32, [BLOCK_T, D // 2], KW).store(
-            gl.reshape(gl.join(lo, hi), [BLOCK_T, D // 2]))
-        valid_smem.index(buf).store(valid.to(gl.int8))
-        fence_async_shared()  # the generic stores before the consumer's wgmma reads the slot
-        gl.thread_barrier()   # every producer warp's part of the tile before the one arrive
-        mbarrier.arrive(full.index(buf))
-        words, rope, sbyte, valid = n_words, n_rope, n_sbyte, n_valid
-        i += 1
-
-
 def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
-    """16 heads a program (more heads: more programs, each gathering the same tokens), the rung's consumer warps."""
-    return TiledConfig(BLOCK_H=16, BLOCK_T=64, num_warps=allowed["num_warps"][0])
+    """The rung's head group (more heads: more programs, each gathering the same tokens) and consumer warps."""
+    return TiledConfig(BLOCK_H=allowed["BLOCK_H"][0], BLOCK_T=64, num_warps=allowed["num_warps"][0])
 
 
 def launch_ws_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,

@@ -1,0 +1,317 @@
+"""Ladder rung "wgmma_ws_h64": the warp-specialised f16 kernel for a group of 64 heads, in three partitions.
+
+wgmma_ws runs 16 heads a block: at 64 and 128 heads every token is gathered and dequantised once per 16 heads. A
+64-head group in wgmma_ws's two partitions needs two consumer warpgroups of ~200 registers each (the [512, 64]
+fp32 accumulator is 128 a thread) beside a producer that holds two tiles of words: no split of an SM's 65,536
+registers fits, and the spills cost 2-3x (exploratory run, docs/decisions.md). Here, as in FlashMLA's SM90 sparse
+decode, the block's three warpgroups have unequal shares:
+
+- the softmax warpgroup (the default partition, with what the workers leave: 232 registers): S = q K^T (heads as
+  M, a chain of 64x64 wgmmas), the online softmax along each head's row of tokens, P and the rescale factors
+  into shared memory, and O[:, :256] += P V[:, :256];
+- the PV warpgroup (PV_REGS, 160: below it ptxas ignores setmaxnreg, C7507): O[:, 256:], rescaled by the
+  factors, += P V[:, 256:];
+- the producer (PRODUCER_WARPS at PRODUCER_REGS, 4 at 112): gathers and dequantises each 64-token tile into a
+  ring of NUM_BUFS K tiles, one tile of words in registers, dequantised and stored half a tile at a time
+  (gluon_common.produce_k_tiles_in_halves).
+
+Both PV wgmmas read P from shared memory (P from registers, as FlashMLA's first warpgroup does, cost more
+registers than the softmax warpgroup had: lab). q is loaded and scaled 16 heads at a time: all 64 at once are
+256 fp32 a thread, and their spills serialised every wgmma of the kernel (ptxas C7515, lab). Lab (sm_90): 206 KB
+of shared memory, 76 B of spill stores, no serialised wgmma.
+
+The partitions meet at mbarriers: full/empty per K slot (both consumers hand a slot back), p_full/p_empty around
+the one P buffer, and done for the final row maxima and sums the PV warpgroup's half of the output needs. Each
+consumer writes its own half of the partial output. K, q and P are f16 with wgmma_f16's window; a split with a
+non-finite row sum runs again with bf16 operands in the same three partitions.
+
+GPU only (sm_90): Gluon does not run under the interpreter.
+"""
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
+                                                              warpgroup_mma_init, warpgroup_mma_wait)
+
+from .common import cdiv, launch, split_args
+from .configs import TiledConfig
+from .gluon_common import (F16_OUT_MULT, cache_constexprs, load_q, not_finite, produce_k_tiles_in_halves, qk_scale,
+                           require_sm90, scale_q_per_head, softmax_step)
+
+ALLOWED = dict(BLOCK_H=(64,), BLOCK_T=(64,), num_warps=(4,), num_stages=(1,))
+CONFIG_SPACE = [TiledConfig(BLOCK_H=64, BLOCK_T=64, num_warps=4)]
+# 2 K slots: q (64 KB) + 2 x 64 KB + P (8 KB) fit sm_90's 232,448 B a block, 3 slots do not. Registers (lab,
+# sm_90): the default partition gets what the two workers leave of 65,536 over 384 threads
+SWITCHES = dict(NUM_BUFS=2, PV_REGS=160, PRODUCER_WARPS=4, PRODUCER_REGS=112)
+MAXNREG = 168  # 65,536 registers over the block's 12 warps, rounded down to a multiple of 8
+
+
+def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, **_switches) -> int:
+    """Shared bytes of one block: q (1 KB/head), NUM_BUFS 16-bit K tiles (1 KB/token) with their valid bytes and
+    two mbarriers each, P (2 B/token/head), the rescale factors and the final max and sum (12 B/head) and three
+    mbarriers, rounded up to 128 B."""
+    t, h = c.BLOCK_T, c.BLOCK_H
+    total = 1024 * h + NUM_BUFS * (1024 * t + t + 16) + 2 * t * h + 12 * h + 24
+    return -(-total // 128) * 128
+
+
+@gluon.jit
+def ws_h64_partial_kernel(
+    q_ptr,            # [b, s_q, h, 512] bf16, last stride 1
+    stride_qb, stride_qs, stride_qh,
+    cache_u8,         # the flat bytes of one cache
+    stride_page, block_size, num_tokens,
+    idx_ptr,          # [b, s_q, topk] int32
+    stride_ib, stride_is,
+    topk_len_ptr, stride_tl,  # [b] int32, any stride (read only when HAS_TOPK_LEN)
+    part_out_ptr,     # [b*s_q, h, s_total, 512] fp32
+    part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2
+    sm_scale_log2,
+    H, S_Q, TOPK, split_offset, tokens_per_split, s_total,
+    HAS_TOPK_LEN: gl.constexpr,
+    D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
+    SCALE_BYTES: gl.constexpr,
+    BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr,
+    NUM_BUFS: gl.constexpr,            # K tiles in the ring
+    PV_REGS: gl.constexpr,             # registers per thread of the PV warpgroup (setmaxnreg)
+    PRODUCER_WARPS: gl.constexpr,      # warps of the producer partition
+    PRODUCER_REGS: gl.constexpr,       # and its registers per thread; the softmax warpgroup gets the rest
+):
+    KT: gl.constexpr = gl.float16  # the MMA operands' type: K, q, P (bf16 in the rerun)
+    D: gl.constexpr = D_NOPE + D_ROPE
+    K_SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16)
+    Q_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D], KT)
+    P_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_T], KT)
+    FLAT: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+
+    pid_h = gl.program_id(0)
+    split = gl.program_id(1)
+    pid_q = gl.program_id(2)
+    bi = pid_q // S_Q
+    si = pid_q % S_Q
+
+    q_smem = gl.allocate_shared_memory(KT, [BLOCK_H, D], Q_SMEM)            # written by the softmax warpgroup
+    k_smem = gl.allocate_shared_memory(KT, [NUM_BUFS, BLOCK_T, D], K_SMEM)
+    valid_smem = gl.allocate_shared_memory(gl.int8, [NUM_BUFS, BLOCK_T], FLAT)
+    p_smem = gl.allocate_shared_memory(KT, [BLOCK_H, BLOCK_T], P_SMEM)      # P [heads, tokens] for the PV warpgroup
+    alpha_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], FLAT)     # the tile's rescale factors
+    stat_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT)    # the final row max and sum
+    full = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
+    sync = gl.allocate_shared_memory(gl.int64, [3, 1], mbarrier.MBarrierLayout())  # p_full, p_empty, done
+    _init_barriers(full, empty, sync, NUM_BUFS, False)
+
+    end_all = TOPK
+    if HAS_TOPK_LEN:
+        end_all = gl.minimum(gl.load(topk_len_ptr + bi * stride_tl), TOPK)
+    start = split * tokens_per_split
+    end = gl.minimum(start + tokens_per_split, end_all)
+    idx_row = idx_ptr + bi * stride_ib + si * stride_is
+    q_row = q_ptr + bi * stride_qb + si * stride_qs
+    slot0 = pid_q * H * s_total + split_offset + split  # the partial slot of head 0; head j's is + j * s_total
+
+    m_i, l_i, acc = _pass(q_smem, k_smem, valid_smem, p_smem, alpha_smem, stat_smem, full, empty, sync, start, end,
+                          q_row, stride_qh, pid_h, H, sm_scale_log2, cache_u8, stride_page, block_size, num_tokens,
+                          idx_row, part_out_ptr, slot0, s_total, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES,
+                          BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PV_REGS, PRODUCER_WARPS, PRODUCER_REGS, 1)
+    bad = not_finite(l_i)  # a token outside the f16 window makes some row sum non-finite
+    out_mult = gl.where(bad, 1.0, F16_OUT_MULT)
+    if bad:  # rare: the split again with bf16 operands in the same three partitions; each rewrites its half
+        _init_barriers(full, empty, sync, NUM_BUFS, True)
+        m_i, l_i, acc = _pass(q_smem._reinterpret(gl.bfloat16, [BLOCK_H, D], Q_SMEM),
+                              k_smem._reinterpret(gl.bfloat16, [NUM_BUFS, BLOCK_T, D], K_SMEM), valid_smem,
+                              p_smem._reinterpret(gl.bfloat16, [BLOCK_H, BLOCK_T], P_SMEM), alpha_smem, stat_smem,
+                              full, empty, sync, start, end, q_row, stride_qh, pid_h, H, sm_scale_log2, cache_u8,
+                              stride_page, block_size, num_tokens, idx_row, part_out_ptr, slot0, s_total, D_NOPE,
+                              D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PV_REGS,
+                              PRODUCER_WARPS, PRODUCER_REGS, 0)
+    _store_half(acc, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, BLOCK_H, D, 0)
+    # the split's base-2 LSE, from the softmax warpgroup's row statistics
+    live = l_i != 0  # a NaN sum is live: written as NaN, never dropped by the combine as an empty split
+    heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=l_i.type.layout)
+    gl.store(part_lse_ptr + slot0 + heads * s_total, gl.where(live, m_i + gl.log2(l_i), float("-inf")),
+             mask=heads < H)
+
+
+@gluon.jit
+def _init_barriers(full, empty, sync, NUM_BUFS: gl.constexpr, AGAIN: gl.constexpr):
+    """Every mbarrier fresh (AGAIN: after the first pass, invalidated first). A slot is handed back by both
+    consumer warpgroups, so empty counts 2."""
+    for i in gl.static_range(NUM_BUFS):
+        if AGAIN:
+            mbarrier.invalidate(full.index(i))
+            mbarrier.invalidate(empty.index(i))
+        mbarrier.init(full.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+    for i in gl.static_range(3):
+        if AGAIN:
+            mbarrier.invalidate(sync.index(i))
+        mbarrier.init(sync.index(i), count=1)
+    fence_async_shared()  # the barriers' init before any partition uses them
+
+
+@gluon.jit
+def _pass(q_smem, k_smem, valid_smem, p_smem, alpha_smem, stat_smem, full, empty, sync, start, end, q_row, stride_qh,
+          pid_h, H, sm_scale_log2, cache_u8, stride_page, block_size, num_tokens, idx_row, part_out_ptr, slot0,
+          s_total, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
+          SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr,
+          NUM_BUFS: gl.constexpr, PV_REGS: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+          F16: gl.constexpr):
+    """One pass over the split in the three partitions (F16: the f16 pass, which also signals the combine's
+    launch; else the bf16 rerun); returns the softmax warpgroup's (m_i, l_i, O[:, :D/2])."""
+    D: gl.constexpr = D_NOPE + D_ROPE
+    return gl.warp_specialize([
+        (_softmax_warpgroup, (q_smem, k_smem, valid_smem, p_smem, alpha_smem, stat_smem, full, empty, sync, start,
+                              end, q_row, stride_qh, pid_h, H, sm_scale_log2, BLOCK_H, BLOCK_T, D, NUM_BUFS, F16)),
+        (_pv_warpgroup, (k_smem, p_smem, alpha_smem, stat_smem, full, empty, sync, start, end, part_out_ptr, slot0,
+                         pid_h, H, s_total, BLOCK_H, BLOCK_T, D, NUM_BUFS, F16)),
+        (produce_k_tiles_in_halves, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens,
+                                     idx_row, start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T,
+                                     BS_SHIFT, NUM_BUFS, F16)),
+    ], [4, PRODUCER_WARPS], [PV_REGS, PRODUCER_REGS])
+
+
+@gluon.constexpr_function
+def _half_layout(BLOCK_H, D):
+    """O [BLOCK_H, D/2] fp32 of one warpgroup: one wgmma of N = D/2 a K step."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D // 2, 16])
+
+
+@gluon.jit
+def _softmax_warpgroup(q_smem, k_smem, valid_smem, p_smem, alpha_smem, stat_smem, full, empty, sync, start, end,
+                       q_row, stride_qh, pid_h, H, sm_scale_log2, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr,
+                       D: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr):
+    """q into q_smem (with F16 scaled per head, as wgmma_f16), then per full slot: S = q K^T, the online softmax,
+    P and the rescale factors to the PV warpgroup, O[:, :D/2] += P V[:, :D/2] with P from registers; returns
+    (m_i, l_i, O[:, :D/2]). The final m_i and l_i also go to stat_smem for the PV warpgroup."""
+    KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16
+    DH: gl.constexpr = D // 2
+    SL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                 instr_shape=[16, BLOCK_T, 16])  # S [BLOCK_H, BLOCK_T]
+    # q 16 heads at a time (all 64 at once are 256 fp32 a thread while scaled); each head's exponent passes
+    # through alpha_smem (free until the loop) into the scores' layout
+    QC: gl.constexpr = 16
+    QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])  # [QC, D] bf16
+    for c in gl.static_range(BLOCK_H // QC):
+        q = load_q(q_row, stride_qh, pid_h * (BLOCK_H // QC) + c, H, QC, D, QL)
+        if F16:
+            q, q_exp = scale_q_per_head(q)
+            alpha_smem.slice(c * QC, QC).store(q_exp.to(gl.float32))
+        q_smem.slice(c * QC, QC).store(q.to(KT))
+    fence_async_shared()  # q before the first wgmma reads it, from every warp of the warpgroup
+    gl.thread_barrier()
+    if F16:
+        q_exp = alpha_smem.load(gl.SliceLayout(1, SL)).to(gl.int32)
+        gl.thread_barrier()  # every warp has its exponents before the first factors overwrite them
+    else:
+        q_exp = gl.zeros([BLOCK_H], gl.int32, layout=gl.SliceLayout(1, SL))
+    OL: gl.constexpr = _half_layout(BLOCK_H, D)
+    p_full = sync.index(0)
+    p_empty = sync.index(1)
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, SL))
+    l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(1, SL))
+    acc = warpgroup_mma_init(gl.zeros([BLOCK_H, DH], gl.float32, layout=OL))
+    s_zero = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, layout=SL)
+    scale = qk_scale(sm_scale_log2, q_exp, F16)
+    i = 0
+    for t0 in range(start, end, BLOCK_T):
+        buf = i % NUM_BUFS
+        mbarrier.wait(full.index(buf), (i // NUM_BUFS) & 1)
+        kb = k_smem.index(buf)
+        s = warpgroup_mma(q_smem, kb.permute((1, 0)), s_zero, use_acc=False, is_async=True)  # [BLOCK_H, BLOCK_T]
+        s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))  # also retires the last PV
+        # this warpgroup is done with the previous slot (its PV has retired in every warp: the barrier below)
+        v = valid_smem.index(buf).load(gl.SliceLayout(0, SL)) != 0
+        p, alpha, m_i = softmax_step(s, v, m_i, scale, F16, 0, 1)
+        l_i = l_i * alpha + gl.sum(p, 1)
+        pk = p.to(KT)
+        mbarrier.wait(p_empty, (i & 1) ^ 1)  # the PV warpgroup has read the last P and factors
+        p_smem.store(pk)
+        alpha_smem.store(alpha)
+        fence_async_shared()  # P before the PV warpgroup's wgmma reads it
+        gl.thread_barrier()   # every warp's P, factors and retired PV before the arrives
+        mbarrier.arrive(p_full)
+        mbarrier.arrive(empty.index((i + NUM_BUFS - 1) % NUM_BUFS), pred=i > 0)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, OL)), 1)
+        acc = warpgroup_mma(p_smem, kb.slice(0, DH, dim=1), acc, is_async=True)
+        i += 1
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    if F16:  # the combine's launch overlaps the epilogue (and a bf16 pass, if one follows)
+        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
+                                  is_pure=False, pack=1)
+    stat_smem.index(0).store(m_i)
+    stat_smem.index(1).store(l_i)
+    gl.thread_barrier()
+    mbarrier.arrive(sync.index(2))
+    return m_i, l_i, acc
+
+
+@gluon.jit
+def _pv_warpgroup(k_smem, p_smem, alpha_smem, stat_smem, full, empty, sync, start, end, part_out_ptr, slot0, pid_h,
+                  H, s_total, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr,
+                  F16: gl.constexpr):
+    """Per tile: O[:, D/2:] rescaled by the softmax warpgroup's factors, += P V[:, D/2:]; then this half of the
+    split's normalised output into the partial buffer."""
+    DH: gl.constexpr = D // 2
+    OL: gl.constexpr = _half_layout(BLOCK_H, D)
+    ROW: gl.constexpr = gl.SliceLayout(1, OL)
+    p_full = sync.index(0)
+    p_empty = sync.index(1)
+    acc = gl.zeros([BLOCK_H, DH], gl.float32, layout=OL)
+    i = 0
+    for t0 in range(start, end, BLOCK_T):
+        buf = i % NUM_BUFS
+        mbarrier.wait(full.index(buf), (i // NUM_BUFS) & 1)
+        mbarrier.wait(p_full, i & 1)
+        acc = acc * gl.expand_dims(alpha_smem.load(ROW), 1)
+        acc = warpgroup_mma(p_smem, k_smem.index(buf).slice(DH, DH, dim=1), acc)
+        gl.thread_barrier()  # every warp's wgmma has read P and the slot, and every warp has read the factors
+        mbarrier.arrive(p_empty)
+        mbarrier.arrive(empty.index(buf))
+        i += 1
+    mbarrier.wait(sync.index(2), 0)
+    l_i = stat_smem.index(1).load(ROW)
+    # F16: a non-finite row sum makes this half non-finite too, and the bf16 pass writes it again
+    _store_half(acc, l_i, F16_OUT_MULT if F16 else 1.0, part_out_ptr, slot0, pid_h, H, s_total, BLOCK_H, D, 1)
+
+
+@gluon.jit
+def _store_half(acc, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, BLOCK_H: gl.constexpr, D: gl.constexpr,
+                HALF: gl.constexpr):
+    """acc / l * out_mult (acc: O[:, HALF*D/2 : (HALF+1)*D/2] of the head group) into the partial buffer, from the
+    wgmma layout (each thread's two adjacent columns: whole 32-byte sectors). A split with no valid token (l 0)
+    writes nothing: the combine never reads it."""
+    DH: gl.constexpr = D // 2
+    OL: gl.constexpr = acc.type.layout
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, OL))
+    live = l_o != 0
+    out = acc * gl.expand_dims(gl.where(live, out_mult / l_o, 0.0), 1)
+    heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, OL))
+    cols = HALF * DH + gl.arange(0, DH, layout=gl.SliceLayout(0, OL))
+    rows = (slot0 + heads.to(gl.int64) * s_total) * D
+    gl.store(part_out_ptr + gl.expand_dims(rows, 1) + gl.expand_dims(cols, 0), out,
+             mask=gl.expand_dims((heads < H) & live, 1))
+
+
+def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
+    """64 heads a program (more heads: more programs, each gathering the same tokens)."""
+    return TiledConfig(BLOCK_H=64, BLOCK_T=64, num_warps=4)
+
+
+def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
+                          tokens_per_split, sm_scale, name, allowed=ALLOWED, config=None, maxnreg=MAXNREG,
+                          switches=SWITCHES):
+    """Run the three-partition partial kernel for one KV scope into splits [split_offset, split_offset+num_splits).
+
+    name, allowed: the registered rung's name and config table; switches: its constexprs (SWITCHES)."""
+    require_sm90(q, name)
+    b, s_q, h, _ = q.shape
+    cfg = default_config(h, allowed) if config is None else TiledConfig.from_any(config, allowed, name)
+    args = split_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
+                      part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
+                      sm_scale=sm_scale)
+    grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
+    launch(ws_h64_partial_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H,
+                                             BLOCK_T=cfg.BLOCK_T, num_warps=cfg.num_warps, maxnreg=maxnreg,
+                                             **switches))
