@@ -53,7 +53,8 @@ OVERHEAD_MODES = ("eager", "eager_idle", "graph", "overhead")
 # the rungs auto chooses among on sm_90 and off it (registry.auto_kernel; auto_portable: what it runs without wgmma),
 # the fastest bf16 Gluon rung and the best Triton one, timed at
 # small and mid calls
-CROSSOVER_PROVIDERS = ("tile512", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "portable_ws", "auto_portable")
+CROSSOVER_PROVIDERS = ("tile512", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "portable_ws",
+                       "auto_portable")
 # The combine as a programmatic dependent launch or an ordinary one (decode.combine_pdl), for the default kernel:
 # the headline shapes and b32 h16 topk2048 (1-8 splits a row), b8 h16 and h64 topk2048 (16), and b2, b4 h64
 # topk2048 (32 splits a row)
@@ -114,7 +115,7 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
         return plan
     if name == "crossover":  # where the Gluon kernel starts to beat the best Triton rung ("auto" picks by it)
         return [(BenchShape(b, h, k), CROSSOVER_PROVIDERS, ("graph",), None)
-                for k in (512, 2048) for h in (16, 64) for b in (1, 2, 4, 8, 16, 32)]
+                for k in (512, 2048) for h in (16, 64, 128) for b in (1, 2, 4, 8, 16, 32)]
     if name == "pdl":
         return [(shape, PDL_PROVIDERS, ("graph",), None) for shape in PDL_SHAPES]
     if name == "isolate":
