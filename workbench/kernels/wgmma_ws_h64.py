@@ -48,12 +48,12 @@ MAXNREG = 168  # 65,536 registers over the block's 12 warps, rounded down to a m
 
 
 def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, **_switches) -> int:
-    """Shared bytes of one block: q (1 KB/head), NUM_BUFS 16-bit K tiles (1 KB/token) with their valid bytes and
-    two mbarriers each, P (2 B/token/head), the rescale factors and the final max and sum (12 B/head) and three
-    mbarriers, rounded up to 128 B."""
+    """Shared bytes of one block (sm_90 lab: 205,960 B): q (1 KB/head), NUM_BUFS 16-bit K tiles (1 KB/token) and P
+    (2 B/token/head), then six small arrays each taken as a whole 128 B or more: the valid bytes, the rescale
+    factors, the final max and sum, and the three groups of mbarriers."""
     t, h = c.BLOCK_T, c.BLOCK_H
-    total = 1024 * h + NUM_BUFS * (1024 * t + t + 16) + 2 * t * h + 12 * h + 24
-    return -(-total // 128) * 128
+    small = (NUM_BUFS * t, 4 * h, 8 * h, 8 * NUM_BUFS, 8 * NUM_BUFS, 8 * 3)
+    return 1024 * h + NUM_BUFS * 1024 * t + 2 * t * h + sum(-(-b // 128) * 128 for b in small)
 
 
 @gluon.jit
