@@ -224,10 +224,15 @@ def dequant_tile(words, rope, sbyte, is_rope, F16: gl.constexpr, LEAVE_OUT: gl.c
 
 
 @gluon.jit
-def store_tile_rows(k_slot, lo, hi, ROWS: gl.constexpr, D: gl.constexpr):
-    """(lo, hi) of ROWS tokens into k_slot [ROWS, D] 16-bit (128-byte swizzle), as int32 words."""
+def store_tile_rows(k_slot, lo, hi, ROW0: gl.constexpr, ROWS: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr):
+    """(lo, hi) of ROWS tokens into rows ROW0.. of k_slot [BLOCK_T, D] 16-bit (128-byte swizzle), as int32 words.
+    The whole slot is viewed as int32 first and the rows sliced from that view: the swizzled layout keeps each
+    64-column block of all BLOCK_T rows together, so a row slice is not a smaller tile of the same layout."""
     KW: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32)
-    k_slot._reinterpret(gl.int32, [ROWS, D // 2], KW).store(gl.reshape(gl.join(lo, hi), [ROWS, D // 2]))
+    words = k_slot._reinterpret(gl.int32, [BLOCK_T, D // 2], KW)
+    if ROWS < BLOCK_T:
+        words = words.slice(ROW0, ROWS)
+    words.store(gl.reshape(gl.join(lo, hi), [ROWS, D // 2]))
 
 
 @gluon.jit
@@ -264,7 +269,7 @@ def produce_k_tiles(k_smem, valid_smem, full, empty, cache_u8, stride_page, bloc
         lo, hi = dequant_tile(words, rope, sbyte, is_rope, F16, LEAVE_OUT)
         # a fresh barrier counts as completed in phase 1, so each slot's first wait passes
         mbarrier.wait(empty.index(buf), ((i // NUM_BUFS) & 1) ^ 1)
-        store_tile_rows(k_smem.index(buf), lo, hi, BLOCK_T, D)
+        store_tile_rows(k_smem.index(buf), lo, hi, 0, BLOCK_T, BLOCK_T, D)
         valid_smem.index(buf).store(valid.to(gl.int8))
         fence_async_shared()  # the generic stores before the consumer's wgmma reads the slot
         gl.thread_barrier()   # every producer warp's part of the tile before the one arrive
@@ -305,9 +310,9 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
         mbarrier.wait(empty.index(buf), ((i // NUM_BUFS) & 1) ^ 1)
         slot = k_smem.index(buf)
         lo, hi = dequant_tile(wa, ra, sa, is_rope, F16)
-        store_tile_rows(slot.slice(0, HT), lo, hi, HT, D)
+        store_tile_rows(slot, lo, hi, 0, HT, BLOCK_T, D)
         lo, hi = dequant_tile(wb, rb, sb, is_rope, F16)
-        store_tile_rows(slot.slice(HT, HT), lo, hi, HT, D)
+        store_tile_rows(slot, lo, hi, HT, HT, BLOCK_T, D)
         valid_smem.index(buf).slice(0, HT).store(va.to(gl.int8))
         valid_smem.index(buf).slice(HT, HT).store(vb.to(gl.int8))
         fence_async_shared()  # the generic stores before the consumers' wgmma read the slot
