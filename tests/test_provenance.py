@@ -34,6 +34,18 @@ def test_fingerprint_drops_comments_docstrings_and_layout_but_not_code():
     assert provenance.code_fingerprint("def broken(:\n") == "def broken(:\n", "unparsable text is kept whole"
 
 
+def test_a_kernel_entrys_prose_is_not_code():
+    """A KernelSpec's summary and prediction describe the rung; rewording them does not stale its rows. Any other
+    argument, and a prose keyword whose value is not a string literal, is code."""
+    fp = provenance.code_fingerprint
+    entry = 'register(KernelSpec(name="k", rung=15, summary="P from registers", prediction="80-" "100 us", pdl=True))'
+    assert fp(entry.replace("P from registers", "P from shared memory")) == fp(entry)
+    assert fp(entry.replace('"80-" "100 us"', '"90 us " + "at h128"')) == fp(entry)
+    assert fp(entry.replace("rung=15", "rung=16")) != fp(entry)
+    assert fp(entry.replace('name="k"', 'name="k2"')) != fp(entry), "a name is code: the registry keys on it"
+    assert fp(entry.replace('summary="P from registers"', "summary=describe(k)")) != fp(entry)
+
+
 def test_a_module_moved_to_another_package_keeps_its_hash_but_a_new_binding_does_not(tmp_path):
     """Moving modules between packages rewrites their relative imports and their folder, not their code."""
     root = _tree(tmp_path, decode="from .layout import layout_of\nfrom . import registry\nSPLITS = 4\n")

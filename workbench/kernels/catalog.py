@@ -158,10 +158,10 @@ from . import wgmma_ws_h64  # noqa: E402 - beside its entry, so that the entry i
 register(KernelSpec(
     name="wgmma_ws_h64", kind="split", rung=15, interpretable=False, split_waves=1, split_granule=64, pdl=True,
     summary="wgmma_ws for a group of 64 heads in three partitions: a softmax warpgroup (QK, softmax, PV of half the "
-            "columns with P from registers), a PV warpgroup (the other half, P from shared memory) and a producer "
+            "columns), a PV warpgroup (the other half), both reading P from shared memory, and a producer "
             "warpgroup (gathers and dequantises one tile at a time into a ring of 2 K tiles)",
     prediction="wgmma_ws's schedule with 64 heads a block gathers each token once per 64 heads, not once per 16. "
-               "A 64-head group in wgmma_ws's two partitions spilled (lab) and ran 2-3x slower than wgmma_f16 "
+               "A 64-head group in wgmma_ws's two partitions spilled (lab) and ran 1.8-3x slower than wgmma_f16 "
                "(data/explore/explore_h200_20261202-1309_ws64.csv); with FlashMLA's unequal register shares (lab: "
                "76 B of spill stores, no serialised wgmma) expect b64 h128 topk2048 at 80-100 us (wgmma_f16: 130, "
                "FlashMLA: 87) and b64 h64 at 45-55 us (auto: 74)",

@@ -1,8 +1,9 @@
-"""What the two Gluon partial kernels share (``wgmma``: every warp runs the whole loop; ``wgmma_ws``: a producer
-partition gathers and dequantises, a consumer warpgroup runs the MMAs): the launch checks and constexprs, the
-gathers, the dequants, q's per-head scaling, the softmax step and the epilogue, and the f16 window's constants.
+"""What the Gluon partial kernels share (``wgmma``: every warp runs the whole loop; ``wgmma_ws``: a producer
+partition gathers and dequantises, a consumer warpgroup runs the MMAs; ``wgmma_ws_h64``: the same for 64 heads, with
+a softmax and a PV warpgroup): the launch checks and constexprs, the gathers, the dequants, the producer partitions,
+q's per-head scaling, the softmax step and the epilogue, and the f16 window's constants.
 
-Both kernels gather a tile of BLOCK_T tokens as [BLOCK_T, G, W] int32 words (G = 8 groups of TILE = 64 columns,
+The kernels gather a tile of BLOCK_T tokens as [BLOCK_T, G, W] int32 words (G = 8 groups of TILE = 64 columns,
 W = 16 words of four e4m3 bytes each, 16 bytes a load) with the rope in the last group's words, and dequantise it
 in one of two ways:
 
@@ -283,7 +284,7 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
                               idx_row, start, end, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr,
                               DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr,
                               BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr):
-    """The producer partition in fewer registers (wgmma_ws_h64's 4 warps at 152): one tile of words at a time, not
+    """The producer partition in fewer registers (wgmma_ws_h64's 4 warps at 112): one tile of words at a time, not
     two. Each tile's gathers are issued, both halves, as soon as the previous tile is stored, and are in flight
     while the producer waits for its slot; then each half is dequantised and stored on its own, so that only half
     a tile of 16-bit words is live at once."""

@@ -3,7 +3,7 @@
 wgmma_ws runs 16 heads a block: at 64 and 128 heads every token is gathered and dequantised once per 16 heads. A
 64-head group in wgmma_ws's two partitions needs two consumer warpgroups of ~200 registers each (the [512, 64]
 fp32 accumulator is 128 a thread) beside a producer that holds two tiles of words: no split of an SM's 65,536
-registers fits, and the spills cost 2-3x (exploratory run, docs/decisions.md). Here, as in FlashMLA's SM90 sparse
+registers fits, and the spills cost 1.8-3x (exploratory run, docs/decisions.md). Here, as in FlashMLA's SM90 sparse
 decode, the block's three warpgroups have unequal shares:
 
 - the softmax warpgroup (the default partition, with what the workers leave: 232 registers): S = q K^T (heads as
@@ -21,7 +21,7 @@ registers than the softmax warpgroup had: lab). q is loaded and scaled 16 heads 
 of shared memory, 76 B of spill stores, no serialised wgmma.
 
 The partitions meet at mbarriers: full/empty per K slot (both consumers hand a slot back), p_full/p_empty around
-the one P buffer, and done for the final row maxima and sums the PV warpgroup's half of the output needs. Each
+the one P buffer, and done for the final row sums the PV warpgroup's half of the output needs. Each
 consumer writes its own half of the partial output. K, q and P are f16 with wgmma_f16's window; a split with a
 non-finite row sum runs again with bf16 operands in the same three partitions.
 
@@ -183,7 +183,7 @@ def _softmax_warpgroup(q_smem, k_smem, valid_smem, p_smem, alpha_smem, stat_smem
                        q_row, stride_qh, pid_h, H, sm_scale_log2, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr,
                        D: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr):
     """q into q_smem (with F16 scaled per head, as wgmma_f16), then per full slot: S = q K^T, the online softmax,
-    P and the rescale factors to the PV warpgroup, O[:, :D/2] += P V[:, :D/2] with P from registers; returns
+    P and the rescale factors to the PV warpgroup, O[:, :D/2] += P V[:, :D/2] with P from shared memory; returns
     (m_i, l_i, O[:, :D/2]). The final m_i and l_i also go to stat_smem for the PV warpgroup."""
     KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16
     DH: gl.constexpr = D // 2

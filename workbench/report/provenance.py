@@ -74,8 +74,20 @@ def write_meta(csv, prov: dict | None = None) -> Path:
 KERNEL_SOURCES = ("workbench/kernels", "workbench/registry.py", "workbench/decode.py", "workbench/plan.py")
 
 
+PROSE_KEYWORDS = ("summary", "prediction")  # keyword arguments whose string values are text about the code
+
+
+def _is_text(node) -> bool:
+    """A string literal, or literals joined by + (implicit concatenation already parses as one constant)."""
+    import ast
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and _is_text(node.left) and _is_text(node.right)
+
+
 def code_fingerprint(source: str) -> str:
-    """Python source without its comments, docstrings and layout (``ast.unparse``): what runs, not how it reads.
+    """Python source without its comments, docstrings, layout (``ast.unparse``) and a kernel entry's prose (the
+    string values of ``PROSE_KEYWORDS`` arguments: a KernelSpec's summary and prediction): what runs, not how it reads.
     A relative ``from ..pkg.mod import x`` keeps only the module's own name (``from mod import x``), so moving a
     module to another package (which rewrites every relative import of it) is not a change of code; an absolute
     import keeps its whole path. Text that does not parse is kept whole."""
@@ -84,6 +96,14 @@ def code_fingerprint(source: str) -> str:
         tree = ast.parse(source)
     except SyntaxError:
         return source
+
+    class NoProse(ast.NodeTransformer):
+        def visit_keyword(self, node):
+            # a kernel entry's prose (KernelSpec(summary=..., prediction=...)) describes the code; it does not run
+            if node.arg in PROSE_KEYWORDS and _is_text(node.value):
+                return ast.copy_location(ast.keyword(arg=node.arg, value=ast.Constant("")), node)
+            return self.generic_visit(node)
+    tree = NoProse().visit(tree)
 
     class BoundNames(ast.NodeTransformer):
         def visit_ImportFrom(self, node):
