@@ -114,8 +114,9 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
                      for bt in (16, 32) for w in ((4, 8) if group < 64 else (8,)) for pf in (0, 1)]
         return plan
     if name == "crossover":  # where the Gluon kernel starts to beat the best Triton rung ("auto" picks by it)
+        # up to b128: the 64-head block (wgmma_ws_h64) fills the SMs only at large calls
         return [(BenchShape(b, h, k), CROSSOVER_PROVIDERS, ("graph",), None)
-                for k in (512, 2048) for h in (16, 64, 128) for b in (1, 2, 4, 8, 16, 32)]
+                for k in (512, 2048) for h in (16, 64, 128) for b in (1, 2, 4, 8, 16, 32, 64, 128)]
     if name == "pdl":
         return [(shape, PDL_PROVIDERS, ("graph",), None) for shape in PDL_SHAPES]
     if name == "isolate":
