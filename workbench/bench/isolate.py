@@ -3,15 +3,17 @@
 Issue 9 asks that a missed goal name its limit and back it with "a variant that isolates the cost". Each variant
 here runs the decode's own launch sequence (``decode.launch_stages``) with a Gluon partial kernel's ``LEAVE_OUT``
 switch set (``workbench.kernels.gluon_common.LEAVE_OUT_BITS``: no next-tile gathers, no dequant, no softmax, no QK
-MMA, no PV MMA; both Gluon kernels, wgmma's and wgmma_ws's, take the same bits), or without the combine launch. With
-every bit clear the switch compiles to the same SASS as the kernel had without it (every Gluon rung and config,
-sm_90 lab, checked when the switch was added; wgmma_f16_2cta again when the pv bit was), so the whole decode timed
-beside the variants is the one every other table times.
+MMA, no PV MMA; the Gluon kernels of wgmma, wgmma_ws and wgmma_ws_h64 take the same bits), or without the combine
+launch. With every bit clear the switch compiles to the same SASS as the kernel had without it (every Gluon rung and
+config, sm_90 lab, checked when the switch was added; wgmma_f16_2cta again when the pv bit was; wgmma_ws_h64 when it
+got the switch), so the whole decode timed beside the variants is the one every other table times. In wgmma_ws_h64
+the no-PV bit drops both warpgroups' PV wgmmas, and "loads_only" compiles with serialised wgmmas (ptxas C7515, lab),
+so its time there is an upper bound.
 
 What a variant leaves out beyond its name (a review of fce87fb; the compiler drops loads whose values go unused):
-with the dequant bit, the scale bytes are never read (both kernels), and in wgmma_ws the rope's bytes are not read
-either (its rope merge is skipped with the dequant), so "no_dequant" and "loads_only" of wgmma_ws also leave out
-64 of a token's 584 bytes. "no_loads", "gather_dequant", "no_pv", "no_qk" and "no_softmax" keep every byte.
+with the dequant bit, the scale bytes are never read (every kernel), and in wgmma_ws and wgmma_ws_h64 the rope's
+bytes are not read either (their rope merge is skipped with the dequant), so their "no_dequant" and "loads_only"
+also leave out 64 of a token's 584 bytes. "no_loads", "gather_dequant", "no_pv", "no_qk" and "no_softmax" keep every byte.
 
 A variant's output is wrong by design, so the bench treats it as a probe (no check against the reference).
 Provider names are ``<decode>~<variant>``, e.g. ``auto~no_loads``.
@@ -64,11 +66,12 @@ def provider_names(impl: str = "auto") -> tuple[str, ...]:
 
 
 def is_gluon(spec) -> bool:
-    """Whether a registered kernel is a rung of a Gluon partial kernel with the LEAVE_OUT switch (wgmma's or
-    wgmma_ws's, which give its bits the same meaning)."""
+    """Whether a registered kernel is a rung of a Gluon partial kernel with the LEAVE_OUT switch (wgmma's,
+    wgmma_ws's or wgmma_ws_h64's, which give its bits the same meaning)."""
     from ..kernels.wgmma import wgmma_partial_kernel
     from ..kernels.wgmma_ws import ws_partial_kernel
-    return spec.kind == "split" and spec.jit in (wgmma_partial_kernel, ws_partial_kernel)
+    from ..kernels.wgmma_ws_h64 import ws_h64_partial_kernel
+    return spec.kind == "split" and spec.jit in (wgmma_partial_kernel, ws_partial_kernel, ws_h64_partial_kernel)
 
 
 def isolated_launches(kw: dict, *, impl: str, variant: str, config=None):

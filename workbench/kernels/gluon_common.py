@@ -283,7 +283,8 @@ def produce_k_tiles(k_smem, valid_smem, full, empty, cache_u8, stride_page, bloc
 def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens,
                               idx_row, start, end, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr,
                               DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr,
-                              BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr):
+                              BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr,
+                              LEAVE_OUT: gl.constexpr = 0):
     """The producer partition in fewer registers (wgmma_ws_h64's 4 warps at 112): one tile of words at a time, not
     two. Each tile's gathers are issued, both halves, as soon as the previous tile is stored, and are in flight
     while the producer waits for its slot; then each half is dequantised and stored on its own, so that only half
@@ -298,21 +299,30 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
     is_rope = g3 == SCALE_BYTES - 1
     ia = load_idx(idx_row, start, end, HT, ROWS)
     ib = load_idx(idx_row, start + HT, end, HT, ROWS)
+    if LEAVE_OUT & 1:  # no loads: every tile reuses the first tile's bytes
+        first_a = load_tile(cache_w, cache_d, cache_u8, ia, start, end, num_tokens, stride_page, block_size, g, g3,
+                            w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
+        first_b = load_tile(cache_w, cache_d, cache_u8, ib, start + HT, end, num_tokens, stride_page, block_size, g,
+                            g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
     i = 0
     for t0 in range(start, end, BLOCK_T):
         buf = i % NUM_BUFS
-        wa, ra, sa, va = load_tile(cache_w, cache_d, cache_u8, ia, t0, end, num_tokens, stride_page, block_size, g,
-                                   g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
-        wb, rb, sb, vb = load_tile(cache_w, cache_d, cache_u8, ib, t0 + HT, end, num_tokens, stride_page,
-                                   block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
-        ia = load_idx(idx_row, t0 + BLOCK_T, end, HT, ROWS)
-        ib = load_idx(idx_row, t0 + BLOCK_T + HT, end, HT, ROWS)
+        if LEAVE_OUT & 1:
+            wa, ra, sa, va = first_a
+            wb, rb, sb, vb = first_b
+        else:
+            wa, ra, sa, va = load_tile(cache_w, cache_d, cache_u8, ia, t0, end, num_tokens, stride_page, block_size,
+                                       g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
+            wb, rb, sb, vb = load_tile(cache_w, cache_d, cache_u8, ib, t0 + HT, end, num_tokens, stride_page,
+                                       block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
+            ia = load_idx(idx_row, t0 + BLOCK_T, end, HT, ROWS)
+            ib = load_idx(idx_row, t0 + BLOCK_T + HT, end, HT, ROWS)
         # a fresh barrier counts as completed in phase 1, so each slot's first wait passes
         mbarrier.wait(empty.index(buf), ((i // NUM_BUFS) & 1) ^ 1)
         slot = k_smem.index(buf)
-        lo, hi = dequant_tile(wa, ra, sa, is_rope, F16)
+        lo, hi = dequant_tile(wa, ra, sa, is_rope, F16, LEAVE_OUT)
         store_tile_rows(slot, lo, hi, 0, HT, BLOCK_T, D)
-        lo, hi = dequant_tile(wb, rb, sb, is_rope, F16)
+        lo, hi = dequant_tile(wb, rb, sb, is_rope, F16, LEAVE_OUT)
         store_tile_rows(slot, lo, hi, HT, HT, BLOCK_T, D)
         valid_smem.index(buf).slice(0, HT).store(va.to(gl.int8))
         valid_smem.index(buf).slice(HT, HT).store(vb.to(gl.int8))

@@ -48,11 +48,11 @@ MAXNREG = 168  # 65,536 registers over the block's 12 warps, rounded down to a m
 
 
 def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, **_switches) -> int:
-    """Shared bytes of one block (sm_90 lab: 205,960 B): q (1 KB/head), NUM_BUFS 16-bit K tiles (1 KB/token) and P
+    """Shared bytes of one block (sm_90 lab: 205,704 B): q (1 KB/head), NUM_BUFS 16-bit K tiles (1 KB/token) and P
     (2 B/token/head), then six small arrays each taken as a whole 128 B or more: the valid bytes, the rescale
-    factors, the final max and sum, and the three groups of mbarriers."""
+    factors, the final row sums, and the three groups of mbarriers."""
     t, h = c.BLOCK_T, c.BLOCK_H
-    small = (NUM_BUFS * t, 4 * h, 8 * h, 8 * NUM_BUFS, 8 * NUM_BUFS, 8 * 3)
+    small = (NUM_BUFS * t, 4 * h, 4 * h, 8 * NUM_BUFS, 8 * NUM_BUFS, 8 * 3)
     return 1024 * h + NUM_BUFS * 1024 * t + 2 * t * h + sum(-(-b // 128) * 128 for b in small)
 
 
@@ -77,6 +77,7 @@ def ws_h64_partial_kernel(
     PV_REGS: gl.constexpr,             # registers per thread of the PV warpgroup (setmaxnreg)
     PRODUCER_WARPS: gl.constexpr,      # warps of the producer partition
     PRODUCER_REGS: gl.constexpr,       # and its registers per thread; the softmax warpgroup gets the rest
+    LEAVE_OUT: gl.constexpr = 0,       # measurement only: gluon_common.LEAVE_OUT_BITS; wrong output
 ):
     KT: gl.constexpr = gl.float16  # the MMA operands' type: K, q, P (bf16 in the rerun)
     D: gl.constexpr = D_NOPE + D_ROPE
@@ -96,7 +97,7 @@ def ws_h64_partial_kernel(
     valid_smem = gl.allocate_shared_memory(gl.int8, [NUM_BUFS, BLOCK_T], FLAT)
     p_smem = gl.allocate_shared_memory(KT, [BLOCK_H, BLOCK_T], P_SMEM)      # P [heads, tokens] for the PV warpgroup
     alpha_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], FLAT)     # the tile's rescale factors
-    stat_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT)    # the final row max and sum
+    lsum_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], FLAT)      # the final row sums
     full = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
     sync = gl.allocate_shared_memory(gl.int64, [3, 1], mbarrier.MBarrierLayout())  # p_full, p_empty, done
@@ -111,21 +112,21 @@ def ws_h64_partial_kernel(
     q_row = q_ptr + bi * stride_qb + si * stride_qs
     slot0 = pid_q * H * s_total + split_offset + split  # the partial slot of head 0; head j's is + j * s_total
 
-    m_i, l_i, acc = _pass(q_smem, k_smem, valid_smem, p_smem, alpha_smem, stat_smem, full, empty, sync, start, end,
+    m_i, l_i, acc = _pass(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, start, end,
                           q_row, stride_qh, pid_h, H, sm_scale_log2, cache_u8, stride_page, block_size, num_tokens,
                           idx_row, part_out_ptr, slot0, s_total, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES,
-                          BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PV_REGS, PRODUCER_WARPS, PRODUCER_REGS, 1)
+                          BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PV_REGS, PRODUCER_WARPS, PRODUCER_REGS, 1, LEAVE_OUT)
     bad = not_finite(l_i)  # a token outside the f16 window makes some row sum non-finite
     out_mult = gl.where(bad, 1.0, F16_OUT_MULT)
     if bad:  # rare: the split again with bf16 operands in the same three partitions; each rewrites its half
         _init_barriers(full, empty, sync, NUM_BUFS, True)
         m_i, l_i, acc = _pass(q_smem._reinterpret(gl.bfloat16, [BLOCK_H, D], Q_SMEM),
                               k_smem._reinterpret(gl.bfloat16, [NUM_BUFS, BLOCK_T, D], K_SMEM), valid_smem,
-                              p_smem._reinterpret(gl.bfloat16, [BLOCK_H, BLOCK_T], P_SMEM), alpha_smem, stat_smem,
+                              p_smem._reinterpret(gl.bfloat16, [BLOCK_H, BLOCK_T], P_SMEM), alpha_smem, lsum_smem,
                               full, empty, sync, start, end, q_row, stride_qh, pid_h, H, sm_scale_log2, cache_u8,
                               stride_page, block_size, num_tokens, idx_row, part_out_ptr, slot0, s_total, D_NOPE,
                               D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PV_REGS,
-                              PRODUCER_WARPS, PRODUCER_REGS, 0)
+                              PRODUCER_WARPS, PRODUCER_REGS, 0, LEAVE_OUT)
     _store_half(acc, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, BLOCK_H, D, 0)
     # the split's base-2 LSE, from the softmax warpgroup's row statistics
     live = l_i != 0  # a NaN sum is live: written as NaN, never dropped by the combine as an empty split
@@ -152,23 +153,24 @@ def _init_barriers(full, empty, sync, NUM_BUFS: gl.constexpr, AGAIN: gl.constexp
 
 
 @gluon.jit
-def _pass(q_smem, k_smem, valid_smem, p_smem, alpha_smem, stat_smem, full, empty, sync, start, end, q_row, stride_qh,
+def _pass(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, start, end, q_row, stride_qh,
           pid_h, H, sm_scale_log2, cache_u8, stride_page, block_size, num_tokens, idx_row, part_out_ptr, slot0,
           s_total, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
           SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr,
           NUM_BUFS: gl.constexpr, PV_REGS: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-          F16: gl.constexpr):
+          F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
     """One pass over the split in the three partitions (F16: the f16 pass, which also signals the combine's
     launch; else the bf16 rerun); returns the softmax warpgroup's (m_i, l_i, O[:, :D/2])."""
     D: gl.constexpr = D_NOPE + D_ROPE
     return gl.warp_specialize([
-        (_softmax_warpgroup, (q_smem, k_smem, valid_smem, p_smem, alpha_smem, stat_smem, full, empty, sync, start,
-                              end, q_row, stride_qh, pid_h, H, sm_scale_log2, BLOCK_H, BLOCK_T, D, NUM_BUFS, F16)),
-        (_pv_warpgroup, (k_smem, p_smem, alpha_smem, stat_smem, full, empty, sync, start, end, part_out_ptr, slot0,
-                         pid_h, H, s_total, BLOCK_H, BLOCK_T, D, NUM_BUFS, F16)),
+        (_softmax_warpgroup, (q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, start,
+                              end, q_row, stride_qh, pid_h, H, sm_scale_log2, BLOCK_H, BLOCK_T, D, NUM_BUFS, F16,
+                              LEAVE_OUT)),
+        (_pv_warpgroup, (k_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, start, end, part_out_ptr, slot0,
+                         pid_h, H, s_total, BLOCK_H, BLOCK_T, D, NUM_BUFS, F16, LEAVE_OUT)),
         (produce_k_tiles_in_halves, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens,
                                      idx_row, start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T,
-                                     BS_SHIFT, NUM_BUFS, F16)),
+                                     BS_SHIFT, NUM_BUFS, F16, LEAVE_OUT)),
     ], [4, PRODUCER_WARPS], [PV_REGS, PRODUCER_REGS])
 
 
@@ -179,12 +181,12 @@ def _half_layout(BLOCK_H, D):
 
 
 @gluon.jit
-def _softmax_warpgroup(q_smem, k_smem, valid_smem, p_smem, alpha_smem, stat_smem, full, empty, sync, start, end,
+def _softmax_warpgroup(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, start, end,
                        q_row, stride_qh, pid_h, H, sm_scale_log2, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr,
-                       D: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr):
+                       D: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
     """q into q_smem (with F16 scaled per head, as wgmma_f16), then per full slot: S = q K^T, the online softmax,
     P and the rescale factors to the PV warpgroup, O[:, :D/2] += P V[:, :D/2] with P from shared memory; returns
-    (m_i, l_i, O[:, :D/2]). The final m_i and l_i also go to stat_smem for the PV warpgroup."""
+    (m_i, l_i, O[:, :D/2]). The final l_i also goes to lsum_smem for the PV warpgroup."""
     KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16
     DH: gl.constexpr = D // 2
     SL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -219,11 +221,15 @@ def _softmax_warpgroup(q_smem, k_smem, valid_smem, p_smem, alpha_smem, stat_smem
         buf = i % NUM_BUFS
         mbarrier.wait(full.index(buf), (i // NUM_BUFS) & 1)
         kb = k_smem.index(buf)
-        s = warpgroup_mma(q_smem, kb.permute((1, 0)), s_zero, use_acc=False, is_async=True)  # [BLOCK_H, BLOCK_T]
-        s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))  # also retires the last PV
+        if LEAVE_OUT & 8:  # no QK MMA: constant scores; the last PV is still retired here
+            s = s_zero + 1.0
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        else:
+            s = warpgroup_mma(q_smem, kb.permute((1, 0)), s_zero, use_acc=False, is_async=True)  # [BLOCK_H, BLOCK_T]
+            s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))  # also retires the last PV
         # this warpgroup is done with the previous slot (its PV has retired in every warp: the barrier below)
         v = valid_smem.index(buf).load(gl.SliceLayout(0, SL)) != 0
-        p, alpha, m_i = softmax_step(s, v, m_i, scale, F16, 0, 1)
+        p, alpha, m_i = softmax_step(s, v, m_i, scale, F16, LEAVE_OUT & 4, 1)
         l_i = l_i * alpha + gl.sum(p, 1)
         pk = p.to(KT)
         mbarrier.wait(p_empty, (i & 1) ^ 1)  # the PV warpgroup has read the last P and factors
@@ -234,23 +240,25 @@ def _softmax_warpgroup(q_smem, k_smem, valid_smem, p_smem, alpha_smem, stat_smem
         mbarrier.arrive(p_full)
         mbarrier.arrive(empty.index((i + NUM_BUFS - 1) % NUM_BUFS), pred=i > 0)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, OL)), 1)
-        acc = warpgroup_mma(p_smem, kb.slice(0, DH, dim=1), acc, is_async=True)
+        if LEAVE_OUT & 16:  # no PV MMA: the accumulator keeps its rescaled zeros
+            acc = warpgroup_mma_init(acc)
+        else:
+            acc = warpgroup_mma(p_smem, kb.slice(0, DH, dim=1), acc, is_async=True)
         i += 1
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     if F16:  # the combine's launch overlaps the epilogue (and a bf16 pass, if one follows)
         gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
                                   is_pure=False, pack=1)
-    stat_smem.index(0).store(m_i)
-    stat_smem.index(1).store(l_i)
+    lsum_smem.store(l_i)
     gl.thread_barrier()
     mbarrier.arrive(sync.index(2))
     return m_i, l_i, acc
 
 
 @gluon.jit
-def _pv_warpgroup(k_smem, p_smem, alpha_smem, stat_smem, full, empty, sync, start, end, part_out_ptr, slot0, pid_h,
+def _pv_warpgroup(k_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, start, end, part_out_ptr, slot0, pid_h,
                   H, s_total, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr,
-                  F16: gl.constexpr):
+                  F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
     """Per tile: O[:, D/2:] rescaled by the softmax warpgroup's factors, += P V[:, D/2:]; then this half of the
     split's normalised output into the partial buffer."""
     DH: gl.constexpr = D // 2
@@ -265,13 +273,14 @@ def _pv_warpgroup(k_smem, p_smem, alpha_smem, stat_smem, full, empty, sync, star
         mbarrier.wait(full.index(buf), (i // NUM_BUFS) & 1)
         mbarrier.wait(p_full, i & 1)
         acc = acc * gl.expand_dims(alpha_smem.load(ROW), 1)
-        acc = warpgroup_mma(p_smem, k_smem.index(buf).slice(DH, DH, dim=1), acc)
+        if not (LEAVE_OUT & 16):  # (no PV MMA: the accumulator keeps its rescaled zeros)
+            acc = warpgroup_mma(p_smem, k_smem.index(buf).slice(DH, DH, dim=1), acc)
         gl.thread_barrier()  # every warp's wgmma has read P and the slot, and every warp has read the factors
         mbarrier.arrive(p_empty)
         mbarrier.arrive(empty.index(buf))
         i += 1
     mbarrier.wait(sync.index(2), 0)
-    l_i = stat_smem.index(1).load(ROW)
+    l_i = lsum_smem.load(ROW)
     # F16: a non-finite row sum makes this half non-finite too, and the bf16 pass writes it again
     _store_half(acc, l_i, F16_OUT_MULT if F16 else 1.0, part_out_ptr, slot0, pid_h, H, s_total, BLOCK_H, D, 1)
 
@@ -301,10 +310,11 @@ def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
 
 def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
                           tokens_per_split, sm_scale, name, allowed=ALLOWED, config=None, maxnreg=MAXNREG,
-                          switches=SWITCHES):
+                          switches=SWITCHES, LEAVE_OUT=0):
     """Run the three-partition partial kernel for one KV scope into splits [split_offset, split_offset+num_splits).
 
-    name, allowed: the registered rung's name and config table; switches: its constexprs (SWITCHES)."""
+    name, allowed: the registered rung's name and config table; switches: its constexprs (SWITCHES); LEAVE_OUT:
+    stages to drop, for a measurement (workbench.bench.isolate)."""
     require_sm90(q, name)
     b, s_q, h, _ = q.shape
     cfg = default_config(h, allowed) if config is None else TiledConfig.from_any(config, allowed, name)
@@ -314,4 +324,4 @@ def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse,
     grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
     launch(ws_h64_partial_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H,
                                              BLOCK_T=cfg.BLOCK_T, num_warps=cfg.num_warps, maxnreg=maxnreg,
-                                             **switches))
+                                             LEAVE_OUT=LEAVE_OUT, **switches))

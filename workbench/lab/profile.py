@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     p.add_argument("--topk", type=int, default=2048)
     p.add_argument("--config", type=json.loads, default=None, help='JSON, e.g. \'{"BLOCK_H": 16, "BLOCK_T": 32}\'')
     a = p.parse_args(argv)
-    run(a.impl, a.batch, a.heads, a.topk, a.config)
+    run(a.impl, a.batch, a.heads, a.topk, a.config or None)  # {} (as gpu_session.sh passes): the default
     return 0
 
 
