@@ -233,7 +233,7 @@ def test_auto_is_recorded_as_the_rung_decode_runs_on_an_h200(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (9, 0))
     for shape, rung in ((BenchShape(64, 16, 2048), "wgmma_ws"), (BenchShape(1, 64, 512), "wgmma_f16_2cta"),
-                        (BenchShape(64, 64, 2048), "wgmma_f16")):
+                        (BenchShape(64, 64, 2048), "wgmma_ws_h64"), (BenchShape(1, 16, 512), "wgmma_xchg")):
         assert registry.resolve("auto", "cuda", heads=shape.heads, tokens=shape.batch * shape.topk) == rung
         assert bench.kernel_of("auto", shape) == bench.kernel_of("auto+plan", shape) == rung, shape.label
 

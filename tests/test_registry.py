@@ -109,19 +109,32 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("mma", "cpu", heads=64, tokens=64 * 2048) == "mma"  # named: never replaced
     monkeypatch.setattr(common, "INTERPRET", False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (9, 0))
-    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "wgmma_f16"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=4 * 2048) == "wgmma_f16"
-    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "wgmma_ws"  # the biggest h16 calls
-    assert registry.resolve("auto", "cuda", heads=16, tokens=32 * 2048) == "wgmma_ws"  # from 65536 tokens up
-    assert registry.resolve("auto", "cuda", heads=16, tokens=32 * 2048 - 1) == "wgmma_f16"
+    # <= 16 heads: the bf16 rung up to 8192 tokens, wgmma_ws from 65536 tokens, wgmma_f16 between
+    assert registry.resolve("auto", "cuda", heads=16, tokens=512) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=4 * 2048) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=4 * 2048 + 1) == "wgmma_f16"
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 640) == "wgmma_f16"  # the production shape
+    assert registry.resolve("auto", "cuda", heads=16, tokens=32 * 2048 - 1) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=32 * 2048) == "wgmma_ws"  # from 65536 tokens up
+    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "wgmma_ws"  # the biggest h16 calls
+    assert registry.resolve("auto", "cuda", heads=8, tokens=4 * 2048 + 1) == "wgmma_f16"  # padded to 16 heads
+    # 17-63 heads: the 16-head groups up to 4096 tokens, else wgmma_f16 (the newer rungs were not timed there)
+    assert registry.resolve("auto", "cuda", heads=32, tokens=4096) == "wgmma_f16_2cta"
+    assert registry.resolve("auto", "cuda", heads=32, tokens=4097) == "wgmma_f16"
     assert registry.resolve("auto", "cuda", heads=32, tokens=64 * 2048) == "wgmma_f16"
-    assert registry.resolve("auto", "cuda", heads=16, tokens=4 * 512) == "wgmma_f16"
-    assert registry.resolve("auto", "cuda", heads=16, tokens=2048) == "wgmma_f16"
+    # >= 64 heads, by head-tokens: the 16-head groups below 2**18, the bf16 rung up to 2**20, then the 64-head block
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "wgmma_f16_2cta"  # small call, 64 heads
-    assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "wgmma_f16_2cta"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=4097) == "wgmma_f16"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=512) == "wgmma_f16"  # not measured there
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4095) == "wgmma_f16_2cta"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048 + 1) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=512) == "wgmma_f16_2cta"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=2047) == "wgmma_f16_2cta"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=2048) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 2048) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 2048 + 1) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 2048) == "wgmma_ws_h64"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (12, 0))
     assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "tile512"
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "portable_ws"  # sm_120: no wgmma

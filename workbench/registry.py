@@ -37,27 +37,39 @@ def decode_impls() -> tuple[str, ...]:
     return (AUTO,) + names("split", "fused", "reference")
 
 
-# auto_kernel's thresholds, from the crossover sweeps (data/*_crossover.csv; the numbers: docs/decisions.md)
-TWO_BLOCK_MAX_TOKENS_H64 = 4096    # h64: up to b8 topk512 and b2 topk2048 the 16-head groups win
-WS_MIN_TOKENS_H16 = 65536
+# auto_kernel's thresholds, from the crossover sweeps (data/*_crossover.csv; the numbers: docs/decisions.md). A
+# "head-token" is one head's score for one selected token: heads * tokens, the QK work of a call
+TWO_BLOCK_MAX_TOKENS_H64 = 4096      # 17-63 heads: up to b8 topk512 and b2 topk2048 the 16-head groups win
+WS_MIN_TOKENS_H16 = 65536            # <= 16 heads: from b32 topk2048 the warp-specialised kernel wins
+XCHG_MAX_TOKENS_H16 = 8192           # <= 16 heads (one 16-head group): up to b4 topk2048 the bf16 rung wins
+TWO_BLOCK_BELOW_HEAD_TOKENS = 1 << 18  # >= 64 heads: below b8 topk512 at h64, b4 topk512 at h128
+XCHG_MAX_HEAD_TOKENS = 1 << 20       # >= 64 heads: up to b8 topk2048 at h64, b4 topk2048 at h128; then the 64-head block
 
 
 def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     """What "auto" runs on a GPU of ``capability`` ("sm_90", ...) for a call of this size (a pure rule).
 
-    On sm_90: "wgmma_f16_2cta" at 17-64 heads up to TWO_BLOCK_MAX_TOKENS_H64 selected tokens (64-head groups
-    leave most SMs idle there), "wgmma_ws" at <= 16 heads from WS_MIN_TOKENS_H16 up, else "wgmma_f16"; any other
-    GPU: :func:`portable_kernel`. Why: the crossover sweep picks within 2% of the fastest kept rung at its shapes
-    (data/bench_h200_20261201-2341_crossover.csv; the history of the rule: docs/decisions.md). ``tokens`` is the
-    call's selected tokens in all: b * s_q * (topk + extra topk).
+    On sm_90: at <= 16 heads (padded to one 16-head group) "wgmma_xchg" up to XCHG_MAX_TOKENS_H16 tokens,
+    "wgmma_ws" from WS_MIN_TOKENS_H16, "wgmma_f16" between; at >= 64 heads, by head-tokens (heads * tokens),
+    "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS, "wgmma_xchg" up to XCHG_MAX_HEAD_TOKENS, "wgmma_ws_h64"
+    above; at 17-63 heads (where wgmma_xchg and wgmma_ws_h64 were not timed) "wgmma_f16_2cta" up to
+    TWO_BLOCK_MAX_TOKENS_H64 tokens, else "wgmma_f16". Any other GPU: :func:`portable_kernel`. Why: in the crossover
+    sweep (data/bench_h200_20261202-1506_crossover.csv, 48 shapes) the pick is within 3.2% of the fastest of those
+    five rungs at every shape (the history of the rule: docs/decisions.md). ``tokens`` is the call's selected
+    tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
         return portable_kernel(capability, heads=heads, tokens=tokens)
-    if 16 < heads <= 64 and tokens <= TWO_BLOCK_MAX_TOKENS_H64:
+    work = heads * tokens
+    if heads <= 16:
+        if tokens <= XCHG_MAX_TOKENS_H16:
+            return "wgmma_xchg"
+        return "wgmma_ws" if tokens >= WS_MIN_TOKENS_H16 else "wgmma_f16"
+    if heads < 64:
+        return "wgmma_f16_2cta" if tokens <= TWO_BLOCK_MAX_TOKENS_H64 else "wgmma_f16"
+    if work < TWO_BLOCK_BELOW_HEAD_TOKENS:
         return "wgmma_f16_2cta"
-    if heads <= 16 and tokens >= WS_MIN_TOKENS_H16:
-        return "wgmma_ws"
-    return "wgmma_f16"
+    return "wgmma_xchg" if work <= XCHG_MAX_HEAD_TOKENS else "wgmma_ws_h64"
 
 
 PORTABLE_CAPABILITIES = ("sm_100", "sm_103", "sm_110", "sm_120", "sm_121")  # warp specialisation, no wgmma
