@@ -1,0 +1,104 @@
+"""Warp-stall samples of a warp-specialised kernel, by partition, from Nsight Compute's per-instruction table.
+
+``ncu --page source --print-source sass --csv`` (what ``scripts/gpu_session.sh`` writes with ``NCU_SOURCE=1``) gives
+each SASS instruction its stall samples, but not the partition it belongs to. In the SASS of a Gluon
+``gl.warp_specialize`` kernel on sm_90 each partition's code starts with the ``setmaxnreg`` that gives it its
+register share (``USETMAXREG ... 0x70``: 112 registers), so the registers name the partition: the code from one
+``USETMAXREG`` to the next belongs to the share the first one sets (a rerun's copy of a partition has the same
+share). An mbarrier wait spins in a stub after the kernel's last partition (``SYNCS.PHASECHK`` then a branch back);
+its samples go to the partition the stub returns to.
+
+    python -m workbench.lab.stalls data/ncu/source/<commit>_ncu_source_<kernel>_h<heads>.csv.gz [--names 112=producer ...]
+"""
+from __future__ import annotations
+
+import argparse
+import re
+
+import pandas as pd
+
+SAMPLES = "Warp Stall Sampling (All Samples)"
+_SETMAXNREG = re.compile(r"USETMAXREG\.\S+\s+(?:\S+,\s*)?(0x[0-9a-f]+)")
+_BRANCH = re.compile(r"^\s*(?:@!?U?P\w+\s+)?BRA\s+(0x[0-9a-f]+)")
+
+
+def read_source_csv(path) -> pd.DataFrame:
+    """The per-instruction table (its first line names the kernel); numeric columns as numbers, 0 where blank."""
+    df = pd.read_csv(path, skiprows=1)
+    for col in df.columns:
+        if col not in ("Address", "Source", "Address Space", "Access Operation"):
+            df[col] = pd.to_numeric(df[col], errors="coerce").fillna(0)
+    df["address"] = df["Address"].map(lambda a: int(str(a), 16))
+    return df
+
+
+def partition_of_each_instruction(df: pd.DataFrame) -> pd.Series:
+    """The register share (an int, from the last ``USETMAXREG`` above it) of each instruction's partition; 0 before
+    the first. Retry stubs of mbarrier waits take the share of the code their exit branch returns to."""
+    regs, current = [], 0
+    for src in df["Source"]:
+        m = _SETMAXNREG.search(src)
+        if m:
+            current = int(m.group(1), 16)
+        regs.append(current)
+    regs = pd.Series(regs, index=df.index)
+    at = dict(zip(df["address"], regs))
+    waits = [i for i, src in zip(df.index, df["Source"]) if "SYNCS.PHASECHK" in src]
+    for i in waits:
+        # a stub is the wait, a conditional branch back to itself, and an unconditional branch to the caller
+        for j in range(i + 1, min(i + 4, len(df))):
+            m = _BRANCH.match(df["Source"][j])
+            if m and not df["Source"][j].lstrip().startswith("@"):
+                target = at.get(int(m.group(1), 16))
+                if target is not None:
+                    regs[i:j + 1] = target
+                break
+    return regs
+
+
+def is_wait(df: pd.DataFrame) -> pd.Series:
+    """Instructions that spin on an mbarrier: the try-waits, and the branches into their retry stubs (a branch's
+    samples there are long-scoreboard stalls on the try-wait's result)."""
+    wait = df["Source"].str.contains("SYNCS.PHASECHK", regex=False)
+    wait_at = set(df.loc[wait, "address"])
+
+    def branches_to_wait(src: str) -> bool:
+        m = _BRANCH.match(src)
+        return bool(m) and int(m.group(1), 16) in wait_at
+    return wait | df["Source"].map(branches_to_wait)
+
+
+def partition_stalls(df: pd.DataFrame, names: dict[int, str] | None = None) -> pd.DataFrame:
+    """One row per register share: its stall samples, their share of the kernel's, and how many of them are
+    mbarrier waits. ``names`` maps a share (registers) to a partition's name; other shares keep their number."""
+    regs = partition_of_each_instruction(df)
+    wait = is_wait(df)
+    rows = []
+    for share, idx in regs.groupby(regs).groups.items():
+        samples = df.loc[idx, SAMPLES].sum()
+        waiting = df.loc[idx][wait.loc[idx]][SAMPLES].sum()
+        rows.append(dict(partition=(names or {}).get(share, f"{share} registers"), registers=share,
+                         samples=int(samples), share=samples / max(df[SAMPLES].sum(), 1),
+                         mbarrier_wait_samples=int(waiting), waiting=waiting / max(samples, 1)))
+    return pd.DataFrame(rows).sort_values("samples", ascending=False, ignore_index=True)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m workbench.lab.stalls", description=__doc__.split("\n\n")[0])
+    p.add_argument("csv", help="ncu --page source --print-source sass --csv output (.csv or .csv.gz)")
+    p.add_argument("--names", nargs="*", default=[], metavar="REGS=NAME",
+                   help="name a partition by its register share, e.g. 112=producer 160=pv 232=softmax")
+    a = p.parse_args(argv)
+    names = {}
+    for item in a.names:
+        regs, _, name = item.partition("=")
+        if not regs.isdigit() or not name:
+            p.error(f"--names: expected REGS=NAME, e.g. 112=producer; got {item!r}")
+        names[int(regs)] = name
+    table = partition_stalls(read_source_csv(a.csv), names)
+    print(table.to_string(index=False, formatters={"share": "{:.1%}".format, "waiting": "{:.0%}".format}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
