@@ -21,7 +21,7 @@
 # states; the older tables are history), or from a fresh sweep when a GPU is present and `fresh=True`. Each
 # row is one (provider, shape, mode) measurement with median, p20 and p80 over cold-L2 calls, checked
 # against the fp32 reference first. "workbench default (auto)" is the default kernel, `impl="auto"`
-# (on the H200 an f16 Gluon rung, `wgmma_f16`, `wgmma_f16_2cta` or `wgmma_ws` by call size, `registry.auto_kernel`),
+# (on the H200 a Gluon rung by call size, `wgmma_xchg`, `wgmma_f16`, `wgmma_f16_2cta`, `wgmma_ws` or `wgmma_ws_h64`: `registry.auto_kernel`),
 # timed in the current headline table; "seed MMA kernel" is the
 # autotuned head-batched Triton kernel the workbench started from (provider "mma"), which is all the
 # batch sweeps have. FlashMLA is the peer; the "gather floor", where a table has it, reads the same
@@ -191,7 +191,7 @@ show[["provider", "mode", "heads", "fixed_us", "per_request_us", "r2", "points"]
 
 # %% [markdown]
 # ## Headline ratios of the default kernel
-# The default kernel is `impl="auto"` (on the H200 an f16 Gluon rung, `wgmma_f16`, `wgmma_f16_2cta` or `wgmma_ws`, by call size:
+# The default kernel is `impl="auto"` (on the H200 a Gluon rung by call size, `wgmma_xchg`, `wgmma_f16`, `wgmma_f16_2cta`, `wgmma_ws` or `wgmma_ws_h64`:
 # `registry.auto_kernel`). Each ratio takes our time and the other provider's from the same table (one run): the
 # "auto" rows of the current headline table, or, at a shape that table lacks, the rows of another sweep's current
 # table (`figures.same_run_times`), of auto or of the rung auto picks there. The SIMT ratio is the exception:

@@ -24,8 +24,8 @@
 # in the tables and it stays on the ladder here. This notebook reads only `data/` (no GPU, no kernel
 # launch): the ladder table timed every rung beside FlashMLA and the gather floor (a kernel that
 # reads exactly the bytes a decode reads and does no math) in one CUDA-graph run with cold KV; the
-# headline tables timed the default kernel (`impl="auto"`: on sm_90 an f16 Gluon rung, `wgmma_f16`,
-# `wgmma_f16_2cta` or the warp-specialised `wgmma_ws`, by call size, `registry.auto_kernel`); the isolate tables time
+# headline tables timed the default kernel (`impl="auto"`: on sm_90 a Gluon rung by call size,
+# `wgmma_xchg`, `wgmma_f16`, `wgmma_f16_2cta`, `wgmma_ws` or `wgmma_ws_h64`, `registry.auto_kernel`); the isolate tables time
 # it with one stage left out (`workbench.bench.isolate`); earlier ladder tables show how the first Gluon rung,
 # `wgmma`, got where it is; forced-config tables check the autotuner; Nsight Compute reports (`data/ncu/`)
 # say where the time goes.
