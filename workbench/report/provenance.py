@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 import subprocess
 from pathlib import Path
@@ -85,6 +86,7 @@ def _is_text(node) -> bool:
     return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and _is_text(node.left) and _is_text(node.right)
 
 
+@functools.lru_cache(maxsize=None)  # the same file text recurs in every commit that did not touch it
 def code_fingerprint(source: str) -> str:
     """Python source without its comments, docstrings, layout (``ast.unparse``) and a kernel entry's prose (the
     string values of ``PROSE_KEYWORDS`` arguments: a KernelSpec's summary and prediction): what runs, not how it reads.
