@@ -690,7 +690,8 @@ def test_same_run_times_prefers_auto_and_takes_peers_from_its_table(bench):
     # the current headline table lacks the production shape: the newest other current table with auto rows there
     prod = figures.same_run_times(bench, batch=64, heads=16, topk=128, extra_topk=512)
     now = bench[is_current(bench)]
-    auto_prod = now[(now.provider == "auto") & (now.extra_topk == 512) & (now["mode"] == "graph")]
+    auto_prod = now[(now.provider == "auto") & (now.batch == 64) & (now.heads == 16) & (now.topk == 128)
+                    & (now.extra_topk == 512) & (now["mode"] == "graph")]
     assert prod["kernel"] == "auto" and prod["source"] == auto_prod.sort_values(["date", "source"]).source.iloc[-1]
     assert not prod["source"].endswith("_headline.csv") and prod["source"] in set(cur)
     assert figures.default_kernel_rows(bench).provider.eq("auto").sum() == bench.provider.eq("auto").sum()

@@ -279,6 +279,7 @@ def fig_overhead(df, *, bounds: dict | None = None):
     # its number written at the cut
     clip = OVERHEAD_CLIP * max(float(np.median(np.abs(med.median_us))), max(bounds.values(), default=0.0))
     cut = False
+    top = clip if (med.median_us > clip).any() else float("inf")  # where the axis will stop
     for i, shape in enumerate(shapes):
         for j, p in enumerate(provs):
             x = i - 0.4 + width * (j + 0.5)
@@ -298,7 +299,9 @@ def fig_overhead(df, *, bounds: dict | None = None):
                 continue
             ax.bar(x, m, width=width * 0.9, color=colors[p], hatch=hatches[p], edgecolor="white", linewidth=0.5)
             ax.errorbar(x, m, yerr=[[m - lo], [hi - m]], fmt="none", ecolor="k", elinewidth=1, capsize=3)
-            ax.text(x, max(m, hi), text, ha="center", va="bottom",
+            # a whisker that runs past the cut axis takes its number inside the axis, as a cut bar does
+            y, va = (0.97 * top, "top") if max(m, hi) > 0.9 * top else (max(m, hi), "bottom")
+            ax.text(x, y, text, ha="center", va=va,
                     fontsize=7.5, zorder=5, bbox=dict(facecolor="white", edgecolor="none", alpha=0.85, pad=0.6))
             lows.append(min(m, lo))
             highs.append(max(m, hi))
