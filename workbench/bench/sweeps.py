@@ -83,8 +83,9 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
     if name == "production":
         return [(BenchShape(b, h, 128, block_size=256, extra_topk=512, extra_block_size=64), fast,
                  ("eager",) + (("graph",) if b <= 8 else ()), None) for h in (64, 128) for b in BATCHES]
-    if name == "baselines":
-        return [(BenchShape(b, 64, 2048), ("simt", "reference"), ("eager",), None) for b in (1, 8, 64, 132)]
+    if name == "baselines":  # the seed and the default beside SIMT, so that the speed-ups over SIMT are one run's
+        return [(BenchShape(b, 64, 2048), ("simt", "reference", "mma", "auto"), ("eager",), None)
+                for b in (1, 8, 64, 132)]
     if name == "warps":
         return [(BenchShape(b, h, 2048), ("mma",), ("eager",),
                  {"BLOCK_H": min(64, h), "BLOCK_T": 16, "num_warps": w, "num_stages": 1, "PREFETCH": int(h <= 32)})

@@ -84,11 +84,12 @@ def fig_production(rows, panels, *, batches=None):
     return fig
 
 
-def fig_speedups(vs_fm, vs_simt, *, batches=None, ours: str = "mma"):
+def fig_speedups(vs_fm, vs_simt, *, batches=None, ours: str = "mma", simt_runs: str = "one run"):
     """Speed of one of our providers (``ours``) relative to FlashMLA by heads (graph and eager panels) and over SIMT.
 
     The frames hold the columns ``flashmla time / <ours> time`` and ``simt time / <ours> time``; the legend
-    names ``ours`` by its label (the batch sweeps only have the seed, "mma").
+    names ``ours`` by its label (the batch sweeps only have the seed, "mma"). ``simt_runs`` says under the SIMT
+    panel's title where its pairs came from (e.g. SIMT's table, when it is another run's).
     """
     import matplotlib.pyplot as plt
     import seaborn as sns
@@ -121,7 +122,7 @@ def fig_speedups(vs_fm, vs_simt, *, batches=None, ours: str = "mma"):
         ax.bar_label(bars, fmt="%.0fx", fontsize=9)
         ax.set_ylim(0, float(vs[sc].max()) * 1.15)
         modes = ", ".join(sorted(vs_simt["mode"].unique()))
-        ax.set_title(f"over per-head SIMT, 64 heads ({modes})", fontsize=10)
+        ax.set_title(f"over per-head SIMT, 64 heads ({modes})\n{simt_runs}", fontsize=9)
     else:
         ax.text(0.5, 0.5, "no SIMT timings", transform=ax.transAxes, ha="center", color="grey")
         ax.set_title("over per-head SIMT", fontsize=10)
