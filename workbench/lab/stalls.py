@@ -3,10 +3,13 @@
 ``ncu --page source --print-source sass --csv`` (what ``scripts/gpu_session.sh`` writes with ``NCU_SOURCE=1``) gives
 each SASS instruction its stall samples, but not the partition it belongs to. In the SASS of a Gluon
 ``gl.warp_specialize`` kernel on sm_90 each partition's code starts with the ``setmaxnreg`` that gives it its
-register share (``USETMAXREG ... 0x70``: 112 registers), so the registers name the partition: the code from one
-``USETMAXREG`` to the next belongs to the share the first one sets (a rerun's copy of a partition has the same
-share). An mbarrier wait spins in a stub after the kernel's last partition (``SYNCS.PHASECHK`` then a branch back);
-its samples go to the partition the stub returns to.
+register share (``USETMAXREG ... 0x70``: 112 registers), so the share names the code from one ``USETMAXREG`` to
+the next (a rerun's copy of a partition has the same share). Two shares are not a partition's loop: the one every
+warp starts with (the kernel's register cap, e.g. 120 for wgmma_ws_h64: the dispatch prologue) and the default
+partition's outside ``warp_specialize`` (e.g. 256: the checks between passes and the epilogue). After the kernel's
+last ``EXIT`` lie the retry stubs of mbarrier waits (``SYNCS.PHASECHK`` and a branch back, sometimes after a few
+instructions that rebuild the barrier's address), each ended by a branch back to its caller: a stub's samples go
+to the share of the code it returns to, and they, and the branches into the stub, count as waiting.
 
     python -m workbench.lab.stalls data/ncu/source/<commit>_ncu_source_<kernel>_h<heads>.csv.gz [--names 112=producer ...]
 """
@@ -32,9 +35,27 @@ def read_source_csv(path) -> pd.DataFrame:
     return df
 
 
+def _stubs(df: pd.DataFrame) -> list[tuple[int, int, int | None]]:
+    """(first row, last row, return address) of each block after the kernel's last EXIT, a block ending at an
+    unconditional branch (the return to the caller); None where a block has no such branch."""
+    src = df["Source"].tolist()
+    exits = [i for i, line in enumerate(src) if re.match(r"^\s*EXIT\b", line)]
+    if not exits:
+        return []
+    blocks, first = [], exits[-1] + 1
+    for i in range(first, len(src)):
+        m = _BRANCH.match(src[i])
+        if m and not src[i].lstrip().startswith("@"):
+            blocks.append((first, i, int(m.group(1), 16)))
+            first = i + 1
+    if first < len(src):
+        blocks.append((first, len(src) - 1, None))
+    return blocks
+
+
 def partition_of_each_instruction(df: pd.DataFrame) -> pd.Series:
     """The register share (an int, from the last ``USETMAXREG`` above it) of each instruction's partition; 0 before
-    the first. Retry stubs of mbarrier waits take the share of the code their exit branch returns to."""
+    the first. The retry stubs after the last EXIT take the share of the code they return to."""
     regs, current = [], 0
     for src in df["Source"]:
         m = _SETMAXNREG.search(src)
@@ -43,29 +64,26 @@ def partition_of_each_instruction(df: pd.DataFrame) -> pd.Series:
         regs.append(current)
     regs = pd.Series(regs, index=df.index)
     at = dict(zip(df["address"], regs))
-    waits = [i for i, src in zip(df.index, df["Source"]) if "SYNCS.PHASECHK" in src]
-    for i in waits:
-        # a stub is the wait, a conditional branch back to itself, and an unconditional branch to the caller
-        for j in range(i + 1, min(i + 4, len(df))):
-            m = _BRANCH.match(df["Source"][j])
-            if m and not df["Source"][j].lstrip().startswith("@"):
-                target = at.get(int(m.group(1), 16))
-                if target is not None:
-                    regs[i:j + 1] = target
-                break
+    for first, last, ret in _stubs(df):
+        if ret is not None and ret in at:
+            regs.iloc[first:last + 1] = at[ret]
     return regs
 
 
 def is_wait(df: pd.DataFrame) -> pd.Series:
-    """Instructions that spin on an mbarrier: the try-waits, and the branches into their retry stubs (a branch's
-    samples there are long-scoreboard stalls on the try-wait's result)."""
+    """Instructions that spin on an mbarrier: every try-wait, every instruction of a stub that holds one, and every
+    branch into such a stub (a branch's samples there are long-scoreboard stalls on the try-wait's result)."""
     wait = df["Source"].str.contains("SYNCS.PHASECHK", regex=False)
-    wait_at = set(df.loc[wait, "address"])
+    into = set()
+    for first, last, _ in _stubs(df):
+        if wait.iloc[first:last + 1].any():
+            wait.iloc[first:last + 1] = True
+            into |= set(df["address"].iloc[first:last + 1])
 
-    def branches_to_wait(src: str) -> bool:
+    def branches_into(src: str) -> bool:  # a conditional branch: the try-wait above it failed
         m = _BRANCH.match(src)
-        return bool(m) and int(m.group(1), 16) in wait_at
-    return wait | df["Source"].map(branches_to_wait)
+        return bool(m) and src.lstrip().startswith("@") and int(m.group(1), 16) in into
+    return wait | df["Source"].map(branches_into)
 
 
 def partition_stalls(df: pd.DataFrame, names: dict[int, str] | None = None) -> pd.DataFrame:
