@@ -28,7 +28,18 @@ def test_provider_names_split_into_a_decode_and_a_variant():
 
 def test_only_the_gluon_partial_kernels_take_leave_out():
     assert isolate.is_gluon(registry.get("wgmma_ws")) and isolate.is_gluon(registry.get("wgmma_f16_2cta"))
+    assert isolate.is_gluon(registry.get("wgmma_ws_h64"))
     assert not isolate.is_gluon(registry.get("tile512")) and not isolate.is_gluon(registry.get("simt"))
+
+
+def test_every_split_kernel_with_a_leave_out_switch_is_isolatable():
+    """A rung whose jit function takes LEAVE_OUT is one the isolate sweep can time, and no other is."""
+    import inspect
+    for name in registry.names("split"):
+        spec = registry.get(name)
+        fn = getattr(spec.jit, "fn", spec.jit)
+        takes = "LEAVE_OUT" in inspect.signature(fn).parameters
+        assert isolate.is_gluon(spec) == takes, name
 
 
 def test_an_isolation_provider_needs_the_gpu(monkeypatch):

@@ -39,7 +39,7 @@ def decode_impls() -> tuple[str, ...]:
 
 # auto_kernel's thresholds, from the crossover sweeps (data/*_crossover.csv; the numbers: docs/decisions.md). A
 # "head-token" is one head's score for one selected token: heads * tokens, the QK work of a call
-TWO_BLOCK_MAX_TOKENS_H64 = 4096      # 17-63 heads: up to b8 topk512 and b2 topk2048 the 16-head groups win
+TWO_BLOCK_MAX_TOKENS_H64 = 4096      # 17-63 heads on sm_90 (from older h64 crossovers), and every head count off it
 WS_MIN_TOKENS_H16 = 65536            # <= 16 heads: from b32 topk2048 the warp-specialised kernel wins
 XCHG_MAX_TOKENS_H16 = 8192           # <= 16 heads (one 16-head group): up to b4 topk2048 the bf16 rung wins
 TWO_BLOCK_BELOW_HEAD_TOKENS = 1 << 18  # >= 64 heads: below b8 topk512 at h64, b4 topk512 at h128

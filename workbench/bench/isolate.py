@@ -7,8 +7,13 @@ MMA, no PV MMA; the Gluon kernels of wgmma, wgmma_ws and wgmma_ws_h64 take the s
 launch. With every bit clear the switch compiles to the same SASS as the kernel had without it (every Gluon rung and
 config, sm_90 lab, checked when the switch was added; wgmma_f16_2cta again when the pv bit was; wgmma_ws_h64 when it
 got the switch), so the whole decode timed beside the variants is the one every other table times. In wgmma_ws_h64
-the no-PV bit drops both warpgroups' PV wgmmas, and "loads_only" compiles with serialised wgmmas (ptxas C7515, lab),
-so its time there is an upper bound.
+the no-PV bit drops both warpgroups' PV wgmmas, and "loads_only" compiles with serialised wgmmas (ptxas C7515, lab).
+
+The variants that drop the softmax ("no_softmax", "loads_only", "gather_dequant") time two passes in the f16 rungs,
+not one: their rescale factor is computed from the running max while it is still -inf (gluon_common.softmax_step:
+m_i * 0 + 1), so it is NaN, every row sum goes non-finite and every split runs again with bf16 operands (the H200
+tables show it: no_softmax about twice the whole decode). Read them as upper bounds; the fix (a factor of 1 built
+directly) is a kernel edit, to be made with the next re-measure.
 
 What a variant leaves out beyond its name (a review of fce87fb; the compiler drops loads whose values go unused):
 with the dequant bit, the scale bytes are never read (every kernel), and in wgmma_ws and wgmma_ws_h64 the rope's
