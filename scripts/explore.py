@@ -5,8 +5,7 @@ For a quick A/B of a new rung before it goes into a published sweep (the publish
 ``python -m workbench bench --sweep ...``): ``python scripts/explore.py wgmma_f16_2cta wgmma_ws gather``.
 Configs: ``provider@{"BLOCK_H": 16, ...}`` (JSON) times one forced config. ``--ws-variant NAME:K=V[,K=V]``
 registers, for this run only, a rung of the warp-specialised kernel with wgmma_ws's switches so changed (e.g.
-``ws_nb2:NUM_BUFS=2``; ``BLOCK_H`` and ``CONSUMER_WARPS`` set its head group and consumer warps, e.g.
-``ws64:BLOCK_H=64,CONSUMER_WARPS=8,NUM_BUFS=2,PRODUCER_WARPS=4,PRODUCER_REGS=112``), to be named among the providers.
+``ws_nb2:NUM_BUFS=2``), to be named among the providers.
 """
 import argparse
 import json
@@ -61,15 +60,13 @@ def register_ws_variant(p: argparse.ArgumentParser, text: str) -> None:
         changed = {k: int(v) for k, v in (kv.split("=") for kv in switches.split(","))}
     except ValueError:
         p.error(f"--ws-variant {text!r}: expected NAME:K=V[,K=V] with integer values")
-    shape = dict(block_h=changed.pop("BLOCK_H", 16), consumer_warps=changed.pop("CONSUMER_WARPS", 4))
     unknown = set(changed) - set(base)
     if name in registry.names():
         p.error(f"--ws-variant {text!r}: {name!r} is a registered kernel already")
     if not name or unknown:
-        p.error(f"--ws-variant {text!r}: switches are {sorted(base) + ['BLOCK_H', 'CONSUMER_WARPS']}"
+        p.error(f"--ws-variant {text!r}: switches are {sorted(base)}"
                 + (f", not {sorted(unknown)}" if unknown else ""))
-    catalog._wgmma_ws(name, None, f"exploratory: wgmma_ws with {switches}", "exploratory", **shape,
-                      **{**base, **changed})
+    catalog._wgmma_ws(name, None, f"exploratory: wgmma_ws with {switches}", "exploratory", **{**base, **changed})
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from workbench.bench import providers
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_session.sh"
 RTX = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
-SM90_ONLY = ["wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64"]
+SM90_ONLY = ["wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal"]
 
 
 def test_script_parses():

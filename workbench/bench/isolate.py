@@ -72,11 +72,13 @@ def provider_names(impl: str = "auto") -> tuple[str, ...]:
 
 def is_gluon(spec) -> bool:
     """Whether a registered kernel is a rung of a Gluon partial kernel with the LEAVE_OUT switch (wgmma's,
-    wgmma_ws's or wgmma_ws_h64's, which give its bits the same meaning)."""
+    wgmma_ws's, wgmma_ws_h64's or wgmma_ws_bal's, which give its bits the same meaning)."""
     from ..kernels.wgmma import wgmma_partial_kernel
     from ..kernels.wgmma_ws import ws_partial_kernel
+    from ..kernels.wgmma_ws_bal import ws_bal_partial_kernel
     from ..kernels.wgmma_ws_h64 import ws_h64_partial_kernel
-    return spec.kind == "split" and spec.jit in (wgmma_partial_kernel, ws_partial_kernel, ws_h64_partial_kernel)
+    return spec.kind == "split" and spec.jit in (wgmma_partial_kernel, ws_partial_kernel, ws_h64_partial_kernel,
+                                                 ws_bal_partial_kernel)
 
 
 def isolated_launches(kw: dict, *, impl: str, variant: str, config=None):

@@ -53,7 +53,8 @@ OVERHEAD_MODES = ("eager", "eager_idle", "graph", "overhead")
 # the rungs auto chooses among on sm_90 and off it (registry.auto_kernel; auto_portable: what it runs without wgmma),
 # the fastest bf16 Gluon rung and the best Triton one, timed at
 # small and mid calls
-CROSSOVER_PROVIDERS = ("tile512", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "portable_ws",
+CROSSOVER_PROVIDERS = ("tile512", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal",
+                       "portable_ws",
                        "auto_portable")
 # The combine as a programmatic dependent launch or an ordinary one (decode.combine_pdl), for the default kernel:
 # the headline shapes and b32 h16 topk2048 (1-8 splits a row), b8 h16 and h64 topk2048 (16), and b2, b4 h64

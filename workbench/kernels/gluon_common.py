@@ -284,11 +284,12 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
                               idx_row, start, end, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr,
                               DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr,
                               BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr,
-                              LEAVE_OUT: gl.constexpr = 0):
+                              LEAVE_OUT: gl.constexpr = 0, HALF_SLOTS: gl.constexpr = False):
     """The producer partition in fewer registers (wgmma_ws_h64's 4 warps at 112): one tile of words at a time, not
     two. Each tile's gathers are issued, both halves, as soon as the previous tile is stored, and are in flight
     while the producer waits for its slot; then each half is dequantised and stored on its own, so that only half
-    a tile of 16-bit words is live at once."""
+    a tile of 16-bit words is live at once. HALF_SLOTS: k_smem is [2 * NUM_BUFS, BLOCK_T / 2, D], each half tile
+    a slot of its own (wgmma_ws_bal, whose consumers each score one half)."""
     D: gl.constexpr = D_NOPE + D_ROPE
     HT: gl.constexpr = BLOCK_T // 2
     ROWS: gl.constexpr = _rows_layout(gl.num_warps())
@@ -319,11 +320,16 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
             ib = load_idx(idx_row, t0 + BLOCK_T + HT, end, HT, ROWS)
         # a fresh barrier counts as completed in phase 1, so each slot's first wait passes
         mbarrier.wait(empty.index(buf), ((i // NUM_BUFS) & 1) ^ 1)
-        slot = k_smem.index(buf)
         lo, hi = dequant_tile(wa, ra, sa, is_rope, F16, LEAVE_OUT)
-        store_tile_rows(slot, lo, hi, 0, HT, BLOCK_T, D)
+        if HALF_SLOTS:
+            store_tile_rows(k_smem.index(2 * buf), lo, hi, 0, HT, HT, D)
+        else:
+            store_tile_rows(k_smem.index(buf), lo, hi, 0, HT, BLOCK_T, D)
         lo, hi = dequant_tile(wb, rb, sb, is_rope, F16, LEAVE_OUT)
-        store_tile_rows(slot, lo, hi, HT, HT, BLOCK_T, D)
+        if HALF_SLOTS:
+            store_tile_rows(k_smem.index(2 * buf + 1), lo, hi, 0, HT, HT, D)
+        else:
+            store_tile_rows(k_smem.index(buf), lo, hi, HT, HT, BLOCK_T, D)
         valid_smem.index(buf).slice(0, HT).store(va.to(gl.int8))
         valid_smem.index(buf).slice(HT, HT).store(vb.to(gl.int8))
         fence_async_shared()  # the generic stores before the consumers' wgmma read the slot
@@ -372,8 +378,8 @@ def qk_scale(sm_scale_log2, q_exp, F16: gl.constexpr):
 @gluon.jit
 def softmax_step(s, v, m_i, scale, INF_TO_NAN: gl.constexpr, SKIP: gl.constexpr, AXIS: gl.constexpr = 0):
     """_online_softmax, or with SKIP (LEAVE_OUT's softmax bit) the scores as P and no rescaling."""
-    if SKIP:
-        return s, m_i * 0.0 + 1.0, m_i
+    if SKIP:  # (alpha 1 built directly: m_i * 0 + 1 is NaN at the first tile's -inf max)
+        return s, gl.full_like(m_i, 1.0), m_i
     return _online_softmax(s, v, m_i, scale, INF_TO_NAN, AXIS)
 
 

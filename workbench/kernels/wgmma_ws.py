@@ -34,11 +34,10 @@ from .configs import TiledConfig
 from .gluon_common import (F16_OUT_MULT, cache_constexprs, load_q, not_finite, produce_k_tiles, qk_scale,
                            require_sm90, scale_q_per_head, softmax_step, store_partial)
 
-# 16 heads with one consumer warpgroup and 3 K slots; 64 heads with two (the accumulator is 128 registers a consumer
-# thread) and 2 slots (3 need more than sm_90's 232,448 B a block)
-ALLOWED = dict(BLOCK_H=(16, 64), BLOCK_T=(64,), num_warps=(4, 8), num_stages=(1,))
-CONFIG_SPACE = [TiledConfig(BLOCK_H=bh, BLOCK_T=64, num_warps=w) for bh in ALLOWED["BLOCK_H"]
-                for w in ALLOWED["num_warps"]]
+# 16 heads with one consumer warpgroup. (64 heads in two consumer warpgroups spilled and ran 1.8-3x slower than
+# wgmma_f16: data/explore/explore_h200_20261202-1309_ws64.csv; the 64-head kernel is wgmma_ws_h64's three partitions)
+ALLOWED = dict(BLOCK_H=(16,), BLOCK_T=(64,), num_warps=(4,), num_stages=(1,))
+CONFIG_SPACE = [TiledConfig(BLOCK_H=16, BLOCK_T=64, num_warps=4)]
 
 
 def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 3, PRODUCER_WARPS: int = 8, PRODUCER_REGS: int = 152,
@@ -158,8 +157,7 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row
     consumer's own work, so the producer's first gathers start with the block. LAUNCH_DEPENDENTS (the first
     pass): signal the combine's launch once the main loop is done."""
     KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16
-    CW: gl.constexpr = gl.num_warps()
-    QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [CW, 1], [1, 0])  # [BLOCK_H, D] bf16
+    QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])  # [BLOCK_H, D] bf16
     q = load_q(q_row, stride_qh, pid_h, H, BLOCK_H, D, QL)
     if F16:
         q, q_exp = scale_q_per_head(q)
@@ -168,11 +166,10 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row
     q_smem.store(q.to(KT))
     fence_async_shared()  # q before the consumer's first wgmma reads it, from every consumer warp
     gl.thread_barrier()
-    # S^T [BLOCK_T, BLOCK_H]: with two warpgroups, each takes half of the heads
-    SL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, CW // 4],
-                                                 instr_shape=[16, BLOCK_H // (CW // 4), 16])
-    # O^T [D, BLOCK_H]: the warpgroups take alternate 64-row blocks of the output columns
-    OL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[CW, 1], instr_shape=[16, BLOCK_H, 16])
+    SL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                 instr_shape=[16, BLOCK_H, 16])  # S^T [BLOCK_T, BLOCK_H]
+    OL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                 instr_shape=[16, BLOCK_H, 16])  # O^T [D, BLOCK_H]
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(0, SL))
     l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(0, SL))
     acc = warpgroup_mma_init(gl.zeros([D, BLOCK_H], gl.float32, layout=OL))
@@ -212,8 +209,8 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row
 
 
 def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
-    """The rung's head group (more heads: more programs, each gathering the same tokens) and consumer warps."""
-    return TiledConfig(BLOCK_H=allowed["BLOCK_H"][0], BLOCK_T=64, num_warps=allowed["num_warps"][0])
+    """16 heads a program (more heads: more programs, each gathering the same tokens), one consumer warpgroup."""
+    return TiledConfig(BLOCK_H=16, BLOCK_T=64, num_warps=4)
 
 
 def launch_ws_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
