@@ -53,10 +53,11 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     "wgmma_ws" from WS_MIN_TOKENS_H16, "wgmma_f16" between; at >= 64 heads, by head-tokens (heads * tokens),
     "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS, "wgmma_xchg" up to XCHG_MAX_HEAD_TOKENS, "wgmma_ws_h64"
     above; at 17-63 heads (where wgmma_xchg and wgmma_ws_h64 were not timed) "wgmma_f16_2cta" up to
-    TWO_BLOCK_MAX_TOKENS_H64 tokens, else "wgmma_f16". Any other GPU: :func:`portable_kernel`. Why: in two crossover
-    sweeps of 48 shapes (data/archive/bench_h200_20261202-1506_crossover.csv, which it was derived from, and
-    data/bench_h200_20261202-1532_crossover.csv, at its commit) the pick is within 2.3% of the fastest of those
-    five rungs at 47 shapes; at b2 h64 topk2048 it is 3.2% and 5.5% off (docs/decisions.md). ``tokens`` is the
+    TWO_BLOCK_MAX_TOKENS_H64 tokens, else "wgmma_f16". Any other GPU: :func:`portable_kernel`. Why: derived from a
+    crossover sweep of 48 shapes (data/archive/bench_h200_20261202-1506_crossover.csv); in the latest
+    (data/bench_h200_20261202-1754_crossover.csv) the pick is within 1.8% of the fastest of those five rungs at all
+    48, within 2.7% of rung 16 where it is faster; an earlier one put it 5.5% off at b2 h64 topk2048, where the
+    boundary lies (docs/decisions.md). ``tokens`` is the
     call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
