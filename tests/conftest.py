@@ -36,9 +36,10 @@ GPU_ONLY_MODULES = ("test_gpu_checks.py",)
 collect_ignore = [] if HAS_CUDA else list(GPU_ONLY_MODULES)
 
 # The slow tier: tests that took about 0.7 s or more each on 2 CPU cores (pytest --durations=0, 2026-12-02; the
-# whole suite about 6 minutes in one process, these most of them; scripts/test.sh's two workers take about 4), by "file::test" or "file::test[param glob]" (fnmatch on
-# the parameter id), and every test that uses a fixture in SLOW_FIXTURES. The quick tier keeps one of each kind:
-# the kernels and the drop-in on the small golden cases, the cheaper hostile cases, the CLI's in-process checks.
+# whole suite about 6 minutes in one process, these most of them; scripts/test.sh's two workers take about 4), by
+# "file::test" or "file::test[param glob]" (fnmatch on the parameter id), and every test that uses a fixture in
+# SLOW_FIXTURES. The quick tier keeps one of each kind: the kernels and the drop-in on the small golden cases, the
+# cheaper hostile cases, the CLI's in-process checks.
 SLOW_FIXTURES = {
     "tiny_run",  # test_notebooks: runs every notebook through papermill (~80 s)
     "portable_lab",  # test_portable_ws: compiles the portable rung for three targets in child processes (~17 s)

@@ -51,11 +51,10 @@ OVERHEAD_SHAPES = (BenchShape(1, 64, 512), BenchShape(64, 16, 2048))
 OVERHEAD_PROVIDERS = ("auto", "auto+plan", "auto+compiled", "flashmla", "launch_floor", "launch_floor2")
 OVERHEAD_MODES = ("eager", "eager_idle", "graph", "overhead")
 # the rungs auto chooses among on sm_90 and off it (registry.auto_kernel; auto_portable: what it runs without wgmma),
-# the fastest bf16 Gluon rung and the best Triton one, timed at
-# small and mid calls
-CROSSOVER_PROVIDERS = ("tile512", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal",
-                       "portable_ws",
-                       "auto_portable")
+# the newest Hopper rung (wgmma_ws_bal, a candidate for the rule), the fastest bf16 Gluon rung and the best Triton
+# one, timed from small to large calls
+CROSSOVER_PROVIDERS = ("tile512", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64",
+                       "wgmma_ws_bal", "portable_ws", "auto_portable")
 # The combine as a programmatic dependent launch or an ordinary one (decode.combine_pdl), for the default kernel:
 # the headline shapes and b32 h16 topk2048 (1-8 splits a row), b8 h16 and h64 topk2048 (16), and b2, b4 h64
 # topk2048 (32 splits a row)
