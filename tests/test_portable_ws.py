@@ -121,3 +121,44 @@ def test_each_slot_goes_back_behind_its_partitions_barrier(portable_lab):
     # the producer runs at PRODUCER_REGS, the consumer at the rest of the block's 8 x 128
     assert "setmaxnreg.inc.sync.aligned.u32 \t96" in ptx or "setmaxnreg.inc.sync.aligned.u32 96" in ptx
     assert "setmaxnreg.dec.sync.aligned.u32 \t160" in ptx or "setmaxnreg.dec.sync.aligned.u32 160" in ptx
+
+
+# ----------------------------------------------------------------------------- the 32-head group (rung 17)
+
+H32 = "portable_ws_h32"
+CFG_H32 = {"BLOCK_H": 32, "BLOCK_T": 32, "num_warps": 4}
+
+
+def test_portable_ws_h32_is_registered_as_rung_17():
+    spec = registry.get(H32)
+    assert spec.kind == "split" and spec.rung == 17 and not spec.interpretable and spec.pdl
+    assert spec.split_granule == 32 and spec.split_waves == 1  # one block an SM: the 32-head accumulator
+    assert spec.fixed_meta == portable_ws.SWITCHES
+    assert spec.compile_options == {"maxnreg": portable_ws.MAXNREG_H32}
+    assert [spec.check_config(c) for c in spec.check_configs] == [TiledConfig(**CFG_H32)]
+    assert spec.prediction and "b64 h64" in spec.prediction and spec.summary
+    # the consumer's exchange is P in bf16 (2 B a head-token) and a row's partial max: smaller than h16's fp32
+    # scores per head, so 32 heads still fit sm_120 (the lab's compiled 100,964 B; never below it:
+    # tests/test_resources.py)
+    model = spec.shared_model(TiledConfig(**CFG_H32))
+    assert 100964 <= model <= SM120_SHARED
+    assert H32 in registry.decode_impls() and H32 in registry.compiled_kernels()
+
+
+@pytest.fixture(scope="module")
+def portable_h32_lab():
+    code = ("import json; from workbench.lab.resources import compile_config\n"
+            f"print(json.dumps([compile_config({H32!r}, a, {CFG_H32!r}).as_row() for a in ('sm_120', 'sm_90')]))")
+    return {r["arch"]: r for r in json.loads(without_interpreter(code).splitlines()[-1])}
+
+
+@pytest.mark.parametrize("arch", ["sm_120", "sm_90"])
+def test_h32_compiles_with_hmma_only_no_spills_and_fits_sm120(portable_h32_lab, arch):
+    r = portable_h32_lab[arch]
+    assert r["status"] == "fits", r["reason"]
+    assert r["mma"] == "HMMA" and r["hgmma"] == 0 and r["utcmma"] == 0
+    assert r["hmma"] == 128  # twice h16's 64: two 16-row MMA tiles for each of QK and PV
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0
+    assert r["shared_bytes"] <= SM120_SHARED and r["shared_bytes"] <= r["model_shared_bytes"]
+    assert r["registers"] <= portable_ws.MAXNREG_H32
+    assert r["blocks_per_sm"] == 1 and r["warps_per_sm"] == 8

@@ -434,3 +434,21 @@ def store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pi
     # an empty split writes only its -inf LSE; the combine never reads its out
     gl.store(part_out_ptr + gl.expand_dims(oslot.to(gl.int64) * D, 0) + gl.expand_dims(od, 1), out,
              mask=gl.expand_dims((oh < H) & live_o, 0))
+
+
+@gluon.jit
+def store_half(acc, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, BLOCK_H: gl.constexpr, D: gl.constexpr,
+               HALF: gl.constexpr):
+    """acc / l * out_mult (acc: O[:, HALF*D/2 : (HALF+1)*D/2] of the head group) into the partial buffer, from the
+    wgmma layout (each thread's two adjacent columns: whole 32-byte sectors). A split with no valid token (l 0)
+    writes nothing: the combine never reads it."""
+    DH: gl.constexpr = D // 2
+    OL: gl.constexpr = acc.type.layout
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, OL))
+    live = l_o != 0
+    out = acc * gl.expand_dims(gl.where(live, out_mult / l_o, 0.0), 1)
+    heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, OL))
+    cols = HALF * DH + gl.arange(0, DH, layout=gl.SliceLayout(0, OL))
+    rows = (slot0 + heads.to(gl.int64) * s_total) * D
+    gl.store(part_out_ptr + gl.expand_dims(rows, 1) + gl.expand_dims(cols, 0), out,
+             mask=gl.expand_dims((heads < H) & live, 1))

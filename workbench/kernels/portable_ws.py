@@ -63,18 +63,25 @@ ALLOWED = dict(BLOCK_H=(16,), BLOCK_T=(32,), num_warps=(4,), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=16, BLOCK_T=32, num_warps=4)]
 SWITCHES = dict(NUM_BUFS=2, PRODUCER_WARPS=4, PRODUCER_REGS=96)
 MAXNREG = 128  # two 8-warp blocks per SM where shared memory lets them (sm_90: 2 x ~83 KB): 65536 / 512 threads
+# the 32-head group (rung portable_ws_h32): the consumer's accumulator is 128 fp32 a thread, so one block per SM and
+# the consumer at 2 x 168 - 96 = 240 registers (lab, sm_120 and sm_90: no spills; at 128 it spills ~600 B)
+ALLOWED_H32 = dict(BLOCK_H=(32,), BLOCK_T=(32,), num_warps=(4,), num_stages=(1,))
+CONFIG_SPACE_H32 = [TiledConfig(BLOCK_H=32, BLOCK_T=32, num_warps=4)]
+MAXNREG_H32 = 168
 KC = gl.constexpr(64)      # QK's k-chunk: columns of q and K per mma_v2 call
 QK_ACCS = gl.constexpr(4)  # QK's independent partial sums (the 4 in _consumer)
 
 
 def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, PRODUCER_WARPS: int = 4, PRODUCER_REGS: int = 96) -> int:
-    """Shared bytes of one block, as the compiler allocates them (84,180 B at 16 heads and 32-token tiles, sm_120,
-    sm_100 and sm_90 alike): NUM_BUFS bf16 K slots (1 KB a token) with their valid bytes and two mbarriers each,
-    q (1 KB a head), the consumer's fp32 scores exchanged between its warps (4 B a token a head), and 256 B for
-    the warp-specialised region's own words and small scratch, rounded up to 128 B. PRODUCER_WARPS and
+    """Shared bytes of one block, as the compiler allocates them (lab: 84,180 B at 16 heads and 100,964 at 32, with
+    32-token tiles, sm_120, sm_100 and sm_90 alike): NUM_BUFS bf16 K slots (1 KB a token) with their valid bytes
+    and two mbarriers each, q (1 KB a head), what the consumer's warps exchange (16 heads: the fp32 scores, 4 B a
+    token a head; more: P in bf16, 2 B, and the row max's reduction across the 4 warps, 16 B a head), and 256 B
+    for the warp-specialised region's own words and small scratch, rounded up to 128 B. PRODUCER_WARPS and
     PRODUCER_REGS move no shared bytes; they are named so that a misspelled switch is a TypeError."""
     t, h = c.BLOCK_T, c.BLOCK_H
-    total = NUM_BUFS * (1024 * t + t + 16) + 1024 * h + 4 * t * h + 256
+    exchange = 4 * t * h if h == 16 else 2 * t * h + 16 * h
+    total = NUM_BUFS * (1024 * t + t + 16) + 1024 * h + exchange + 256
     return -(-total // 128) * 128
 
 
@@ -113,8 +120,13 @@ def portable_ws_kernel(
     q_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, D], Q_SMEM)  # written by the consumer
     k_smem = gl.allocate_shared_memory(gl.bfloat16, [NUM_BUFS, BLOCK_T, D], K_SMEM)
     valid_smem = gl.allocate_shared_memory(gl.int8, [NUM_BUFS, BLOCK_T], V_SMEM)
-    # the consumer's scores, fp32, exchanged between its warps (XOR-swizzled 8-byte units: conflict-free both ways)
-    s_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H, BLOCK_T], gl.SwizzledSharedLayout(2, 1, 8, order=[1, 0]))
+    # what the consumer's warps exchange (XOR-swizzled units: conflict-free both ways): at 16 heads the fp32 scores;
+    # at 32 heads P in bf16 (the fp32 scores, 4 KB, would put the block over sm_120's 101,376 B)
+    XL: gl.constexpr = gl.SwizzledSharedLayout(2, 1, 8, order=[1, 0])
+    if BLOCK_H == 16:
+        x_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H, BLOCK_T], XL)
+    else:
+        x_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, BLOCK_T], XL)
     full = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(NUM_BUFS):
@@ -130,12 +142,22 @@ def portable_ws_kernel(
     idx_row = idx_ptr + bi * stride_ib + si * stride_is
     q_row = q_ptr + bi * stride_qb + si * stride_qs
 
-    m_i, l_i, acc = gl.warp_specialize([
-        (_consumer, (q_smem, k_smem, valid_smem, s_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
-                     sm_scale_log2, BLOCK_H, BLOCK_T, D, NUM_BUFS)),
-        (_producer, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row, start,
-                     end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS)),
-    ], [PRODUCER_WARPS], [PRODUCER_REGS])
+    # the consumer by head group (constexpr): the tuples of arguments cannot carry the constexprs, so each call
+    # lists them
+    if BLOCK_H == 16:
+        m_i, l_i, acc = gl.warp_specialize([
+            (_consumer, (q_smem, k_smem, valid_smem, x_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
+                         sm_scale_log2, BLOCK_H, BLOCK_T, D, NUM_BUFS)),
+            (_producer, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row,
+                         start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS)),
+        ], [PRODUCER_WARPS], [PRODUCER_REGS])
+    else:
+        m_i, l_i, acc = gl.warp_specialize([
+            (_consumer_p, (q_smem, k_smem, valid_smem, x_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
+                           sm_scale_log2, BLOCK_H, BLOCK_T, D, NUM_BUFS)),
+            (_producer, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row,
+                         start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS)),
+        ], [PRODUCER_WARPS], [PRODUCER_REGS])
     _store_partial(m_i, l_i, acc, part_out_ptr, part_lse_ptr, pid_q, pid_h, split, split_offset, s_total, H,
                    BLOCK_H, D)
 
@@ -209,6 +231,68 @@ def _consumer(q_smem, k_smem, valid_smem, s_smem, full, empty, start, end, q_row
         i += 1
     # the combine, when launched as a programmatic dependent (decode.combine_pdl), may start once every block is
     # here; it waits for the whole grid before it reads the partials
+    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
+                              is_pure=False, pack=1)
+    return m_i, l_i, acc
+
+
+@gluon.jit
+def _consumer_p(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
+                sm_scale_log2, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr,
+                NUM_BUFS: gl.constexpr):
+    """_consumer for more than 16 heads: the softmax runs in the MMA layout (each warp its own tokens, the row max
+    across the warps by the compiler's reduction) and the warps exchange P in bf16 instead of the fp32 scores, so
+    the exchange takes half the shared memory; the row sums are taken from the bf16 P that the PV multiplies.
+    Returns (m_i, l_i [BLOCK_H] base 2, O [BLOCK_H, D] fp32 unnormalised) in the MMA layout's family."""
+    CW: gl.constexpr = gl.num_warps()
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, CW], instr_shape=[16, 8])
+    A_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    B_OP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+    ROW: gl.constexpr = gl.SliceLayout(1, MMA)  # [BLOCK_H]: the accumulator's rows
+    COL: gl.constexpr = gl.SliceLayout(0, MMA)  # [BLOCK_T]: each warp BLOCK_T / CW tokens
+    QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [CW, 1], [1, 0])  # [BLOCK_H, D] bf16, 16-byte loads
+
+    q_smem.store(load_q(q_row, stride_qh, pid_h, H, BLOCK_H, D, QL))
+    gl.thread_barrier()  # every consumer warp's part of q before any reads it
+
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=ROW)
+    l_i = gl.zeros([BLOCK_H], gl.float32, layout=ROW)
+    acc = gl.zeros([BLOCK_H, D], gl.float32, layout=MMA)
+    s_zero = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, layout=MMA)
+    i = 0
+    for t0 in range(start, end, BLOCK_T):
+        buf = i % NUM_BUFS
+        mbarrier.wait(full.index(buf), (i // NUM_BUFS) & 1)
+        kb = k_smem.index(buf)  # [BLOCK_T, D] bf16
+        s0 = s_zero
+        s1 = s_zero
+        s2 = s_zero
+        s3 = s_zero
+        for kc in gl.static_range(0, D // KC, QK_ACCS):
+            s0 = _qk_chunk(q_smem, kb, s0, kc * KC, A_OP, B_OP)
+            s1 = _qk_chunk(q_smem, kb, s1, (kc + 1) * KC, A_OP, B_OP)
+            s2 = _qk_chunk(q_smem, kb, s2, (kc + 2) * KC, A_OP, B_OP)
+            s3 = _qk_chunk(q_smem, kb, s3, (kc + 3) * KC, A_OP, B_OP)
+        ok = valid_smem.index(buf).load(COL) != 0
+        s = gl.where(gl.expand_dims(ok, 0), ((s0 + s1) + (s2 + s3)) * sm_scale_log2, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
+        alpha = gl.exp2(m_i - m_use)
+        m_i = m_new
+        p_smem.store(gl.exp2(s - gl.expand_dims(m_use, 1)).to(gl.bfloat16))
+        gl.thread_barrier()
+        # P back in the A-operand layout (every warp every token), in halves of BLOCK_T // 2 tokens, each the A
+        # operand of one PV step, so that only half of K's B operand (32 registers a thread) need be live at once
+        pa = p_smem.slice(0, BLOCK_T // 2, dim=1).load(A_OP)            # [BLOCK_H, BLOCK_T // 2] bf16
+        pb = p_smem.slice(BLOCK_T // 2, BLOCK_T // 2, dim=1).load(A_OP)
+        rows = gl.sum(pa.to(gl.float32), 1) + gl.sum(pb.to(gl.float32), 1)
+        l_i = l_i * alpha + gl.convert_layout(rows, ROW, assert_trivial=True)
+        acc = acc * gl.expand_dims(alpha, 1)
+        acc = mma_v2(pa, kb.slice(0, BLOCK_T // 2, dim=0).load(B_OP), acc)
+        acc = mma_v2(pb, kb.slice(BLOCK_T // 2, BLOCK_T // 2, dim=0).load(B_OP), acc)
+        gl.thread_barrier()  # every consumer warp has read the slot and P before they are reused
+        mbarrier.arrive(empty.index(buf))
+        i += 1
     gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
                               is_pure=False, pack=1)
     return m_i, l_i, acc
@@ -305,13 +389,13 @@ def require_ws_gpu(q: torch.Tensor, name: str) -> None:
 
 
 def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
-    """16 heads a program (more heads: more programs, each gathering the same tokens)."""
+    """The rung's head group a program (more heads: more programs, each gathering the same tokens)."""
     return TiledConfig(BLOCK_H=allowed["BLOCK_H"][0], BLOCK_T=allowed["BLOCK_T"][0], num_warps=allowed["num_warps"][0])
 
 
 def launch_portable_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
                             tokens_per_split, sm_scale, name, allowed=ALLOWED, config=None, maxnreg=MAXNREG,
-                            **switches):
+                            switches=SWITCHES):
     """Run the partial kernel for one KV scope into splits [split_offset, split_offset+num_splits) (the keywords of
     every split kernel: common.split_args). name, allowed: the registered rung's name and config table; switches:
     its constexprs (NUM_BUFS, PRODUCER_WARPS, PRODUCER_REGS); maxnreg: the block's register cap per thread."""
@@ -324,4 +408,4 @@ def launch_portable_partial(*, q, cache, indices, topk_length, part_out, part_ls
     grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
     launch(portable_ws_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H,
                                           BLOCK_T=cfg.BLOCK_T, num_warps=cfg.num_warps, maxnreg=maxnreg,
-                                          **{**SWITCHES, **switches}))
+                                          **switches))

@@ -37,7 +37,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from .common import cdiv, launch, split_args
 from .configs import TiledConfig
 from .gluon_common import (F16_OUT_MULT, cache_constexprs, load_q, not_finite, produce_k_tiles_in_halves, qk_scale,
-                           require_sm90, scale_q_per_head, softmax_step)
+                           require_sm90, scale_q_per_head, softmax_step, store_half)
 
 ALLOWED = dict(BLOCK_H=(64,), BLOCK_T=(64,), num_warps=(4,), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=64, BLOCK_T=64, num_warps=4)]
@@ -127,7 +127,7 @@ def ws_h64_partial_kernel(
                               stride_page, block_size, num_tokens, idx_row, part_out_ptr, slot0, s_total, D_NOPE,
                               D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PV_REGS,
                               PRODUCER_WARPS, PRODUCER_REGS, 0, LEAVE_OUT)
-    _store_half(acc, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, BLOCK_H, D, 0)
+    store_half(acc, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, BLOCK_H, D, 0)
     # the split's base-2 LSE, from the softmax warpgroup's row statistics
     live = l_i != 0  # a NaN sum is live: written as NaN, never dropped by the combine as an empty split
     heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=l_i.type.layout)
@@ -282,25 +282,7 @@ def _pv_warpgroup(k_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, star
     mbarrier.wait(sync.index(2), 0)
     l_i = lsum_smem.load(ROW)
     # F16: a non-finite row sum makes this half non-finite too, and the bf16 pass writes it again
-    _store_half(acc, l_i, F16_OUT_MULT if F16 else 1.0, part_out_ptr, slot0, pid_h, H, s_total, BLOCK_H, D, 1)
-
-
-@gluon.jit
-def _store_half(acc, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, BLOCK_H: gl.constexpr, D: gl.constexpr,
-                HALF: gl.constexpr):
-    """acc / l * out_mult (acc: O[:, HALF*D/2 : (HALF+1)*D/2] of the head group) into the partial buffer, from the
-    wgmma layout (each thread's two adjacent columns: whole 32-byte sectors). A split with no valid token (l 0)
-    writes nothing: the combine never reads it."""
-    DH: gl.constexpr = D // 2
-    OL: gl.constexpr = acc.type.layout
-    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, OL))
-    live = l_o != 0
-    out = acc * gl.expand_dims(gl.where(live, out_mult / l_o, 0.0), 1)
-    heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, OL))
-    cols = HALF * DH + gl.arange(0, DH, layout=gl.SliceLayout(0, OL))
-    rows = (slot0 + heads.to(gl.int64) * s_total) * D
-    gl.store(part_out_ptr + gl.expand_dims(rows, 1) + gl.expand_dims(cols, 0), out,
-             mask=gl.expand_dims((heads < H) & live, 1))
+    store_half(acc, l_i, F16_OUT_MULT if F16 else 1.0, part_out_ptr, slot0, pid_h, H, s_total, BLOCK_H, D, 1)
 
 
 def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
