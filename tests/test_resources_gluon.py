@@ -172,3 +172,16 @@ def test_wgmma_ws_is_registered_as_rung_13_with_its_block_per_sm():
     assert wgmma_ws.estimate_shared_bytes(c, NUM_BUFS=2) == 150016
     with pytest.raises(TypeError):
         wgmma_ws.estimate_shared_bytes(c, NUM_BUFFS=2)
+
+
+def test_rung_16_keeps_its_wgmmas_pipelined():
+    """ptxas serialises every wgmma of a kernel (C7515) when a non-wgmma instruction writes an accumulator inside
+    a pipeline stage; it then puts a WARPGROUP.DEPBAR behind each HGMMA. Rung 16's zero-trip loop edge did that
+    (144 HGMMA, 144 DEPBAR, sm_90 lab, Triton 3.6); with its zeros passed through a wait the waits are the
+    kernel's own (12), far fewer than its HGMMAs."""
+    code = ("import re; from workbench.lab.resources import compiled_sass\n"
+            "sass = compiled_sass('wgmma_ws_bal', 'sm_90', {'BLOCK_H': 64, 'BLOCK_T': 64, 'num_warps': 4})\n"
+            "print(len(re.findall(r'\\bHGMMA\\b', sass)), len(re.findall(r'WARPGROUP\\.DEPBAR', sass)))")
+    hgmma, depbar = map(int, without_interpreter(code).split()[-2:])
+    assert hgmma > 100, hgmma
+    assert depbar < hgmma // 4, f"{depbar} DEPBAR for {hgmma} HGMMA: ptxas serialised the wgmmas"

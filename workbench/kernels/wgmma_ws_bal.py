@@ -210,7 +210,11 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, max_smem, lsum_smem, qexp_smem
     scale = qk_scale(sm_scale_log2, q_exp, F16)
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=ROW)
     l_i = gl.zeros([BLOCK_H], gl.float32, layout=ROW)
-    acc = warpgroup_mma_init(gl.zeros([BLOCK_H, DH], gl.float32, layout=OL))
+    # the zeros pass through a wgmma wait before the loop: otherwise LLVM copies them on the zero-trip edge into
+    # a block between the loop's PV wgmma and the final wait, and ptxas then serialises every wgmma (C7515,
+    # 144 WARPGROUP.DEPBAR in the lab; 12 with this)
+    acc = warpgroup_mma_init(warpgroup_mma_wait(num_outstanding=0, deps=(
+        warpgroup_mma_init(gl.zeros([BLOCK_H, DH], gl.float32, layout=OL)),)))
     s_zero = gl.zeros([BLOCK_H, HT], gl.float32, layout=SL)
     i = 0
     for t0 in range(start, end, BLOCK_T):

@@ -432,6 +432,14 @@ def compiled_ptx(kernel: str, arch: str, cfg, **constexprs) -> str:
     return _compile_lab_kernel(lk, arch, typed_config(lk, cfg), constexprs)[0].asm["ptx"]
 
 
+def compiled_sass(kernel: str, arch: str, cfg, **constexprs) -> str:
+    """The SASS of one config for one target, as :func:`compiled_ptx` gives its PTX: for what only ptxas decides
+    (e.g. whether it serialised a kernel's wgmmas: one ``WARPGROUP.DEPBAR`` per HGMMA, its C7515 warning)."""
+    _check_compilable()
+    lk = lab_kernel(kernel)
+    return _read_cubin(_compile_lab_kernel(lk, arch, typed_config(lk, cfg), constexprs)[0].asm["cubin"])[1]
+
+
 def compile_config(kernel: str, arch: str, cfg, *, respect_pruning: bool = False,
                    isolate: bool = True) -> CompileResult:
     """Compile one config (typed, dict or ``triton.Config``) for one target and read its resources (no GPU).
