@@ -95,6 +95,18 @@ def test_overhead_sweep_covers_the_issue():
         assert all(set(modes) <= set(MODES) for _, _, modes, _ in sweep_shapes(name)), name
 
 
+def test_heads_sweep_times_the_odd_head_counts_beside_the_next_power_of_two():
+    """Issue 25: heads 20, 24, 40 and 48 at b64 topk2048, each beside 32 and 64 in the same run, with FlashMLA,
+    both floors, auto and every crossover rung (the 32-head portable rung among them)."""
+    items = sweep_shapes("heads")
+    got = {(s.batch, s.heads, s.topk) for s, *_ in items}
+    assert {(64, h, 2048) for h in (20, 24, 32, 40, 48, 64)} <= got
+    for _, providers, modes, config in items:
+        assert {"auto", "flashmla", "gather", "gather_async", "auto_portable", "portable_ws_h32",
+                "wgmma_ws_h64"} <= set(providers)
+        assert modes == ("graph",) and config is None
+        assert len(set(providers)) == len(providers)
+
 def test_summarize_and_difference_quantiles():
     import triton.testing
     xs = [5.0, 1.0, 4.0, 2.0, 3.0, 10.0]

@@ -118,10 +118,18 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=16, tokens=32 * 2048) == "wgmma_ws"  # from 65536 tokens up
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "wgmma_ws"  # the biggest h16 calls
     assert registry.resolve("auto", "cuda", heads=8, tokens=4 * 2048 + 1) == "wgmma_f16"  # padded to 16 heads
-    # 17-63 heads: the 16-head groups up to 4096 tokens, else wgmma_f16 (the newer rungs were not timed there)
+    # 17-32 heads: the 16-head groups up to 4096 tokens, else wgmma_f16
     assert registry.resolve("auto", "cuda", heads=32, tokens=4096) == "wgmma_f16_2cta"
     assert registry.resolve("auto", "cuda", heads=32, tokens=4097) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=20, tokens=64 * 2048) == "wgmma_f16"
     assert registry.resolve("auto", "cuda", heads=32, tokens=64 * 2048) == "wgmma_f16"
+    # 33-63 heads: as 64 heads (one 64-head block), so the same boundaries in tokens as at h64
+    for h in (33, 40, 48, 63):
+        assert registry.resolve("auto", "cuda", heads=h, tokens=4095) == "wgmma_f16_2cta", h
+        assert registry.resolve("auto", "cuda", heads=h, tokens=4096) == "wgmma_xchg", h
+        assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 2048) == "wgmma_xchg", h
+        assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 2048 + 1) == "wgmma_ws_h64", h
+        assert registry.resolve("auto", "cuda", heads=h, tokens=64 * 2048) == "wgmma_ws_h64", h
     # >= 64 heads, by head-tokens: the 16-head groups below 2**18, the bf16 rung up to 2**20, then the 64-head block
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "wgmma_f16_2cta"  # small call, 64 heads
     assert registry.resolve("auto", "cuda", heads=64, tokens=4095) == "wgmma_f16_2cta"
@@ -136,11 +144,12 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 2048 + 1) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 2048) == "wgmma_ws_h64"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (12, 0))
-    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "tile512"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "portable_ws_h32"
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "portable_ws"  # sm_120: no wgmma
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "portable_ws"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=4097) == "tile512"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 2048) == "tile512"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "portable_ws"
+    assert registry.resolve("auto", "cuda", heads=17, tokens=4097) == "portable_ws_h32"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 2048) == "portable_ws_h32"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (8, 9))  # no warp specialisation
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "tile512"
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "tile512"
@@ -150,7 +159,7 @@ def test_auto_portable_provider_records_what_auto_runs_without_wgmma():
     from workbench.bench.sweeps import BenchShape, sweep_shapes
     assert "auto_portable" in bench.provider_names()
     assert bench.kernel_of("auto_portable", BenchShape(64, 16, 2048)) == "portable_ws"
-    assert bench.kernel_of("auto_portable", BenchShape(64, 128, 2048)) == "tile512"
+    assert bench.kernel_of("auto_portable", BenchShape(64, 128, 2048)) == "portable_ws_h32"
     assert bench.kernel_of("auto_portable", BenchShape(64, 16, 128, extra_topk=512)) == "portable_ws"
     for sweep in ("headline", "ladder", "crossover"):
         assert all("auto_portable" in provs for _, provs, _, _ in sweep_shapes(sweep)), sweep

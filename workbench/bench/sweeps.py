@@ -38,7 +38,7 @@ class BenchShape:
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 132)
 ALL_ORDER = ("headline", "baselines", "batch", "warps", "production", "s_q2", "configs")  # most important first
-SWEEPS = ("smoke", "headline", "ladder", "forced", "crossover", "pdl", "isolate", "batch", "s_q2", "production", "baselines",
+SWEEPS = ("smoke", "headline", "ladder", "forced", "crossover", "heads", "pdl", "isolate", "batch", "s_q2", "production", "baselines",
           "warps", "configs", "overhead", "all")
 HEADLINE = (BenchShape(64, 16, 2048), BenchShape(64, 64, 2048), BenchShape(64, 128, 2048), BenchShape(1, 64, 512),
             BenchShape(64, 16, 128, block_size=256, extra_topk=512, extra_block_size=64))
@@ -54,7 +54,11 @@ OVERHEAD_MODES = ("eager", "eager_idle", "graph", "overhead")
 # the newest Hopper rung (wgmma_ws_bal, a candidate for the rule), the fastest bf16 Gluon rung and the best Triton
 # one, timed from small to large calls
 CROSSOVER_PROVIDERS = ("tile512", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64",
-                       "wgmma_ws_bal", "portable_ws", "auto_portable")
+                       "wgmma_ws_bal", "portable_ws", "portable_ws_h32", "auto_portable")
+# Head counts between the powers of two (issue 25): each pads up to a head group, and must cost no more than the next
+# power of two; the default and every crossover rung beside FlashMLA and the floors, at a large and a small call
+ODD_HEADS = (16, 20, 24, 32, 40, 48, 64, 128)
+ODD_HEADS_BATCHES = (8, 64)
 # The combine as a programmatic dependent launch or an ordinary one (decode.combine_pdl), for the default kernel:
 # the headline shapes and b32 h16 topk2048 (1-8 splits a row), b8 h16 and h64 topk2048 (16), and b2, b4 h64
 # topk2048 (32 splits a row)
@@ -118,6 +122,9 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
         # up to b128: the 64-head block (wgmma_ws_h64) fills the SMs only at large calls
         return [(BenchShape(b, h, k), CROSSOVER_PROVIDERS, ("graph",), None)
                 for k in (512, 2048) for h in (16, 64, 128) for b in (1, 2, 4, 8, 16, 32, 64, 128)]
+    if name == "heads":
+        return [(BenchShape(b, h, 2048), fast + CROSSOVER_PROVIDERS, ("graph",), None)
+                for b in ODD_HEADS_BATCHES for h in ODD_HEADS]
     if name == "pdl":
         return [(shape, PDL_PROVIDERS, ("graph",), None) for shape in PDL_SHAPES]
     if name == "isolate":
