@@ -27,6 +27,22 @@ def test_script_parses():
     assert r.returncode == 0, r.stderr
 
 
+
+def test_ncu_profiles_the_partial_kernel_of_every_split_rung():
+    """NCU=impl=... profiles the kernel its --kernel-name regex matches: every split rung's partial kernel, not the
+    combine (portable_ws's kernel was once named without "partial": ncu matched nothing and wrote no profile)."""
+    import re
+
+    from workbench import registry
+    from workbench.kernels.combine import combine_kernel
+    from workbench.lab.resources import _wrapped
+    m = re.search(r"--kernel-name regex:(\S+)", SCRIPT.read_text())
+    assert m, "gpu_session.sh names the profiled kernel by a regex"
+    for name in registry.names("split"):
+        fn = list(_wrapped(registry.get(name).jit))[-1].__name__
+        assert re.search(m.group(1), fn), (name, fn)
+    assert not re.search(m.group(1), list(_wrapped(combine_kernel))[-1].__name__)
+
 def _fake_gpu(monkeypatch, cap, name):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cap)

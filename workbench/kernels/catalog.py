@@ -193,7 +193,7 @@ _block(wgmma_ws_bal, wgmma_ws_bal.launch_ws_bal_partial, wgmma_ws_bal.ws_bal_par
        "the PV warpgroup's MMA work), the PV warpgroup waits 76% of its samples. Balanced, each warpgroup carries 2 "
        "of the tile's 4 MMA units instead of 3, plus one swap of the maxima a tile: expect the loop ~25% shorter, "
        "b64 h128 topk2048 at 85-95 us (rung 15: 113) and b64 h64 at 55-60 us (68)")
-_block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws_kernel, "portable_ws", 14,
+_block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws_partial_kernel, "portable_ws", 14,
        "wgmma_ws's schedule from instructions sm_120 has: a producer partition (4 warps) gathers and dequantises "
        "(bf16, exact) into a ring of 2 K tiles of 32 tokens, a consumer partition (4 warps) runs QK and PV as "
        "mma.sync (ldmatrix operands) and the softmax; they meet at mbarriers; ~83 KB a block",
@@ -207,7 +207,7 @@ _block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws
        "MMAs (~9 us of HMMA issue an SM) and the dequant stay well under the ~33 us gather floor, so the time is the "
        "gathers' latency",
        split_waves=2, split_granule=32)
-_block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws_kernel, "portable_ws_h32", 17,
+_block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws_partial_kernel, "portable_ws_h32", 17,
        "portable_ws for a group of 32 heads: the same producer and ring of 2 K tiles of 32 tokens; the consumer's 4 "
        "warps run the softmax in the MMA layout (the row max across its warps) and exchange P in bf16 rather than "
        "the fp32 scores, so that the block fits sm_120's 101,376 B (100,964 B, lab); one block per SM at 240 "

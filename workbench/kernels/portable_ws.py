@@ -86,7 +86,7 @@ def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, PRODUCER_WARPS: int
 
 
 @gluon.jit
-def portable_ws_kernel(
+def portable_ws_partial_kernel(
     q_ptr,            # [b, s_q, h, 512] bf16, last stride 1
     stride_qb, stride_qs, stride_qh,
     cache_u8,         # the flat bytes of one cache
@@ -406,6 +406,6 @@ def launch_portable_partial(*, q, cache, indices, topk_length, part_out, part_ls
                       part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
                       sm_scale=sm_scale)
     grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
-    launch(portable_ws_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H,
+    launch(portable_ws_partial_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H,
                                           BLOCK_T=cfg.BLOCK_T, num_warps=cfg.num_warps, maxnreg=maxnreg,
                                           **switches))
