@@ -127,28 +127,33 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     for h in (33, 40, 48, 63):
         assert registry.resolve("auto", "cuda", heads=h, tokens=4095) == "wgmma_f16_2cta", h
         assert registry.resolve("auto", "cuda", heads=h, tokens=4096) == "wgmma_xchg", h
-        assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 2048) == "wgmma_xchg", h
-        assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 2048 + 1) == "wgmma_ws_h64", h
+        assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 2048 - 1) == "wgmma_xchg", h
+        assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 2048) == "wgmma_ws_h64", h
         assert registry.resolve("auto", "cuda", heads=h, tokens=64 * 2048) == "wgmma_ws_h64", h
-    # >= 64 heads, by head-tokens: the 16-head groups below 2**18, the bf16 rung up to 2**20, then the 64-head block
+    # >= 64 heads, by head-tokens: the 16-head groups below 2**18, the bf16 rung below 2**20, then the 64-head block
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "wgmma_f16_2cta"  # small call, 64 heads
     assert registry.resolve("auto", "cuda", heads=64, tokens=4095) == "wgmma_f16_2cta"
     assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "wgmma_xchg"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048) == "wgmma_xchg"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048 + 1) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048 - 1) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=128, tokens=512) == "wgmma_f16_2cta"
     assert registry.resolve("auto", "cuda", heads=128, tokens=2047) == "wgmma_f16_2cta"
     assert registry.resolve("auto", "cuda", heads=128, tokens=2048) == "wgmma_xchg"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 2048) == "wgmma_xchg"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 2048 + 1) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 2048 - 1) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 2048) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 2048) == "wgmma_ws_h64"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (12, 0))
     assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "portable_ws_h32"
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "portable_ws"  # sm_120: no wgmma
+    # > 16 heads, by head-tokens: the 16-head groups up to 2**18, then the 32-head groups
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "portable_ws"
     assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "portable_ws"
-    assert registry.resolve("auto", "cuda", heads=17, tokens=4097) == "portable_ws_h32"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4097) == "portable_ws_h32"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=2048) == "portable_ws"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=2049) == "portable_ws_h32"
+    assert registry.resolve("auto", "cuda", heads=20, tokens=8 * 2048) == "portable_ws_h32"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=8 * 2048) == "portable_ws"
     assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 2048) == "portable_ws_h32"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (8, 9))  # no warp specialisation
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "tile512"

@@ -39,12 +39,13 @@ def decode_impls() -> tuple[str, ...]:
 
 # auto_kernel's thresholds, from the crossover sweeps (data/*_crossover.csv; the numbers: docs/decisions.md). A
 # "head-token" is one head's score for one selected token: heads * tokens, the QK work of a call
-TWO_BLOCK_MAX_TOKENS_H64 = 4096      # 17-32 heads on sm_90 (from older h64 crossovers), and every head count off it
+TWO_BLOCK_MAX_TOKENS_H64 = 4096      # 17-32 heads (from older h64 crossovers)
 HEAD_BLOCK = 64                      # 33-63 heads run as one 64-head block, so auto counts them as 64
 WS_MIN_TOKENS_H16 = 65536            # <= 16 heads: from b32 topk2048 the warp-specialised kernel wins
 XCHG_MAX_TOKENS_H16 = 8192           # <= 16 heads (one 16-head group): up to b4 topk2048 the bf16 rung wins
 TWO_BLOCK_BELOW_HEAD_TOKENS = 1 << 18  # >= 64 heads: below b8 topk512 at h64, b4 topk512 at h128
-XCHG_MAX_HEAD_TOKENS = 1 << 20       # >= 64 heads: up to b8 topk2048 at h64, b4 topk2048 at h128; then the 64-head block
+XCHG_BELOW_HEAD_TOKENS = 1 << 20     # >= 33 heads: below b8 topk2048 at h64, b4 topk2048 at h128; then the 64-head block
+PORTABLE_WS_MAX_HEAD_TOKENS = 1 << 18  # off Hopper, > 16 heads: up to b4 topk512 at h64; then the 32-head groups
 
 
 def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
@@ -52,16 +53,17 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
 
     On sm_90: at <= 16 heads (padded to one 16-head group) "wgmma_xchg" up to XCHG_MAX_TOKENS_H16 tokens,
     "wgmma_ws" from WS_MIN_TOKENS_H16, "wgmma_f16" between; at >= 64 heads, by head-tokens (heads * tokens),
-    "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS, "wgmma_xchg" up to XCHG_MAX_HEAD_TOKENS, "wgmma_ws_h64"
-    above, with 33-63 heads counted as HEAD_BLOCK (padded to one 64-head block: at b64 topk2048, h40 and h48 took
-    71-72 us in their 16-head groups and 64-65 us in the 64-head block, h64 68 us; an exploratory run, to be replaced
-    by the "heads" sweep); at 17-32 heads "wgmma_f16_2cta" up to TWO_BLOCK_MAX_TOKENS_H64 tokens, else
-    "wgmma_f16". Any other GPU: :func:`portable_kernel`. Why: derived from a
-    crossover sweep of 48 shapes (data/archive/bench_h200_20261202-1506_crossover.csv); in the latest
-    (data/bench_h200_20261202-1754_crossover.csv) the pick is within 1.8% of the fastest of those five rungs at all
-    48, within 2.7% of rung 16 where it is faster; an earlier one put it 5.5% off at b2 h64 topk2048, where the
-    boundary lies (docs/decisions.md). ``tokens`` is the
-    call's selected tokens in all: b * s_q * (topk + extra topk).
+    "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS, "wgmma_xchg" below XCHG_BELOW_HEAD_TOKENS, "wgmma_ws_h64"
+    from there, with 33-63 heads counted as HEAD_BLOCK (they run padded to one 64-head block); at 17-32 heads
+    "wgmma_f16_2cta" up to TWO_BLOCK_MAX_TOKENS_H64 tokens, else "wgmma_f16". Any other GPU: :func:`portable_kernel`.
+    Why: derived from a crossover sweep of 48 shapes (data/archive/bench_h200_20261202-1506_crossover.csv) and, for
+    33-63 heads and the xchg boundary, from the crossover and heads sweeps at e5db711
+    (bench_h200_20261203-0630_crossover.csv, bench_h200_20261203-0632_heads.csv): there h40 and h48 at b64
+    topk2048 took 71.7-73.0 us in 16-head groups (wgmma_f16, wgmma_xchg) and 64.3-64.7 in the 64-head block (h64:
+    68.1), and at b8 topk2048 h40 took 19.6 us in wgmma_xchg against 18.7 in the block; with these boundaries the
+    pick is within 2.3% of the fastest Hopper rung at every shape of the two sweeps (48 and 16;
+    docs/decisions.md).
+    ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
         return portable_kernel(capability, heads=heads, tokens=tokens)
@@ -74,7 +76,7 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     work = max(heads, HEAD_BLOCK) * tokens
     if work < TWO_BLOCK_BELOW_HEAD_TOKENS:
         return "wgmma_f16_2cta"
-    return "wgmma_xchg" if work <= XCHG_MAX_HEAD_TOKENS else "wgmma_ws_h64"
+    return "wgmma_xchg" if work < XCHG_BELOW_HEAD_TOKENS else "wgmma_ws_h64"
 
 
 PORTABLE_CAPABILITIES = ("sm_100", "sm_103", "sm_110", "sm_120", "sm_121")  # warp specialisation, no wgmma
@@ -82,13 +84,18 @@ PORTABLE_CAPABILITIES = ("sm_100", "sm_103", "sm_110", "sm_120", "sm_121")  # wa
 
 def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     """What "auto" runs off sm_90. On a GPU that can run warp-specialised rungs (register reallocation: sm_90 and
-    newer; ``PORTABLE_CAPABILITIES``): "portable_ws" (16-head groups) at <= 16 heads, or at any head count up to
-    TWO_BLOCK_MAX_TOKENS_H64 selected tokens; else "portable_ws_h32" (32-head groups). Elsewhere "tile512". Why: on
-    the H200 (the proxy) portable_ws beats tile512 at b64 h16 topk2048 and at b1 h64 topk512 but loses at b64 h64
-    and h128, where portable_ws_h32 beats both (the crossover sweep's portable rows; docs/decisions.md, rung 17)."""
+    newer; ``PORTABLE_CAPABILITIES``): "portable_ws" (16-head groups) at <= 16 heads, and above 16 up to
+    PORTABLE_WS_MAX_HEAD_TOKENS head-tokens (heads * tokens); beyond, "portable_ws_h32" (32-head groups, each token
+    gathered half as often). Elsewhere "tile512". Why: on the H200 (the proxy), in the crossover and heads sweeps at
+    e5db711 (bench_h200_20261203-0630_crossover.csv, bench_h200_20261203-0632_heads.csv), portable_ws_h32 takes
+    0.55-0.84x portable_ws's time above 2**18 head-tokens at every head count from 20 to 128 (1.2-2.7x faster than
+    tile512) and 0.99-1.19x at or below it; at 16 heads portable_ws is within 3% of the fastest portable rung except
+    at b4, b8 topk2048 and b16 topk512, where the 32-head kernel's split plan wins by 5-10% (docs/decisions.md)."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
-    return "portable_ws" if heads <= 16 or tokens <= TWO_BLOCK_MAX_TOKENS_H64 else "portable_ws_h32"
+    if heads <= 16 or heads * tokens <= PORTABLE_WS_MAX_HEAD_TOKENS:
+        return "portable_ws"
+    return "portable_ws_h32"
 
 
 def resolve(impl: str, device, *, heads: int, tokens: int) -> str:
