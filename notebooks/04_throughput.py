@@ -55,8 +55,9 @@ from workbench.report.pipeline import checked_parameters
 from workbench.report.figures import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, default_kernel_rows,
                                       gpu_label, markdown_table, out_folder, same_run_times, save_figure, save_table,
                                       set_theme)
-from workbench.report.plots_throughput import (fig_batch_model, fig_overhead, fig_production, fig_roofline,
-                                               fig_speedups, fig_time_vs_batch)
+from workbench.report.plots_throughput import (fig_batch_model, fig_heads, fig_overhead, fig_production,
+                                               fig_roofline, fig_speedups, fig_time_vs_batch,
+                                               next_power_of_two_ratios)
 from workbench.report.results import current_rows, load_bench
 
 # the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
@@ -276,6 +277,24 @@ if len(over):
     print(markdown_table(overhead, floatfmt=".3g"))
 else:
     print("no overhead sweep in the data yet (python -m workbench bench --sweep overhead on a GPU)")
+
+# %% [markdown]
+# ## Head counts between the powers of two
+# Message: a head count that is not a power of two runs padded to a head group; issue 25 asks that heads 20, 24, 40
+# and 48 cost no more than the next power of two in the same run (a label's ratio <= 1), from the current `heads`
+# table: the default beside FlashMLA, both floors and what auto runs without wgmma, at b8 and b64 topk2048.
+
+# %%
+heads_rows = ok[(ok.sweep == "heads") & ok.provider.isin(["auto", "flashmla", "gather", "gather_async", "auto_portable"])]
+if len(heads_rows):
+    fig = fig_heads(heads_rows)
+    save_figure(fig, "throughput_heads", out_dir, title=f"Time against head count: {gpu_label(heads_rows)}",
+                note=bench_provenance(heads_rows))
+    pow2 = pd.concat([next_power_of_two_ratios(heads_rows, p) for p in ("auto", "auto_portable")], ignore_index=True)
+    save_table(pow2, "heads_vs_next_power_of_two", out_dir)
+    print(markdown_table(pow2, floatfmt=".3g"))
+else:
+    print("no heads sweep in the data yet (python -m workbench bench --sweep heads on a GPU)")
 
 # %% [markdown]
 # ## Verdict

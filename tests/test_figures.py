@@ -176,6 +176,10 @@ def build(name, ok):
     if name == "throughput_host_overhead":  # the current overhead table, as notebook 04 draws it
         over = current_rows("overhead", ok)
         return plots_throughput.fig_overhead(over), "host overhead", figures.bench_provenance(over)
+    if name == "throughput_heads":  # the current heads table, as notebook 04 draws it
+        rows = current_rows("heads", ok)
+        rows = rows[rows.provider.isin(["auto", "flashmla", "gather", "gather_async", "auto_portable"])]
+        return plots_throughput.fig_heads(rows), "heads", figures.bench_provenance(rows)
     if name == "projection_sm120":  # notebook 03: the current headline and forced tables, the sm_120 lab table
         from workbench.lab.targets import get_target
         head = current_rows("headline", ok)
@@ -198,7 +202,7 @@ FIGURES = ["ladder_time_per_rung", "ladder_b1_and_production", "correctness_gpu_
            "throughput_speedups", "throughput_roofline", "throughput_batch_model", "warps_4_vs_8",
            "occupancy_shared_memory", "occupancy_registers", "pruning_model_vs_compiled",
            "correctness_error_distribution", "correctness_worst_by_shape", "correctness_gpu", "padding_costs",
-           "page_byte_map", "throughput_host_overhead", "projection_sm120"]
+           "page_byte_map", "throughput_host_overhead", "projection_sm120", "throughput_heads"]
 
 
 # ---------------------------------------------------------------------------------------------

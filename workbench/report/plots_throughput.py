@@ -329,3 +329,54 @@ def fig_overhead(df, *, bounds: dict | None = None):
     legend_below(fig, handles, names, ncol=2, title="provider (whiskers: p20-p80)" + (
         f"; bars above {clip:.0f} us are cut at the top, their median written there" if cut else ""))
     return fig
+
+
+def next_power_of_two_ratios(rows, provider: str = "auto"):
+    """Per batch and head count that is not a power of two: ``provider``'s time over its time at the next power of
+    two in the same table (issue 25: <= 1 is the goal), with both times."""
+    import pandas as pd
+    med = _median_by(rows[rows.provider == provider], ["batch", "heads"]).set_index(["batch", "heads"]).median_us
+    out = []
+    for (b, h), t in med.items():
+        if h & (h - 1) == 0:
+            continue
+        up = 1 << (int(h) - 1).bit_length()
+        if (b, up) in med.index:
+            out.append(dict(provider=provider, batch=b, heads=h, us=t, next_pow2=up, next_pow2_us=med[(b, up)],
+                            ratio=t / med[(b, up)]))
+    return pd.DataFrame(out, columns=["provider", "batch", "heads", "us", "next_pow2", "next_pow2_us", "ratio"])
+
+
+def fig_heads(rows):
+    """Time against head count, one panel per batch, one line per provider; the head axis is categorical (the
+    measured counts, evenly spaced), powers of two shaded, and each odd count of "auto" labelled with its time over
+    the next power of two's."""
+    import matplotlib.pyplot as plt
+    batches = sorted(rows["batch"].unique())
+    heads = sorted(rows["heads"].unique())
+    fig, axes = plt.subplots(1, len(batches), figsize=(5.2 * len(batches), 3.8), squeeze=False)
+    med = _median_by(rows, ["provider", "batch", "heads"])
+    ratios = next_power_of_two_ratios(rows)
+    for c, b in enumerate(batches):
+        ax = axes[0, c]
+        sub = med[med.batch == b]
+        for i, h in enumerate(heads):
+            if h & (h - 1) == 0:
+                ax.axvspan(i - 0.4, i + 0.4, color="0.92", zorder=0, lw=0)
+        for p in providers_in(sub):
+            s = sub[sub.provider == p]
+            gapped_line(ax, [heads.index(h) for h in s.heads], s.median_us, label=PROVIDER_LABELS[p],
+                        color=PROVIDER_COLORS[p], **PROVIDER_STYLE.get(p, {}))
+        pad_log_limits(ax, sub.median_us, pad=1.4)
+        readable_log_axis(ax, "y")
+        for r in ratios[ratios.batch == b].itertuples():
+            ax.annotate(f"{r.ratio:.2f}x\nh{r.next_pow2}", (heads.index(r.heads), r.us), textcoords="offset points",
+                        xytext=(0, -11), ha="center", va="top", fontsize=7, color=PROVIDER_COLORS["auto"],
+                        bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
+        categorical_batch_axis(ax, heads, "heads (shaded: powers of two)")
+        ax.set_title(f"batch {b}, topk {int(rows.topk.iloc[0])}", fontsize=10)
+        ax.set_ylabel("time per call (us)" if c == 0 else "")
+    h, lab = figure_handles(fig)
+    legend_below(fig, h, lab, ncol=3)
+    fig.tight_layout()
+    return fig
