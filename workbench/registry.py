@@ -58,11 +58,12 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     "wgmma_f16_2cta" up to TWO_BLOCK_MAX_TOKENS_H64 tokens, else "wgmma_f16". Any other GPU: :func:`portable_kernel`.
     Why: derived from a crossover sweep of 48 shapes (data/archive/bench_h200_20261202-1506_crossover.csv) and, for
     33-63 heads and the xchg boundary, from the crossover and heads sweeps at e5db711
-    (bench_h200_20261203-0630_crossover.csv, bench_h200_20261203-0632_heads.csv): there h40 and h48 at b64
-    topk2048 took 71.7-73.0 us in 16-head groups (wgmma_f16, wgmma_xchg) and 64.3-64.7 in the 64-head block (h64:
-    68.1), and at b8 topk2048 h40 took 19.6 us in wgmma_xchg against 18.7 in the block; with these boundaries the
-    pick is within 2.3% of the fastest Hopper rung at every shape of the two sweeps (48 and 16;
-    docs/decisions.md).
+    (data/archive/bench_h200_20261203-0630_crossover.csv, data/archive/bench_h200_20261203-0632_heads.csv): there
+    h40 and h48 at b64 topk2048 took 71.7-73.0 us in 16-head groups (wgmma_f16, wgmma_xchg) and 64.3-64.7 in the
+    64-head block (h64: 68.1), and at b8 topk2048 h40 took 19.6 us in wgmma_xchg against 18.7 in the block. In the
+    sweeps at 8aa1f61, which runs this rule (data/bench_h200_20261203-0639_crossover.csv and
+    data/bench_h200_20261203-0640_heads.csv), the pick is within 2.9% of the fastest Hopper rung at every shape of
+    both (48 and 16; docs/decisions.md).
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
@@ -87,10 +88,13 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     newer; ``PORTABLE_CAPABILITIES``): "portable_ws" (16-head groups) at <= 16 heads, and above 16 up to
     PORTABLE_WS_MAX_HEAD_TOKENS head-tokens (heads * tokens); beyond, "portable_ws_h32" (32-head groups, each token
     gathered half as often). Elsewhere "tile512". Why: on the H200 (the proxy), in the crossover and heads sweeps at
-    e5db711 (bench_h200_20261203-0630_crossover.csv, bench_h200_20261203-0632_heads.csv), portable_ws_h32 takes
-    0.55-0.84x portable_ws's time above 2**18 head-tokens at every head count from 20 to 128 (1.2-2.7x faster than
-    tile512) and 0.99-1.19x at or below it; at 16 heads portable_ws is within 3% of the fastest portable rung except
-    at b4, b8 topk2048 and b16 topk512, where the 32-head kernel's split plan wins by 5-10% (docs/decisions.md)."""
+    e5db711 (data/archive/bench_h200_20261203-0630_crossover.csv, data/archive/bench_h200_20261203-0632_heads.csv),
+    portable_ws_h32 takes 0.55-0.84x portable_ws's time above 2**18 head-tokens at every head count from 20 to 128
+    (1.2-2.7x faster than tile512) and 0.99-1.19x at or below it. In the sweeps at 8aa1f61, which runs this rule
+    (data/bench_h200_20261203-0639_crossover.csv, data/bench_h200_20261203-0640_heads.csv), the pick is within 2.1%
+    of the fastest portable rung at every shape with more than 16 heads; at 16 heads it misses at b4 topk2048
+    (17.9 us against portable_ws_h32's 15.1: 19%) and b16 topk512 (6%), where the 32-head kernel's split plan wins
+    (docs/decisions.md)."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
     if heads <= 16 or heads * tokens <= PORTABLE_WS_MAX_HEAD_TOKENS:
