@@ -120,10 +120,13 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     clamped to [0, topk] (a negative length selects nothing, a length above topk selects all); extra_*: a second scope
     in the same softmax.
     sm_scale: a positive real (Python or numpy scalar, or 0-dim tensor); default 512**-0.5.
-    impl: "auto" (default: the fastest kernel that passes every GPU check for this device and call size; on
-    sm_90 an f16 Gluon rung, "wgmma_f16_2cta" at 17-64 heads up to 4096 selected tokens, the warp-specialised
-    "wgmma_ws" at <= 16 heads from 65536 up, else "wgmma_f16"; on sm_100/sm_120 the portable warp-specialised
-    "portable_ws" at <= 16 heads or small calls; otherwise "tile512"; see registry.auto_kernel), any
+    impl: "auto" (default: the fastest kernel for this device and call size, from the crossover sweeps; on sm_90 a
+    Gluon rung that passes every GPU check: "wgmma_xchg" for small calls, "wgmma_f16_2cta" / "wgmma_f16" at 17-32
+    heads, the warp-specialised "wgmma_ws" at <= 16 heads from 65536 selected tokens up and the 64-head block
+    "wgmma_ws_h64" for large calls at 33 heads and more; on sm_100/sm_120 the portable warp-specialised
+    "portable_ws" at <= 16 heads or small calls, else "portable_ws_h32" (whose log-sum-exp misses the check's
+    tolerance in 3 of 43 cases at 8aa1f61, the output passing: docs/decisions.md, rung 17); below sm_90
+    "tile512"; see registry.auto_kernel and registry.portable_kernel), any
     registered kernel (``workbench.registry.decode_impls()``: the seed's "mma", the portable "tile512" and
     "portable_ws" (mma.sync, no wgmma), the bf16
     Hopper rung "wgmma_xchg", the f16 rungs "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws" (exact on every cache:

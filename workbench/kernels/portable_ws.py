@@ -34,6 +34,14 @@ The partitions:
   back to the producer. Per tile: 64 HMMA a warp, 3 partition barriers (one of them Triton's, before the
   mbarrier wait), no CTA-wide barrier.
 
+The 32-head group (rung "portable_ws_h32", the same kernel at BLOCK_H = 32: ``_consumer_p``): the consumer's
+accumulator is [32, 512] fp32, 128 registers a thread, so the consumer runs at 2 x MAXNREG_H32 - 96 = 240
+registers and one block fits an SM. Exchanging the fp32 scores would take 4 KB more than sm_120 has; instead the
+softmax runs in the MMA layout (each warp its own 8 tokens; the row max across the warps is the compiler's
+reduction through shared memory), and the warps exchange P in bf16 (2 KB a tile), which comes back as the PV's A
+operand for every token: 100,964 B (lab). The row sums are taken from that bf16 P (a known defect: the log-sum-exp
+then carries bf16's rounding, docs/decisions.md, rung 17).
+
 Invalid tokens (-1, out of range, past topk_length or the split) load as zero and are masked to -inf before the
 softmax. Padding heads (past H in the last head group) load q as zero and are never stored. The epilogue writes
 the split's normalised output and base-2 LSE into the partial buffers exactly as the other split kernels do, so
@@ -285,9 +293,9 @@ def _consumer_p(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_r
         # operand of one PV step, so that only half of K's B operand (32 registers a thread) need be live at once
         pa = p_smem.slice(0, BLOCK_T // 2, dim=1).load(A_OP)            # [BLOCK_H, BLOCK_T // 2] bf16
         pb = p_smem.slice(BLOCK_T // 2, BLOCK_T // 2, dim=1).load(A_OP)
-        rows = gl.sum(pa.to(gl.float32), 1) + gl.sum(pb.to(gl.float32), 1)
+        rows = gl.sum(pa.to(gl.float32), 1) + gl.sum(pb.to(gl.float32), 1)  # [BLOCK_H]
         l_i = l_i * alpha + gl.convert_layout(rows, ROW, assert_trivial=True)
-        acc = acc * gl.expand_dims(alpha, 1)
+        acc = acc * gl.expand_dims(alpha, 1)  # [BLOCK_H, D] fp32, each warp D / CW columns
         acc = mma_v2(pa, kb.slice(0, BLOCK_T // 2, dim=0).load(B_OP), acc)
         acc = mma_v2(pb, kb.slice(BLOCK_T // 2, BLOCK_T // 2, dim=0).load(B_OP), acc)
         gl.thread_barrier()  # every consumer warp has read the slot and P before they are reused
