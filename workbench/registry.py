@@ -62,8 +62,8 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     33-63 heads and the xchg boundary, from the crossover and heads sweeps at e5db711
     (data/archive/bench_h200_20261203-0630_crossover.csv, data/archive/bench_h200_20261203-0632_heads.csv): there
     h40 and h48 at b64 topk2048 took 71.2-71.7 us in wgmma_f16's 16-head groups (73.0-73.3 in wgmma_xchg's) and
-    64.3-64.7 in the
-    64-head block (h64: 68.1), and at b8 topk2048 h40 took 19.6 us in wgmma_xchg against 18.7 in the block. In the
+    64.3-64.7 in the 64-head block (h64: 68.1), and at b8 topk2048 h40 took 19.6 us in wgmma_xchg against 18.7 in
+    the block. In the
     sweeps at 8aa1f61, which runs this rule (data/bench_h200_20261203-0639_crossover.csv and
     data/bench_h200_20261203-0640_heads.csv), the pick is within 2.9% of the fastest Hopper rung at every shape of
     both (48 and 16; docs/decisions.md).

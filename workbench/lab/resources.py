@@ -427,17 +427,20 @@ def compiled_ptx(kernel: str, arch: str, cfg, **constexprs) -> str:
     """The PTX of one config (typed, dict or ``triton.Config``) for one target, for reading the code itself
     (instruction order, barriers) where the table's counts are not enough (no GPU); keyword arguments set
     constexprs the lab otherwise fixes (e.g. the combine's PDL=True, as sm_90 launches it)."""
-    _check_compilable()
-    lk = lab_kernel(kernel)
-    return _compile_lab_kernel(lk, arch, typed_config(lk, cfg), constexprs)[0].asm["ptx"]
+    return _compiled(kernel, arch, cfg, constexprs).asm["ptx"]
 
 
 def compiled_sass(kernel: str, arch: str, cfg, **constexprs) -> str:
     """The SASS of one config for one target, as :func:`compiled_ptx` gives its PTX: for what only ptxas decides
     (e.g. whether it serialised a kernel's wgmmas: one ``WARPGROUP.DEPBAR`` per HGMMA, its C7515 warning)."""
+    return _read_cubin(_compiled(kernel, arch, cfg, constexprs).asm["cubin"])[1]
+
+
+def _compiled(kernel: str, arch: str, cfg, constexprs: dict):
+    """The compiled kernel of one config (typed, dict or ``triton.Config``) of a registered lab kernel."""
     _check_compilable()
     lk = lab_kernel(kernel)
-    return _read_cubin(_compile_lab_kernel(lk, arch, typed_config(lk, cfg), constexprs)[0].asm["cubin"])[1]
+    return _compile_lab_kernel(lk, arch, typed_config(lk, cfg), constexprs)[0]
 
 
 def compile_config(kernel: str, arch: str, cfg, *, respect_pruning: bool = False,
