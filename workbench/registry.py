@@ -89,22 +89,18 @@ PORTABLE_CAPABILITIES = ("sm_100", "sm_103", "sm_110", "sm_120", "sm_121")  # wa
 def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     """What "auto" runs off sm_90. On a GPU that can run warp-specialised rungs (register reallocation: sm_90 and
     newer; ``PORTABLE_CAPABILITIES``): "portable_ws" (16-head groups) at <= 16 heads, and above 16 up to
-    PORTABLE_WS_MAX_HEAD_TOKENS head-tokens (heads * tokens); beyond, "portable_ws_h32" (32-head groups, each token
-    gathered half as often). Elsewhere "tile512". Why: on the H200 (the proxy), in the crossover and heads sweeps at
-    e5db711 (data/archive/bench_h200_20261203-0630_crossover.csv, data/archive/bench_h200_20261203-0632_heads.csv),
+    PORTABLE_WS_MAX_HEAD_TOKENS head-tokens (heads * tokens); beyond, "portable_ws_lazy" (32-head groups, each token
+    gathered half as often, with portable_ws_h32's rescale only when a head's max grows by more than 2**8).
+    Elsewhere "tile512". Why: on the H200 (the proxy), in the crossover and heads sweeps at e5db711
+    (data/archive/bench_h200_20261203-0630_crossover.csv, data/archive/bench_h200_20261203-0632_heads.csv),
     portable_ws_h32 takes 0.55-0.99x portable_ws's time above 2**18 head-tokens at every head count from 20 to 128
-    (1.2-2.7x faster than tile512) and 0.99-1.19x at or below it. In the sweeps at 8aa1f61, which runs this rule
-    (data/bench_h200_20261203-0639_crossover.csv, data/bench_h200_20261203-0640_heads.csv), the pick is within 2.1%
-    of the fastest portable rung at every shape with more than 16 heads; at 16 heads it misses at b4 topk2048
-    (17.9 us against portable_ws_h32's 15.1: 19%) and b16 topk512 (6%), where the 32-head kernel's split plan wins
-    (docs/decisions.md). Known defect at 8aa1f61: portable_ws_h32 misses the check's log-sum-exp tolerance in 3 of
-    its 43 cases (up to 2.1x LSE_REL; the output passes), since it sums the rows from the bf16 P; the fix is
-    described in docs/decisions.md (rung 17) and waits for a GPU run."""
+    (1.2-2.7x faster than tile512) and 0.99-1.19x at or below it. portable_ws_lazy is the same kernel with fewer
+    instructions a tile (rung 18's prediction: 7-14% faster at b64 h64); the margins below are measured."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
     if heads <= 16 or heads * tokens <= PORTABLE_WS_MAX_HEAD_TOKENS:
         return "portable_ws"
-    return "portable_ws_h32"
+    return "portable_ws_lazy"
 
 
 def resolve(impl: str, device, *, heads: int, tokens: int) -> str:

@@ -153,15 +153,19 @@ _wgmma_ws("wgmma_ws", 13, "wgmma_f16 warp-specialised at 16 heads: a producer pa
           "per SM, split waves 1)",
           NUM_BUFS=3, PRODUCER_WARPS=8, PRODUCER_REGS=152)
 
-def _block(module, launch, jit, name, rung, summary, prediction, *, split_waves=1, split_granule=64,
-           allowed=None, config_space=None, maxnreg=None):
+def _block(module, launch, jit, *, name, rung, summary, prediction, split_waves=1, split_granule=64,
+           allowed=None, config_space=None, maxnreg=None, **switches):
     """A rung of a Gluon kernel with a module of its own, in one block per program: its head group, register cap
-    and switches from the module (ALLOWED, CONFIG_SPACE, MAXNREG, SWITCHES, estimate_shared_bytes) unless given,
-    its launcher (module.launch_*) called with the rung's name, configs, cap and switches."""
+    and switches from the module (ALLOWED, CONFIG_SPACE, MAXNREG, SWITCHES, estimate_shared_bytes) unless given
+    (``switches``: those that differ from the module's), its launcher (module.launch_*) called with the rung's
+    name, configs, cap and switches."""
     allowed = allowed or module.ALLOWED
     config_space = tuple(config_space or module.CONFIG_SPACE)
     maxnreg = maxnreg or module.MAXNREG
-    switches = dict(module.SWITCHES)
+    unknown = set(switches) - set(module.SWITCHES)
+    if unknown:
+        raise TypeError(f"{name}: {module.__name__} has no switch {sorted(unknown)}")
+    switches = {**module.SWITCHES, **switches}
     first = config_space[0]
     return register(KernelSpec(
         name=name, kind="split", rung=rung, interpretable=False, split_waves=split_waves,
@@ -176,49 +180,69 @@ def _block(module, launch, jit, name, rung, summary, prediction, *, split_waves=
 
 from . import portable_ws, wgmma_ws_bal, wgmma_ws_h64  # noqa: E402 - beside their entries
 
-_block(wgmma_ws_h64, wgmma_ws_h64.launch_ws_h64_partial, wgmma_ws_h64.ws_h64_partial_kernel, "wgmma_ws_h64", 15,
-       "wgmma_ws for a group of 64 heads in three partitions: a softmax warpgroup (QK, softmax, PV of half the "
-       "columns), a PV warpgroup (the other half), both reading P from shared memory, and a producer warpgroup "
-       "(gathers and dequantises one tile at a time into a ring of 2 K tiles)",
-       "wgmma_ws's schedule with 64 heads a block gathers each token once per 64 heads, not once per 16. A 64-head "
-       "group in wgmma_ws's two partitions spilled (lab) and ran 1.8-3x slower than wgmma_f16 "
-       "(data/explore/explore_h200_20261202-1309_ws64.csv); with FlashMLA's unequal register shares (lab: 76 B of "
-       "spill stores, no serialised wgmma) expect b64 h128 topk2048 at 80-100 us (wgmma_f16: 130, FlashMLA: 87) and "
-       "b64 h64 at 45-55 us (auto: 74)")
-_block(wgmma_ws_bal, wgmma_ws_bal.launch_ws_bal_partial, wgmma_ws_bal.ws_bal_partial_kernel, "wgmma_ws_bal", 16,
-       "wgmma_ws_h64 with equal consumer warpgroups: each scores half of every 64-token tile (half of QK), they swap "
-       "their rows' maxima through shared memory, and each runs PV over the whole tile for half of the output "
-       "columns (its own P first, the other's after an mbarrier)",
-       "ncu of rung 15 at b64 h128 (c6506d3): the softmax warpgroup is the critical path (34% of stall samples, 3x "
-       "the PV warpgroup's MMA work), the PV warpgroup waits 76% of its samples. Balanced, each warpgroup carries 2 "
-       "of the tile's 4 MMA units instead of 3, plus one swap of the maxima a tile: expect the loop ~25% shorter, "
-       "b64 h128 topk2048 at 85-95 us (rung 15: 113) and b64 h64 at 55-60 us (68)")
-_block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws_partial_kernel, "portable_ws", 14,
-       "wgmma_ws's schedule from instructions sm_120 has: a producer partition (4 warps) gathers and dequantises "
-       "(bf16, exact) into a ring of 2 K tiles of 32 tokens, a consumer partition (4 warps) runs QK and PV as "
-       "mma.sync (ldmatrix operands) and the softmax; they meet at mbarriers; ~83 KB a block",
-       "b64 h16 topk2048 on the H200: 55-75 us, between wgmma_ws (~51 us) and tile512 (~115 us). The schedule is "
-       "wgmma_ws's (gathers in warps of their own, no CTA barrier on the MMA path), which took the ladder from ~113 "
-       "to ~51 us. Against wgmma_ws it loses: mma.sync at about half of wgmma's rate, with its operands through "
-       "ldmatrix into registers (each consumer warp re-reads q, 16 KB a tile); the exact bf16 dequant, ~3x the f16 "
-       "convert's instructions; 32-token tiles (sm_120's 101 KB a block), so twice the barriers and slot hand-overs "
-       "per token and one 18.7 KB tile of loads in flight a block. Two 8-warp blocks per SM on sm_90 (lab: 128 "
-       "registers, no spills, 84 KB each) put 37 KB of loads in flight an SM, as wgmma_ws's one block does; the "
-       "MMAs (~9 us of HMMA issue an SM) and the dequant stay well under the ~33 us gather floor, so the time is the "
-       "gathers' latency",
+_block(wgmma_ws_h64, wgmma_ws_h64.launch_ws_h64_partial, wgmma_ws_h64.ws_h64_partial_kernel,
+       name="wgmma_ws_h64", rung=15,
+       summary=("wgmma_ws for a group of 64 heads in three partitions: a softmax warpgroup (QK, softmax, PV of half "
+                "the columns), a PV warpgroup (the other half), both reading P from shared memory, and a producer "
+                "warpgroup (gathers and dequantises one tile at a time into a ring of 2 K tiles)"),
+       prediction=("wgmma_ws's schedule with 64 heads a block gathers each token once per 64 heads, not once per 16. "
+                   "A 64-head group in wgmma_ws's two partitions spilled (lab) and ran 1.8-3x slower than wgmma_f16 "
+                   "(data/explore/explore_h200_20261202-1309_ws64.csv); with FlashMLA's unequal register shares (lab: "
+                   "76 B of spill stores, no serialised wgmma) expect b64 h128 topk2048 at 80-100 us (wgmma_f16: 130, "
+                   "FlashMLA: 87) and b64 h64 at 45-55 us (auto: 74)"))
+_block(wgmma_ws_bal, wgmma_ws_bal.launch_ws_bal_partial, wgmma_ws_bal.ws_bal_partial_kernel,
+       name="wgmma_ws_bal", rung=16,
+       summary=("wgmma_ws_h64 with equal consumer warpgroups: each scores half of every 64-token tile (half of QK), "
+                "they swap their rows' maxima through shared memory, and each runs PV over the whole tile for half of "
+                "the output columns (its own P first, the other's after an mbarrier)"),
+       prediction=("ncu of rung 15 at b64 h128 (c6506d3): the softmax warpgroup is the critical path (34% of stall "
+                   "samples, 3x the PV warpgroup's MMA work), the PV warpgroup waits 76% of its samples. Balanced, "
+                   "each warpgroup carries 2 of the tile's 4 MMA units instead of 3, plus one swap of the maxima a "
+                   "tile: expect the loop ~25% shorter, b64 h128 topk2048 at 85-95 us (rung 15: 113) and b64 h64 at "
+                   "55-60 us (68)"))
+_block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws_partial_kernel,
+       name="portable_ws", rung=14,
+       summary=("wgmma_ws's schedule from instructions sm_120 has: a producer partition (4 warps) gathers and "
+                "dequantises (bf16, exact) into a ring of 2 K tiles of 32 tokens, a consumer partition (4 warps) runs "
+                "QK and PV as mma.sync (ldmatrix operands) and the softmax; they meet at mbarriers; ~83 KB a block"),
+       prediction=("b64 h16 topk2048 on the H200: 55-75 us, between wgmma_ws (~51 us) and tile512 (~115 us). The "
+                   "schedule is wgmma_ws's (gathers in warps of their own, no CTA barrier on the MMA path), which "
+                   "took the ladder from ~113 to ~51 us. Against wgmma_ws it loses: mma.sync at about half of wgmma's "
+                   "rate, with its operands through ldmatrix into registers (each consumer warp re-reads q, 16 KB a "
+                   "tile); the exact bf16 dequant, ~3x the f16 convert's instructions; 32-token tiles (sm_120's 101 "
+                   "KB a block), so twice the barriers and slot hand-overs per token and one 18.7 KB tile of loads in "
+                   "flight a block. Two 8-warp blocks per SM on sm_90 (lab: 128 registers, no spills, 84 KB each) put "
+                   "37 KB of loads in flight an SM, as wgmma_ws's one block does; the MMAs (~9 us of HMMA issue an "
+                   "SM) and the dequant stay well under the ~33 us gather floor, so the time is the gathers' latency"),
        split_waves=2, split_granule=32)
-_block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws_partial_kernel, "portable_ws_h32", 17,
-       "portable_ws for a group of 32 heads: the same producer and ring of 2 K tiles of 32 tokens; the consumer's 4 "
-       "warps run the softmax in the MMA layout (the row max across its warps) and exchange P in bf16 rather than "
-       "the fp32 scores, so that the block fits sm_120's 101,376 B (100,964 B, lab); one block per SM at 240 "
-       "consumer registers",
-       "crossover at 05b39d3: at b64 h64 topk2048 portable_ws's four 16-head groups take 191.7 us (four gathers and "
-       "dequants of every token) and tile512 182.8, against 57.7 at h16: the time follows the producers' work, "
-       "not the MMAs. Two 32-head groups gather and dequantise each token twice, not four times, with the same "
-       "MMA work; one block of 8 warps per SM (registers) instead of two keeps half the loads in flight. Expect "
-       "b64 h64 topk2048 at 100-130 us and b64 h128 at 200-260, and no gain at b1 h64 topk512 (latency)",
+_block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws_partial_kernel,
+       name="portable_ws_h32", rung=17,
+       summary=("portable_ws for a group of 32 heads: the same producer and ring of 2 K tiles of 32 tokens; the "
+                "consumer's 4 warps run the softmax in the MMA layout (the row max across its warps) and exchange P "
+                "in bf16 rather than the fp32 scores, so that the block fits sm_120's 101,376 B (100,964 B, lab); one "
+                "block per SM at 240 consumer registers"),
+       prediction=("crossover at 05b39d3: at b64 h64 topk2048 portable_ws's four 16-head groups take 191.7 us (four "
+                   "gathers and dequants of every token) and tile512 182.8, against 57.7 at h16: the time follows the "
+                   "producers' work, not the MMAs. Two 32-head groups gather and dequantise each token twice, not "
+                   "four times, with the same MMA work; one block of 8 warps per SM (registers) instead of two keeps "
+                   "half the loads in flight. Expect b64 h64 topk2048 at 100-130 us and b64 h128 at 200-260, and no "
+                   "gain at b1 h64 topk512 (latency)"),
        allowed=portable_ws.ALLOWED_H32, config_space=portable_ws.CONFIG_SPACE_H32, maxnreg=portable_ws.MAXNREG_H32,
        split_granule=32)
+_block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws_partial_kernel,
+       name="portable_ws_lazy", rung=18,
+       summary=("portable_ws_h32 with a lazy rescale: the running max, and with it the rescale of the accumulator, "
+                "moves only when some head's max grows by more than 2**8 (P carries the factor until then)"),
+       prediction=("ncu of rung 17 at b64 h64 (8aa1f61): the consumer is the critical path (48.5% of the stall "
+                   "samples, 5% of its own waiting on an mbarrier); 20.6% of its instructions are FMUL, nearly all "
+                   "the accumulator's rescale (128 a thread a tile), and each rescale sits between the tile's QK and "
+                   "its PV on the accumulator's dependence chain. Once the maxima settle (a few tiles) the rescale "
+                   "stops: about a fifth fewer consumer instructions and a shorter chain a tile. The consumer also "
+                   "stalls on HMMA (47%) and shared memory runs at 65% of its wavefronts, which do not move. Expect "
+                   "b64 h64 topk2048 at 125-135 us (rung 17: 144.9), b64 h128 at 225-245 (263.2), nothing at b1 h64 "
+                   "topk512 (8.8, latency); the issue's 100 us at b64 h64 stays out of reach of this step"),
+       allowed=portable_ws.ALLOWED_H32, config_space=portable_ws.CONFIG_SPACE_H32, maxnreg=portable_ws.MAXNREG_H32,
+       split_granule=32, RESCALE_BOUND=8)
 
 register(KernelSpec(
     name="gather", kind="probe", summary="speed-of-light probe: the decode's bytes and split plan, no math",

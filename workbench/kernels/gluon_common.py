@@ -341,6 +341,15 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
 # ----------------------------------------------------------------------------- q, softmax, epilogue
 
 @gluon.jit
+def launch_dependents():
+    """griddepcontrol.launch_dependents (sm_90 and up): a kernel launched as this grid's programmatic dependent (the
+    combine, decode.combine_pdl) may be scheduled once every block has passed here; it still waits for the whole
+    grid (griddepcontrol.wait) before it reads what this grid wrote. No effect on an ordinary launch."""
+    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False,
+                              pack=1)
+
+
+@gluon.jit
 def _pow2(e):
     """int32 e in [-126, 127] -> fp32 2**e, exactly."""
     return ((e + 127) << 23).to(gl.float32, bitcast=True)

@@ -34,13 +34,18 @@ The partitions:
   back to the producer. Per tile: 64 HMMA a warp, 3 partition barriers (one of them Triton's, before the
   mbarrier wait), no CTA-wide barrier.
 
-The 32-head group (rung "portable_ws_h32", the same kernel at BLOCK_H = 32: ``_consumer_p``): the consumer's
+The 32-head group (rung "portable_ws_h32", the same kernel at BLOCK_H = 32: ``_consume_p``): the consumer's
 accumulator is [32, 512] fp32, 128 registers a thread, so the consumer runs at 2 x MAXNREG_H32 - 96 = 240
 registers and one block fits an SM. Exchanging the fp32 scores would take 4 KB more than sm_120 has; instead the
 softmax runs in the MMA layout (each warp its own 8 tokens; the row max across the warps is the compiler's
 reduction through shared memory), and the warps exchange P in bf16 (2 KB a tile), which comes back as the PV's A
-operand for every token: 100,964 B (lab). The row sums are taken from that bf16 P (a known defect: the log-sum-exp
-then carries bf16's rounding, docs/decisions.md, rung 17).
+operand for every token: 100,964 B (lab). The row sums add the fp32 P, each thread its own terms, reduced across
+the warps once after the loop. (Until 1e4219f they were taken from the bf16 P read back, and the log-sum-exp
+carried bf16's rounding: 3 failed LSE checks at 8aa1f61, docs/decisions.md, rung 17.)
+
+Rung "portable_ws_lazy" is the 32-head group with RESCALE_BOUND = 8: the running max, and with it the rescale of
+the accumulator (128 FMUL a thread a tile, a fifth of the consumer's instructions by ncu), moves only when some
+head's max grows by more than 2**8; until then P carries the factor (at most 256, well inside bf16 and fp32).
 
 Invalid tokens (-1, out of range, past topk_length or the split) load as zero and are masked to -inf before the
 softmax. Padding heads (past H in the last head group) load q as zero and are never stored. The epilogue writes
@@ -61,7 +66,8 @@ from triton.experimental.gluon.language.nvidia.ampere import mbarrier, mma_v2
 
 from .common import cdiv, launch, split_args
 from .configs import TiledConfig
-from .gluon_common import bf16_scale_pairs, cache_constexprs, dequant_words, load_idx, load_q, load_tile
+from .gluon_common import (bf16_scale_pairs, cache_constexprs, dequant_words, launch_dependents, load_idx, load_q,
+                           load_tile)
 
 # the targets the kernel is written for (mma.sync, ldmatrix, mbarrier try_wait, setmaxnreg): the lab compiles it for
 # these in its own process (resources.gluon_archs)
@@ -69,7 +75,7 @@ LAB_ARCHS = ("sm_90", "sm_100", "sm_120")
 
 ALLOWED = dict(BLOCK_H=(16,), BLOCK_T=(32,), num_warps=(4,), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=16, BLOCK_T=32, num_warps=4)]
-SWITCHES = dict(NUM_BUFS=2, PRODUCER_WARPS=4, PRODUCER_REGS=96)
+SWITCHES = dict(NUM_BUFS=2, PRODUCER_WARPS=4, PRODUCER_REGS=96, RESCALE_BOUND=0)
 MAXNREG = 128  # two 8-warp blocks per SM where shared memory lets them (sm_90: 2 x ~83 KB): 65536 / 512 threads
 # the 32-head group (rung portable_ws_h32): the consumer's accumulator is 128 fp32 a thread, so one block per SM and
 # the consumer at 2 x 168 - 96 = 240 registers (lab, sm_120 and sm_90: no spills; at 128 it spills ~600 B)
@@ -80,13 +86,15 @@ KC = gl.constexpr(64)      # QK's k-chunk: columns of q and K per mma_v2 call
 QK_ACCS = gl.constexpr(4)  # QK's independent partial sums (the 4 in _consumer)
 
 
-def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, PRODUCER_WARPS: int = 4, PRODUCER_REGS: int = 96) -> int:
+def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, PRODUCER_WARPS: int = 4, PRODUCER_REGS: int = 96,
+                          RESCALE_BOUND: int = 0) -> int:
     """Shared bytes of one block, as the compiler allocates them (lab: 84,180 B at 16 heads and 100,964 at 32, with
     32-token tiles, sm_120, sm_100 and sm_90 alike): NUM_BUFS bf16 K slots (1 KB a token) with their valid bytes
     and two mbarriers each, q (1 KB a head), what the consumer's warps exchange (16 heads: the fp32 scores, 4 B a
     token a head; more: P in bf16, 2 B, and the row max's reduction across the 4 warps, 16 B a head), and 256 B
-    for the warp-specialised region's own words and small scratch, rounded up to 128 B. PRODUCER_WARPS and
-    PRODUCER_REGS move no shared bytes; they are named so that a misspelled switch is a TypeError."""
+    for the warp-specialised region's own words and small scratch, rounded up to 128 B. PRODUCER_WARPS,
+    PRODUCER_REGS and RESCALE_BOUND move no shared bytes; they are named so that a misspelled switch is a
+    TypeError."""
     t, h = c.BLOCK_T, c.BLOCK_H
     exchange = 4 * t * h if h == 16 else 2 * t * h + 16 * h
     total = NUM_BUFS * (1024 * t + t + 16) + 1024 * h + exchange + 256
@@ -113,6 +121,7 @@ def portable_ws_partial_kernel(
     NUM_BUFS: gl.constexpr,            # K slots in the ring
     PRODUCER_WARPS: gl.constexpr,      # warps of the producer partition: 8 tokens each
     PRODUCER_REGS: gl.constexpr,       # its registers per thread (setmaxnreg); the consumer gets the rest
+    RESCALE_BOUND: gl.constexpr,       # more than 16 heads: 0 rescales every tile, > 0 lazily (_consume_p)
 ):
     D: gl.constexpr = D_NOPE + D_ROPE
     K_SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16)
@@ -150,32 +159,42 @@ def portable_ws_partial_kernel(
     idx_row = idx_ptr + bi * stride_ib + si * stride_is
     q_row = q_ptr + bi * stride_qb + si * stride_qs
 
-    # the consumer by head group (constexpr): the tuples of arguments cannot carry the constexprs, so each call
-    # lists them
-    if BLOCK_H == 16:
-        m_i, l_i, acc = gl.warp_specialize([
-            (_consumer, (q_smem, k_smem, valid_smem, x_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
-                         sm_scale_log2, BLOCK_H, BLOCK_T, D, NUM_BUFS)),
-            (_producer, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row,
-                         start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS)),
-        ], [PRODUCER_WARPS], [PRODUCER_REGS])
-    else:
-        m_i, l_i, acc = gl.warp_specialize([
-            (_consumer_p, (q_smem, k_smem, valid_smem, x_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
-                           sm_scale_log2, BLOCK_H, BLOCK_T, D, NUM_BUFS)),
-            (_producer, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row,
-                         start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS)),
-        ], [PRODUCER_WARPS], [PRODUCER_REGS])
+    m_i, l_i, acc = gl.warp_specialize([
+        (_consumer, (q_smem, k_smem, valid_smem, x_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
+                     sm_scale_log2, BLOCK_H, BLOCK_T, D, NUM_BUFS, RESCALE_BOUND)),
+        (_producer, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row,
+                     start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS)),
+    ], [PRODUCER_WARPS], [PRODUCER_REGS])
     _store_partial(m_i, l_i, acc, part_out_ptr, part_lse_ptr, pid_q, pid_h, split, split_offset, s_total, H,
                    BLOCK_H, D)
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, valid_smem, s_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
+def _consumer(q_smem, k_smem, valid_smem, x_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
               sm_scale_log2, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr,
-              NUM_BUFS: gl.constexpr):
-    """q into q_smem, then QK, softmax and PV over the full slots, in order; returns (m_i, l_i [BLOCK_H] base 2,
-    O [BLOCK_H, D] fp32 unnormalised), all in the MMA layout's family."""
+              NUM_BUFS: gl.constexpr, RESCALE_BOUND: gl.constexpr):
+    """The consumer partition by head group (the tuples of warp_specialize's arguments cannot carry constexprs, so
+    the choice is made here): q into q_smem, then QK, softmax and PV over the full slots, in order; returns (m_i,
+    l_i [BLOCK_H] base 2, O [BLOCK_H, D] fp32 unnormalised), all in the MMA layout's family."""
+    QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [gl.num_warps(), 1], [1, 0])  # [BLOCK_H, D] bf16, 16 B
+    q_smem.store(load_q(q_row, stride_qh, pid_h, H, BLOCK_H, D, QL))
+    gl.thread_barrier()  # every consumer warp's part of q before any reads it
+    if BLOCK_H == 16:
+        m_i, l_i, acc = _consume_scores(q_smem, k_smem, valid_smem, x_smem, full, empty, start, end, sm_scale_log2,
+                                        BLOCK_H, BLOCK_T, D, NUM_BUFS)
+    else:
+        m_i, l_i, acc = _consume_p(q_smem, k_smem, valid_smem, x_smem, full, empty, start, end, sm_scale_log2,
+                                   BLOCK_H, BLOCK_T, D, NUM_BUFS, RESCALE_BOUND)
+    # the combine, when launched as a programmatic dependent (decode.combine_pdl), may start once every block is
+    # here; it waits for the whole grid before it reads the partials
+    launch_dependents()
+    return m_i, l_i, acc
+
+
+@gluon.jit
+def _consume_scores(q_smem, k_smem, valid_smem, s_smem, full, empty, start, end, sm_scale_log2,
+                    BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr):
+    """16 heads: the warps exchange the fp32 scores, and the softmax runs in the A-operand layout."""
     CW: gl.constexpr = gl.num_warps()
     # one 16-row MMA tile of heads; the warps split the N side: S's tokens, O's output columns
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, CW], instr_shape=[16, 8])
@@ -183,34 +202,18 @@ def _consumer(q_smem, k_smem, valid_smem, s_smem, full, empty, start, end, q_row
     B_OP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
     ROW: gl.constexpr = gl.SliceLayout(1, A_OP)  # [BLOCK_H] of the softmax: every warp holds every head
     COL: gl.constexpr = gl.SliceLayout(0, A_OP)  # [BLOCK_T]
-    QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [CW, 1], [1, 0])  # [BLOCK_H, D] bf16, 16-byte loads
-
-    q_smem.store(load_q(q_row, stride_qh, pid_h, H, BLOCK_H, D, QL))
-    gl.thread_barrier()  # every consumer warp's part of q before any reads it
 
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=ROW)
     l_i = gl.zeros([BLOCK_H], gl.float32, layout=ROW)
     acc = gl.zeros([BLOCK_H, D], gl.float32, layout=MMA)
-    s_zero = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, layout=MMA)
     i = 0
     for t0 in range(start, end, BLOCK_T):
         buf = i % NUM_BUFS
         mbarrier.wait(full.index(buf), (i // NUM_BUFS) & 1)
         kb = k_smem.index(buf)  # [BLOCK_T, D] bf16
-        # S = q K^T (each warp BLOCK_T / CW tokens), in QK_ACCS independent partial sums over the 512 columns so
-        # that the HMMAs of one warp do not form a single dependent chain
-        s0 = s_zero
-        s1 = s_zero
-        s2 = s_zero
-        s3 = s_zero
-        for kc in gl.static_range(0, D // KC, QK_ACCS):
-            s0 = _qk_chunk(q_smem, kb, s0, kc * KC, A_OP, B_OP)
-            s1 = _qk_chunk(q_smem, kb, s1, (kc + 1) * KC, A_OP, B_OP)
-            s2 = _qk_chunk(q_smem, kb, s2, (kc + 2) * KC, A_OP, B_OP)
-            s3 = _qk_chunk(q_smem, kb, s3, (kc + 3) * KC, A_OP, B_OP)
         # every warp needs every token's score (the row max, and P as the PV's A operand): one exchange through
         # shared memory, behind one partition barrier
-        s_smem.store((s0 + s1) + (s2 + s3))
+        s_smem.store(_qk_tile(q_smem, kb, BLOCK_H, BLOCK_T, D, MMA, A_OP, B_OP))
         gl.thread_barrier()
         # read back in two halves of BLOCK_T // 2 tokens, each the A operand of one PV step, so that only half of
         # K's B operand (32 registers a thread) need be live at once
@@ -237,73 +240,83 @@ def _consumer(q_smem, k_smem, valid_smem, s_smem, full, empty, start, end, q_row
         gl.thread_barrier()  # every consumer warp has read the slot and the scores before they are reused
         mbarrier.arrive(empty.index(buf))
         i += 1
-    # the combine, when launched as a programmatic dependent (decode.combine_pdl), may start once every block is
-    # here; it waits for the whole grid before it reads the partials
-    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
-                              is_pure=False, pack=1)
     return m_i, l_i, acc
 
 
 @gluon.jit
-def _consumer_p(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
-                sm_scale_log2, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr,
-                NUM_BUFS: gl.constexpr):
-    """_consumer for more than 16 heads: the softmax runs in the MMA layout (each warp its own tokens, the row max
-    across the warps by the compiler's reduction) and the warps exchange P in bf16 instead of the fp32 scores, so
-    the exchange takes half the shared memory; the row sums are taken from the bf16 P that the PV multiplies.
-    Returns (m_i, l_i [BLOCK_H] base 2, O [BLOCK_H, D] fp32 unnormalised) in the MMA layout's family."""
+def _consume_p(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, sm_scale_log2,
+               BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr,
+               RESCALE_BOUND: gl.constexpr):
+    """More than 16 heads: the softmax runs in the MMA layout (each warp its own tokens, the row max across the
+    warps by the compiler's reduction) and the warps exchange P in bf16 instead of the fp32 scores, so the exchange
+    takes half the shared memory. The row sums are of the fp32 P, each thread its own elements until the end (no
+    second reduction across the warps a tile). RESCALE_BOUND = 0 rescales every tile; > 0 keeps the running max,
+    and leaves O and the sums unscaled, until some head's max grows past it by more than RESCALE_BOUND (base 2):
+    P stays below 2**RESCALE_BOUND, and the result is the same up to rounding."""
     CW: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, CW], instr_shape=[16, 8])
     A_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     B_OP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
-    ROW: gl.constexpr = gl.SliceLayout(1, MMA)  # [BLOCK_H]: the accumulator's rows
     COL: gl.constexpr = gl.SliceLayout(0, MMA)  # [BLOCK_T]: each warp BLOCK_T / CW tokens
-    QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [CW, 1], [1, 0])  # [BLOCK_H, D] bf16, 16-byte loads
 
-    q_smem.store(load_q(q_row, stride_qh, pid_h, H, BLOCK_H, D, QL))
-    gl.thread_barrier()  # every consumer warp's part of q before any reads it
-
-    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=ROW)
-    l_i = gl.zeros([BLOCK_H], gl.float32, layout=ROW)
-    acc = gl.zeros([BLOCK_H, D], gl.float32, layout=MMA)
-    s_zero = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, layout=MMA)
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, MMA))
+    l_t = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, layout=MMA)  # the row sums' terms, by thread
+    acc = gl.zeros([BLOCK_H, D], gl.float32, layout=MMA)          # each warp D / CW columns
     i = 0
     for t0 in range(start, end, BLOCK_T):
         buf = i % NUM_BUFS
         mbarrier.wait(full.index(buf), (i // NUM_BUFS) & 1)
         kb = k_smem.index(buf)  # [BLOCK_T, D] bf16
-        s0 = s_zero
-        s1 = s_zero
-        s2 = s_zero
-        s3 = s_zero
-        for kc in gl.static_range(0, D // KC, QK_ACCS):
-            s0 = _qk_chunk(q_smem, kb, s0, kc * KC, A_OP, B_OP)
-            s1 = _qk_chunk(q_smem, kb, s1, (kc + 1) * KC, A_OP, B_OP)
-            s2 = _qk_chunk(q_smem, kb, s2, (kc + 2) * KC, A_OP, B_OP)
-            s3 = _qk_chunk(q_smem, kb, s3, (kc + 3) * KC, A_OP, B_OP)
         ok = valid_smem.index(buf).load(COL) != 0
-        s = gl.where(gl.expand_dims(ok, 0), ((s0 + s1) + (s2 + s3)) * sm_scale_log2, float("-inf"))
+        s = gl.where(gl.expand_dims(ok, 0), _qk_tile(q_smem, kb, BLOCK_H, BLOCK_T, D, MMA, A_OP, B_OP) * sm_scale_log2,
+                     float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, 1))
-        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
-        alpha = gl.exp2(m_i - m_use)
-        m_i = m_new
-        p_smem.store(gl.exp2(s - gl.expand_dims(m_use, 1)).to(gl.bfloat16))
+        if RESCALE_BOUND == 0:
+            alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))  # no (-inf) - (-inf)
+            m_i = m_new
+            l_t = l_t * gl.expand_dims(alpha, 1)
+        else:
+            # one verdict for the block (the heads' rows sit in every warp alike, so each warp reaches the same):
+            # the first valid token of a head always grows it past -inf + RESCALE_BOUND
+            if gl.max((m_new > m_i + RESCALE_BOUND).to(gl.int32), 0) > 0:
+                alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))
+                m_i = m_new
+                l_t = l_t * gl.expand_dims(alpha, 1)
+                acc = acc * gl.expand_dims(alpha, 1)
+        p = gl.exp2(s - gl.expand_dims(gl.where(m_i == float("-inf"), 0.0, m_i), 1))  # [BLOCK_H, BLOCK_T] fp32
+        l_t = l_t + p
+        p_smem.store(p.to(gl.bfloat16))
         gl.thread_barrier()
         # P back in the A-operand layout (every warp every token), in halves of BLOCK_T // 2 tokens, each the A
         # operand of one PV step, so that only half of K's B operand (32 registers a thread) need be live at once
         pa = p_smem.slice(0, BLOCK_T // 2, dim=1).load(A_OP)            # [BLOCK_H, BLOCK_T // 2] bf16
         pb = p_smem.slice(BLOCK_T // 2, BLOCK_T // 2, dim=1).load(A_OP)
-        rows = gl.sum(pa.to(gl.float32), 1) + gl.sum(pb.to(gl.float32), 1)  # [BLOCK_H]
-        l_i = l_i * alpha + gl.convert_layout(rows, ROW, assert_trivial=True)
-        acc = acc * gl.expand_dims(alpha, 1)  # [BLOCK_H, D] fp32, each warp D / CW columns
+        if RESCALE_BOUND == 0:
+            acc = acc * gl.expand_dims(alpha, 1)
         acc = mma_v2(pa, kb.slice(0, BLOCK_T // 2, dim=0).load(B_OP), acc)
         acc = mma_v2(pb, kb.slice(BLOCK_T // 2, BLOCK_T // 2, dim=0).load(B_OP), acc)
         gl.thread_barrier()  # every consumer warp has read the slot and P before they are reused
         mbarrier.arrive(empty.index(buf))
         i += 1
-    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
-                              is_pure=False, pack=1)
-    return m_i, l_i, acc
+    return m_i, gl.sum(l_t, 1), acc
+
+
+@gluon.jit
+def _qk_tile(q_smem, kb, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, MMA: gl.constexpr,
+             A_OP: gl.constexpr, B_OP: gl.constexpr):
+    """S [BLOCK_H, BLOCK_T] fp32 = q K^T in layout MMA (the warps split the tokens), in QK_ACCS independent partial
+    sums over the D columns, so that the HMMAs of one warp do not form a single dependent chain."""
+    s_zero = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, layout=MMA)
+    s0 = s_zero
+    s1 = s_zero
+    s2 = s_zero
+    s3 = s_zero
+    for kc in gl.static_range(0, D // KC, QK_ACCS):
+        s0 = _qk_chunk(q_smem, kb, s0, kc * KC, A_OP, B_OP)
+        s1 = _qk_chunk(q_smem, kb, s1, (kc + 1) * KC, A_OP, B_OP)
+        s2 = _qk_chunk(q_smem, kb, s2, (kc + 2) * KC, A_OP, B_OP)
+        s3 = _qk_chunk(q_smem, kb, s3, (kc + 3) * KC, A_OP, B_OP)
+    return (s0 + s1) + (s2 + s3)
 
 
 @gluon.jit

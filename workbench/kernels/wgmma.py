@@ -40,8 +40,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from .common import cdiv, head_group, launch, split_args
 from .configs import TiledConfig
 from .gluon_common import (F16_OUT_MULT, bf16_scale_pairs, bf16x4_to_f16, cache_constexprs, dequant_words,
-                           dequant_words_f16, f16_scale_pairs, load_idx, load_q, load_tile, not_finite, qk_scale,
-                           require_sm90, scale_q_per_head, softmax_step, store_partial)
+                           dequant_words_f16, f16_scale_pairs, launch_dependents, load_idx, load_q, load_tile,
+                           not_finite, qk_scale, require_sm90, scale_q_per_head, softmax_step, store_partial)
 
 ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(64,), num_warps=(8,), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=bh, BLOCK_T=64, num_warps=8) for bh in ALLOWED["BLOCK_H"]]
@@ -108,8 +108,7 @@ def wgmma_partial_kernel(
     # (griddepcontrol.wait) for the whole grid before reading the partials. Here, not at the kernel's start: waiting
     # combine blocks beside running ones made the production shape 3% slower (exploratory H200 run). No effect on
     # an ordinary launch
-    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
-                              is_pure=False, pack=1)
+    launch_dependents()
     out_mult = 1.0
     if F16:
         # the block's verdict: a reduction through shared memory, behind a barrier that follows every warp's last

@@ -31,8 +31,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .common import cdiv, launch, split_args
 from .configs import TiledConfig
-from .gluon_common import (F16_OUT_MULT, cache_constexprs, load_q, not_finite, produce_k_tiles, qk_scale,
-                           require_sm90, scale_q_per_head, softmax_step, store_partial)
+from .gluon_common import (F16_OUT_MULT, cache_constexprs, launch_dependents, load_q, not_finite, produce_k_tiles,
+                           qk_scale, require_sm90, scale_q_per_head, softmax_step, store_partial)
 
 # 16 heads with one consumer warpgroup. (64 heads in two consumer warpgroups spilled and ran 1.8-3x slower than
 # wgmma_f16: data/explore/explore_h200_20261202-1309_ws64.csv; the 64-head kernel is wgmma_ws_h64's three partitions)
@@ -203,8 +203,7 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row
         i += 1
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     if LAUNCH_DEPENDENTS:  # the combine's launch overlaps the epilogue (and a bf16 pass, if one follows)
-        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
-                                  is_pure=False, pack=1)
+        launch_dependents()
     return m_i, l_i, acc
 
 

@@ -36,8 +36,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .common import cdiv, launch, split_args
 from .configs import TiledConfig
-from .gluon_common import (F16_OUT_MULT, cache_constexprs, load_q, not_finite, produce_k_tiles_in_halves, qk_scale,
-                           require_sm90, scale_q_per_head, softmax_step, store_half)
+from .gluon_common import (F16_OUT_MULT, cache_constexprs, launch_dependents, load_q, not_finite,
+                           produce_k_tiles_in_halves, qk_scale, require_sm90, scale_q_per_head, softmax_step,
+                           store_half)
 
 ALLOWED = dict(BLOCK_H=(64,), BLOCK_T=(64,), num_warps=(4,), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=64, BLOCK_T=64, num_warps=4)]
@@ -247,8 +248,7 @@ def _softmax_warpgroup(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem
         i += 1
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     if F16:  # the combine's launch overlaps the epilogue (and a bf16 pass, if one follows)
-        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
-                                  is_pure=False, pack=1)
+        launch_dependents()
     lsum_smem.store(l_i)
     gl.thread_barrier()
     mbarrier.arrive(sync.index(2))
