@@ -103,7 +103,7 @@ def test_heads_sweep_times_the_odd_head_counts_beside_the_next_power_of_two():
     assert {(64, h, 2048) for h in (20, 24, 32, 40, 48, 64)} <= got
     for _, providers, modes, config in items:
         assert {"auto", "flashmla", "gather", "gather_async", "auto_portable", "portable_ws_h32",
-                "portable_ws_lazy", "wgmma_ws_h64"} <= set(providers)
+                "wgmma_ws_h64"} <= set(providers)
         assert modes == ("graph",) and config is None
         assert len(set(providers)) == len(providers)
 

@@ -25,8 +25,7 @@ def test_portable_ws_is_registered_as_a_gpu_only_split_rung():
     assert spec.rung == registry.get("wgmma_ws").rung + 1  # it carries rung 13's schedule off Hopper
     assert spec.split_granule == 32 and spec.split_waves == 2  # whole 32-token tiles; 2 blocks an SM on sm_90
     assert "tile512" in spec.prediction and "wgmma_ws" in spec.prediction and spec.summary
-    assert spec.fixed_meta == portable_ws.SWITCHES == dict(NUM_BUFS=2, PRODUCER_WARPS=4, PRODUCER_REGS=96,
-                                                           RESCALE_BOUND=0)
+    assert spec.fixed_meta == portable_ws.SWITCHES == dict(NUM_BUFS=2, PRODUCER_WARPS=4, PRODUCER_REGS=96)
     assert spec.compile_options == {"maxnreg": portable_ws.MAXNREG} == {"maxnreg": 65536 // (2 * 8 * 32)}
     assert [spec.check_config(c) for c in spec.check_configs] == [TiledConfig(**CFG)]
     assert NAME in registry.decode_impls() and NAME in registry.compiled_kernels()
@@ -167,43 +166,3 @@ def test_h32_compiles_with_hmma_only_no_spills_and_fits_sm120(portable_h32_lab, 
     assert r["shared_bytes"] <= SM120_SHARED and r["shared_bytes"] <= r["model_shared_bytes"]
     assert r["registers"] <= portable_ws.MAXNREG_H32
     assert r["blocks_per_sm"] == 1 and r["warps_per_sm"] == 8
-
-
-# ----------------------------------------------------------------------------- the lazy rescale (rung 18)
-
-LAZY = "portable_ws_lazy"
-
-
-def test_portable_ws_lazy_is_rung_17_with_only_the_rescale_bound_changed():
-    spec, h32 = registry.get(LAZY), registry.get(H32)
-    assert spec.rung == 18 and spec.kind == "split" and not spec.interpretable and spec.pdl
-    assert spec.fixed_meta == {**h32.fixed_meta, "RESCALE_BOUND": 8} and h32.fixed_meta["RESCALE_BOUND"] == 0
-    assert spec.compile_options == h32.compile_options and spec.allowed == h32.allowed
-    assert (spec.split_granule, spec.split_waves) == (h32.split_granule, h32.split_waves)
-    assert spec.jit is h32.jit and "rung 17" in spec.prediction and "b64 h64" in spec.prediction
-    # the bound moves no shared bytes
-    assert spec.shared_model(TiledConfig(**CFG_H32)) == h32.shared_model(TiledConfig(**CFG_H32))
-
-
-def test_a_rung_of_a_module_rejects_a_switch_the_module_does_not_have():
-    from workbench.kernels import catalog
-    with pytest.raises(TypeError, match="RESCALE_BOUNDS"):
-        catalog._block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws_partial_kernel,
-                       name="x", rung=99, summary="", prediction="", RESCALE_BOUNDS=8)
-    assert "x" not in registry.names()
-
-
-def test_lazy_compiles_to_rung_17s_block_with_one_more_conditional_branch():
-    """The same block (shared bytes, registers, HMMA, no spills) on sm_120; the rescale sits behind one more
-    conditional branch, the block's verdict (with RESCALE_BOUND = 0 there is none: the two PTXs would match)."""
-    import re
-    code = ("import json; from workbench.lab.resources import compile_config, compiled_ptx\n"
-            f"rows = [compile_config(k, 'sm_120', {CFG_H32!r}).as_row() for k in ({H32!r}, {LAZY!r})]\n"
-            f"ptx = [compiled_ptx(k, 'sm_120', {CFG_H32!r}) for k in ({H32!r}, {LAZY!r})]\n"
-            "print(json.dumps([rows, ptx]))")
-    (eager, lazy), ptx = json.loads(without_interpreter(code).splitlines()[-1])
-    assert lazy["status"] == "fits" and lazy["mma"] == "HMMA" and lazy["hmma"] == eager["hmma"] == 128
-    assert lazy["spill_stores"] == 0 and lazy["shared_bytes"] == eager["shared_bytes"]
-    assert lazy["registers"] <= portable_ws.MAXNREG_H32
-    branches = [len(re.findall(r"@%p\d+ bra", p)) for p in ptx]
-    assert branches[1] == branches[0] + 1, branches

@@ -89,18 +89,16 @@ PORTABLE_CAPABILITIES = ("sm_100", "sm_103", "sm_110", "sm_120", "sm_121")  # wa
 def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     """What "auto" runs off sm_90. On a GPU that can run warp-specialised rungs (register reallocation: sm_90 and
     newer; ``PORTABLE_CAPABILITIES``): "portable_ws" (16-head groups) at <= 16 heads, and above 16 up to
-    PORTABLE_WS_MAX_HEAD_TOKENS head-tokens (heads * tokens); beyond, "portable_ws_lazy" (32-head groups, each token
-    gathered half as often, with portable_ws_h32's rescale only when a head's max grows by more than 2**8).
-    Elsewhere "tile512". Why: on the H200 (the proxy), in the crossover and heads sweeps at e5db711
-    (data/archive/bench_h200_20261203-0630_crossover.csv, data/archive/bench_h200_20261203-0632_heads.csv),
+    PORTABLE_WS_MAX_HEAD_TOKENS head-tokens (heads * tokens); beyond, "portable_ws_h32" (32-head groups, each token
+    gathered half as often). Elsewhere "tile512". Why: on the H200 (the proxy), in the crossover and heads sweeps at
+    e5db711 (data/archive/bench_h200_20261203-0630_crossover.csv, data/archive/bench_h200_20261203-0632_heads.csv),
     portable_ws_h32 takes 0.55-0.99x portable_ws's time above 2**18 head-tokens at every head count from 20 to 128
-    (1.2-2.7x faster than tile512) and 0.99-1.19x at or below it. portable_ws_lazy is the same kernel with fewer
-    instructions a tile (rung 18's prediction: 7-14% faster at b64 h64); the margins below are measured."""
+    (1.2-2.7x faster than tile512) and 0.99-1.19x at or below it."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
     if heads <= 16 or heads * tokens <= PORTABLE_WS_MAX_HEAD_TOKENS:
         return "portable_ws"
-    return "portable_ws_lazy"
+    return "portable_ws_h32"
 
 
 def resolve(impl: str, device, *, heads: int, tokens: int) -> str:

@@ -154,18 +154,14 @@ _wgmma_ws("wgmma_ws", 13, "wgmma_f16 warp-specialised at 16 heads: a producer pa
           NUM_BUFS=3, PRODUCER_WARPS=8, PRODUCER_REGS=152)
 
 def _block(module, launch, jit, *, name, rung, summary, prediction, split_waves=1, split_granule=64,
-           allowed=None, config_space=None, maxnreg=None, **switches):
+           allowed=None, config_space=None, maxnreg=None):
     """A rung of a Gluon kernel with a module of its own, in one block per program: its head group, register cap
-    and switches from the module (ALLOWED, CONFIG_SPACE, MAXNREG, SWITCHES, estimate_shared_bytes) unless given
-    (``switches``: those that differ from the module's), its launcher (module.launch_*) called with the rung's
-    name, configs, cap and switches."""
+    and switches from the module (ALLOWED, CONFIG_SPACE, MAXNREG, SWITCHES, estimate_shared_bytes) unless given,
+    its launcher (module.launch_*) called with the rung's name, configs, cap and switches."""
     allowed = allowed or module.ALLOWED
     config_space = tuple(config_space or module.CONFIG_SPACE)
     maxnreg = maxnreg or module.MAXNREG
-    unknown = set(switches) - set(module.SWITCHES)
-    if unknown:
-        raise TypeError(f"{name}: {module.__name__} has no switch {sorted(unknown)}")
-    switches = {**module.SWITCHES, **switches}
+    switches = dict(module.SWITCHES)
     first = config_space[0]
     return register(KernelSpec(
         name=name, kind="split", rung=rung, interpretable=False, split_waves=split_waves,
@@ -229,20 +225,6 @@ _block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws
                    "gain at b1 h64 topk512 (latency)"),
        allowed=portable_ws.ALLOWED_H32, config_space=portable_ws.CONFIG_SPACE_H32, maxnreg=portable_ws.MAXNREG_H32,
        split_granule=32)
-_block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws_partial_kernel,
-       name="portable_ws_lazy", rung=18,
-       summary=("portable_ws_h32 with a lazy rescale: the running max, and with it the rescale of the accumulator, "
-                "moves only when some head's max grows by more than 2**8 (P carries the factor until then)"),
-       prediction=("ncu of rung 17 at b64 h64 (8aa1f61): the consumer is the critical path (48.5% of the stall "
-                   "samples, 5% of its own waiting on an mbarrier); 20.6% of its instructions are FMUL, nearly all "
-                   "the accumulator's rescale (128 a thread a tile), and each rescale sits between the tile's QK and "
-                   "its PV on the accumulator's dependence chain. Once the maxima settle (a few tiles) the rescale "
-                   "stops: about a fifth fewer consumer instructions and a shorter chain a tile. The consumer also "
-                   "stalls on HMMA (47%) and shared memory runs at 65% of its wavefronts, which do not move. Expect "
-                   "b64 h64 topk2048 at 125-135 us (rung 17: 144.9), b64 h128 at 225-245 (263.2), nothing at b1 h64 "
-                   "topk512 (8.8, latency); the issue's 100 us at b64 h64 stays out of reach of this step"),
-       allowed=portable_ws.ALLOWED_H32, config_space=portable_ws.CONFIG_SPACE_H32, maxnreg=portable_ws.MAXNREG_H32,
-       split_granule=32, RESCALE_BOUND=8)
 
 register(KernelSpec(
     name="gather", kind="probe", summary="speed-of-light probe: the decode's bytes and split plan, no math",

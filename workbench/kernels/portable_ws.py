@@ -43,10 +43,6 @@ operand for every token: 100,964 B (lab). The row sums add the fp32 P, each thre
 the warps once after the loop. (Until 1e4219f they were taken from the bf16 P read back, and the log-sum-exp
 carried bf16's rounding: 3 failed LSE checks at 8aa1f61, docs/decisions.md, rung 17.)
 
-Rung "portable_ws_lazy" is the 32-head group with RESCALE_BOUND = 8: the running max, and with it the rescale of
-the accumulator (128 FMUL a thread a tile, a fifth of the consumer's instructions by ncu), moves only when some
-head's max grows by more than 2**8; until then P carries the factor (at most 256, well inside bf16 and fp32).
-
 Invalid tokens (-1, out of range, past topk_length or the split) load as zero and are masked to -inf before the
 softmax. Padding heads (past H in the last head group) load q as zero and are never stored. The epilogue writes
 the split's normalised output and base-2 LSE into the partial buffers exactly as the other split kernels do, so
@@ -75,7 +71,7 @@ LAB_ARCHS = ("sm_90", "sm_100", "sm_120")
 
 ALLOWED = dict(BLOCK_H=(16,), BLOCK_T=(32,), num_warps=(4,), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=16, BLOCK_T=32, num_warps=4)]
-SWITCHES = dict(NUM_BUFS=2, PRODUCER_WARPS=4, PRODUCER_REGS=96, RESCALE_BOUND=0)
+SWITCHES = dict(NUM_BUFS=2, PRODUCER_WARPS=4, PRODUCER_REGS=96)
 MAXNREG = 128  # two 8-warp blocks per SM where shared memory lets them (sm_90: 2 x ~83 KB): 65536 / 512 threads
 # the 32-head group (rung portable_ws_h32): the consumer's accumulator is 128 fp32 a thread, so one block per SM and
 # the consumer at 2 x 168 - 96 = 240 registers (lab, sm_120 and sm_90: no spills; at 128 it spills ~600 B)
@@ -86,15 +82,13 @@ KC = gl.constexpr(64)      # QK's k-chunk: columns of q and K per mma_v2 call
 QK_ACCS = gl.constexpr(4)  # QK's independent partial sums (the 4 in _consumer)
 
 
-def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, PRODUCER_WARPS: int = 4, PRODUCER_REGS: int = 96,
-                          RESCALE_BOUND: int = 0) -> int:
+def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, PRODUCER_WARPS: int = 4, PRODUCER_REGS: int = 96) -> int:
     """Shared bytes of one block, as the compiler allocates them (lab: 84,180 B at 16 heads and 100,964 at 32, with
     32-token tiles, sm_120, sm_100 and sm_90 alike): NUM_BUFS bf16 K slots (1 KB a token) with their valid bytes
     and two mbarriers each, q (1 KB a head), what the consumer's warps exchange (16 heads: the fp32 scores, 4 B a
     token a head; more: P in bf16, 2 B, and the row max's reduction across the 4 warps, 16 B a head), and 256 B
-    for the warp-specialised region's own words and small scratch, rounded up to 128 B. PRODUCER_WARPS,
-    PRODUCER_REGS and RESCALE_BOUND move no shared bytes; they are named so that a misspelled switch is a
-    TypeError."""
+    for the warp-specialised region's own words and small scratch, rounded up to 128 B. PRODUCER_WARPS and
+    PRODUCER_REGS move no shared bytes; they are named so that a misspelled switch is a TypeError."""
     t, h = c.BLOCK_T, c.BLOCK_H
     exchange = 4 * t * h if h == 16 else 2 * t * h + 16 * h
     total = NUM_BUFS * (1024 * t + t + 16) + 1024 * h + exchange + 256
@@ -121,7 +115,6 @@ def portable_ws_partial_kernel(
     NUM_BUFS: gl.constexpr,            # K slots in the ring
     PRODUCER_WARPS: gl.constexpr,      # warps of the producer partition: 8 tokens each
     PRODUCER_REGS: gl.constexpr,       # its registers per thread (setmaxnreg); the consumer gets the rest
-    RESCALE_BOUND: gl.constexpr,       # more than 16 heads: 0 rescales every tile, > 0 lazily (_consume_p)
 ):
     D: gl.constexpr = D_NOPE + D_ROPE
     K_SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16)
@@ -161,7 +154,7 @@ def portable_ws_partial_kernel(
 
     m_i, l_i, acc = gl.warp_specialize([
         (_consumer, (q_smem, k_smem, valid_smem, x_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
-                     sm_scale_log2, BLOCK_H, BLOCK_T, D, NUM_BUFS, RESCALE_BOUND)),
+                     sm_scale_log2, BLOCK_H, BLOCK_T, D, NUM_BUFS)),
         (_producer, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row,
                      start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])
@@ -172,7 +165,7 @@ def portable_ws_partial_kernel(
 @gluon.jit
 def _consumer(q_smem, k_smem, valid_smem, x_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
               sm_scale_log2, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr,
-              NUM_BUFS: gl.constexpr, RESCALE_BOUND: gl.constexpr):
+              NUM_BUFS: gl.constexpr):
     """The consumer partition by head group (the tuples of warp_specialize's arguments cannot carry constexprs, so
     the choice is made here): q into q_smem, then QK, softmax and PV over the full slots, in order; returns (m_i,
     l_i [BLOCK_H] base 2, O [BLOCK_H, D] fp32 unnormalised), all in the MMA layout's family."""
@@ -184,7 +177,7 @@ def _consumer(q_smem, k_smem, valid_smem, x_smem, full, empty, start, end, q_row
                                         BLOCK_H, BLOCK_T, D, NUM_BUFS)
     else:
         m_i, l_i, acc = _consume_p(q_smem, k_smem, valid_smem, x_smem, full, empty, start, end, sm_scale_log2,
-                                   BLOCK_H, BLOCK_T, D, NUM_BUFS, RESCALE_BOUND)
+                                   BLOCK_H, BLOCK_T, D, NUM_BUFS)
     # the combine, when launched as a programmatic dependent (decode.combine_pdl), may start once every block is
     # here; it waits for the whole grid before it reads the partials
     launch_dependents()
@@ -245,14 +238,13 @@ def _consume_scores(q_smem, k_smem, valid_smem, s_smem, full, empty, start, end,
 
 @gluon.jit
 def _consume_p(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, sm_scale_log2,
-               BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr,
-               RESCALE_BOUND: gl.constexpr):
+               BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr):
     """More than 16 heads: the softmax runs in the MMA layout (each warp its own tokens, the row max across the
     warps by the compiler's reduction) and the warps exchange P in bf16 instead of the fp32 scores, so the exchange
     takes half the shared memory. The row sums are of the fp32 P, each thread its own elements until the end (no
-    second reduction across the warps a tile). RESCALE_BOUND = 0 rescales every tile; > 0 keeps the running max,
-    and leaves O and the sums unscaled, until some head's max grows past it by more than RESCALE_BOUND (base 2):
-    P stays below 2**RESCALE_BOUND, and the result is the same up to rounding."""
+    second reduction across the warps a tile). The rescale runs every tile: a lazy one (rung 18, portable_ws_lazy,
+    d6327f3: only when a head's max grows by more than 2**8) ran 1-4% slower in every shape of the crossover, since
+    the consumer waits on its HMMAs and ldmatrix loads, not on the rescale's FMULs (docs/decisions.md, rung 18)."""
     CW: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, CW], instr_shape=[16, 8])
     A_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
@@ -271,18 +263,9 @@ def _consume_p(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, sm_s
         s = gl.where(gl.expand_dims(ok, 0), _qk_tile(q_smem, kb, BLOCK_H, BLOCK_T, D, MMA, A_OP, B_OP) * sm_scale_log2,
                      float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, 1))
-        if RESCALE_BOUND == 0:
-            alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))  # no (-inf) - (-inf)
-            m_i = m_new
-            l_t = l_t * gl.expand_dims(alpha, 1)
-        else:
-            # one verdict for the block (the heads' rows sit in every warp alike, so each warp reaches the same):
-            # the first valid token of a head always grows it past -inf + RESCALE_BOUND
-            if gl.max((m_new > m_i + RESCALE_BOUND).to(gl.int32), 0) > 0:
-                alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))
-                m_i = m_new
-                l_t = l_t * gl.expand_dims(alpha, 1)
-                acc = acc * gl.expand_dims(alpha, 1)
+        alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))  # no (-inf) - (-inf)
+        m_i = m_new
+        l_t = l_t * gl.expand_dims(alpha, 1)
         p = gl.exp2(s - gl.expand_dims(gl.where(m_i == float("-inf"), 0.0, m_i), 1))  # [BLOCK_H, BLOCK_T] fp32
         l_t = l_t + p
         p_smem.store(p.to(gl.bfloat16))
@@ -291,8 +274,7 @@ def _consume_p(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, sm_s
         # operand of one PV step, so that only half of K's B operand (32 registers a thread) need be live at once
         pa = p_smem.slice(0, BLOCK_T // 2, dim=1).load(A_OP)            # [BLOCK_H, BLOCK_T // 2] bf16
         pb = p_smem.slice(BLOCK_T // 2, BLOCK_T // 2, dim=1).load(A_OP)
-        if RESCALE_BOUND == 0:
-            acc = acc * gl.expand_dims(alpha, 1)
+        acc = acc * gl.expand_dims(alpha, 1)
         acc = mma_v2(pa, kb.slice(0, BLOCK_T // 2, dim=0).load(B_OP), acc)
         acc = mma_v2(pb, kb.slice(BLOCK_T // 2, BLOCK_T // 2, dim=0).load(B_OP), acc)
         gl.thread_barrier()  # every consumer warp has read the slot and P before they are reused
