@@ -171,17 +171,17 @@ def test_auto_portable_provider_records_what_auto_runs_without_wgmma():
 
 
 # the sweeps auto_kernel's and portable_kernel's docstrings cite for the rule as it stands, and the margins they claim
-RULE_TABLES = ("bench_h200_20261203-0639_crossover.csv", "bench_h200_20261203-0640_heads.csv")
+RULE_TABLES = ("bench_h200_20261203-0825_crossover.csv", "bench_h200_20261203-0827_heads.csv")
 HOPPER = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal")
 PORTABLE = ("tile512", "portable_ws", "portable_ws_h32")
 
 
 @pytest.mark.parametrize("table", RULE_TABLES)
 def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
-    """What the docstrings claim of the committed sweeps: on sm_90 the pick within 2.9% of the fastest Hopper rung
-    at every shape; off it within 2.1% of the fastest portable rung at every shape with more than 16 heads (at 16
-    heads the misses are named: b4 topk2048, b16 topk512). Checked at 3% and 2.1% (2.92% is the worst Hopper pick,
-    b8 h64 topk2048 in the heads table); a new rule or new tables must update the docstrings and this test."""
+    """What the docstrings claim of the committed sweeps: on sm_90 the pick within 2.7% of the fastest Hopper rung
+    at every shape; off it within 4.8% of the fastest portable rung at every shape with more than 16 heads, and
+    within 2% at all but the one named (b1 h128 topk2048; at 16 heads the misses are named: b4 topk2048, b16
+    topk512). A new rule or new tables must update the docstrings and this test."""
     import pandas as pd
 
     from workbench.report.results import find_table
@@ -191,7 +191,8 @@ def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
     for (b, h, k), g in df.groupby(["batch", "heads", "topk"]):
         t = g.groupby("provider").median_us.median()
         pick = registry.auto_kernel("sm_90", heads=h, tokens=b * k)
-        assert t[pick] <= 1.03 * t[list(HOPPER)].min(), (b, h, k, pick, t[list(HOPPER)].idxmin())
+        assert t[pick] <= 1.027 * t[list(HOPPER)].min(), (b, h, k, pick, t[list(HOPPER)].idxmin())
         pp = registry.portable_kernel("sm_120", heads=h, tokens=b * k)
         if h > 16:
-            assert t[pp] <= 1.021 * t[list(PORTABLE)].min(), (b, h, k, pp, t[list(PORTABLE)].idxmin())
+            margin = 1.048 if (b, h, k) == (1, 128, 2048) else 1.02
+            assert t[pp] <= margin * t[list(PORTABLE)].min(), (b, h, k, pp, t[list(PORTABLE)].idxmin())

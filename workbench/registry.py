@@ -64,9 +64,9 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     h40 and h48 at b64 topk2048 took 71.2-71.7 us in wgmma_f16's 16-head groups (73.0-73.3 in wgmma_xchg's) and
     64.3-64.7 in the 64-head block (h64: 68.1), and at b8 topk2048 h40 took 19.6 us in wgmma_xchg against 18.7 in
     the block. In the
-    sweeps at 8aa1f61, which runs this rule (data/bench_h200_20261203-0639_crossover.csv and
-    data/bench_h200_20261203-0640_heads.csv), the pick is within 2.9% of the fastest Hopper rung at every shape of
-    both (48 and 16; docs/decisions.md).
+    sweeps at 8de57d1, which runs this rule (data/bench_h200_20261203-0825_crossover.csv and
+    data/bench_h200_20261203-0827_heads.csv), the pick is within 2.7% of the fastest Hopper rung at every shape of
+    both (48 and 16; the worst: b32 h64 topk512, wgmma_ws_h64 against wgmma_xchg; docs/decisions.md).
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
@@ -93,7 +93,12 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     gathered half as often). Elsewhere "tile512". Why: on the H200 (the proxy), in the crossover and heads sweeps at
     e5db711 (data/archive/bench_h200_20261203-0630_crossover.csv, data/archive/bench_h200_20261203-0632_heads.csv),
     portable_ws_h32 takes 0.55-0.99x portable_ws's time above 2**18 head-tokens at every head count from 20 to 128
-    (1.2-2.7x faster than tile512) and 0.99-1.19x at or below it."""
+    (1.2-2.7x faster than tile512) and 0.99-1.19x at or below it. In the sweeps at 8de57d1, which runs this rule
+    (data/bench_h200_20261203-0825_crossover.csv, data/bench_h200_20261203-0827_heads.csv), the pick is within 4.8%
+    of the fastest portable rung at every shape with more than 16 heads (the worst: b1 h128 topk2048, where tile512
+    takes 21.4 us and portable_ws 22.4; every other such shape within 2%); at 16 heads it misses at b4 topk2048
+    (18.4 us against portable_ws_h32's 15.3: 20%) and b16 topk512 (5%), where the 32-head kernel's split plan wins
+    (docs/decisions.md)."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
     if heads <= 16 or heads * tokens <= PORTABLE_WS_MAX_HEAD_TOKENS:
