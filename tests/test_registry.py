@@ -188,6 +188,7 @@ def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
     assert table in registry.auto_kernel.__doc__ and table in registry.portable_kernel.__doc__
     df = pd.read_csv(find_table(table))
     df = df[(df["mode"] == "graph") & (df.status == "ok")]
+    misses16 = set()
     for (b, h, k), g in df.groupby(["batch", "heads", "topk"]):
         t = g.groupby("provider").median_us.median()
         pick = registry.auto_kernel("sm_90", heads=h, tokens=b * k)
@@ -196,3 +197,6 @@ def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
         if h > 16:
             margin = 1.048 if (b, h, k) == (1, 128, 2048) else 1.02
             assert t[pp] <= margin * t[list(PORTABLE)].min(), (b, h, k, pp, t[list(PORTABLE)].idxmin())
+        elif t[pp] > 1.02 * t[list(PORTABLE)].min():
+            misses16.add((b, k))
+    assert misses16 <= {(4, 2048), (16, 512)}, misses16  # the 16-head misses the docstring names, and no other

@@ -156,8 +156,8 @@ _wgmma_ws("wgmma_ws", 13, "wgmma_f16 warp-specialised at 16 heads: a producer pa
 def _block(module, launch, jit, *, name, rung, summary, prediction, split_waves=1, split_granule=64,
            allowed=None, config_space=None, maxnreg=None):
     """A rung of a Gluon kernel with a module of its own, in one block per program: its head group, register cap
-    and switches from the module (ALLOWED, CONFIG_SPACE, MAXNREG, SWITCHES, estimate_shared_bytes) unless given,
-    its launcher (module.launch_*) called with the rung's name, configs, cap and switches."""
+    from the module (ALLOWED, CONFIG_SPACE, MAXNREG, estimate_shared_bytes) unless given, its switches from
+    module.SWITCHES, its launcher (module.launch_*) called with the rung's name, configs, cap and switches."""
     allowed = allowed or module.ALLOWED
     config_space = tuple(config_space or module.CONFIG_SPACE)
     maxnreg = maxnreg or module.MAXNREG

@@ -40,7 +40,7 @@ registers and one block fits an SM. Exchanging the fp32 scores would take 4 KB m
 softmax runs in the MMA layout (each warp its own 8 tokens; the row max across the warps is the compiler's
 reduction through shared memory), and the warps exchange P in bf16 (2 KB a tile), which comes back as the PV's A
 operand for every token: 100,964 B (lab). The row sums add the fp32 P, each thread its own terms, reduced across
-the warps once after the loop. (Until 1e4219f they were taken from the bf16 P read back, and the log-sum-exp
+the warps once after the loop. (Before d6327f3 they were taken from the bf16 P read back, and the log-sum-exp
 carried bf16's rounding: 3 failed LSE checks at 8aa1f61, docs/decisions.md, rung 17.)
 
 Invalid tokens (-1, out of range, past topk_length or the split) load as zero and are masked to -inf before the
@@ -79,7 +79,7 @@ ALLOWED_H32 = dict(BLOCK_H=(32,), BLOCK_T=(32,), num_warps=(4,), num_stages=(1,)
 CONFIG_SPACE_H32 = [TiledConfig(BLOCK_H=32, BLOCK_T=32, num_warps=4)]
 MAXNREG_H32 = 168
 KC = gl.constexpr(64)      # QK's k-chunk: columns of q and K per mma_v2 call
-QK_ACCS = gl.constexpr(4)  # QK's independent partial sums (the 4 in _consumer)
+QK_ACCS = gl.constexpr(4)  # QK's independent partial sums (the 4 named in _qk_tile)
 
 
 def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, PRODUCER_WARPS: int = 4, PRODUCER_REGS: int = 96) -> int:
@@ -243,7 +243,8 @@ def _consume_p(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, sm_s
     warps by the compiler's reduction) and the warps exchange P in bf16 instead of the fp32 scores, so the exchange
     takes half the shared memory. The row sums are of the fp32 P, each thread its own elements until the end (no
     second reduction across the warps a tile). The rescale runs every tile: a lazy one (rung 18, portable_ws_lazy,
-    d6327f3: only when a head's max grows by more than 2**8) ran 1-4% slower in every shape of the crossover, since
+    d6327f3: only when a head's max grows by more than 2**8) ran slower at 60 of the 64 crossover and heads shapes
+    (up to 4.5%), since
     the consumer waits on its HMMAs and ldmatrix loads, not on the rescale's FMULs (docs/decisions.md, rung 18)."""
     CW: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, CW], instr_shape=[16, 8])
