@@ -166,33 +166,3 @@ def test_h32_compiles_with_hmma_only_no_spills_and_fits_sm120(portable_h32_lab, 
     assert r["shared_bytes"] <= SM120_SHARED and r["shared_bytes"] <= r["model_shared_bytes"]
     assert r["registers"] <= portable_ws.MAXNREG_H32
     assert r["blocks_per_sm"] == 1 and r["warps_per_sm"] == 8
-
-
-# ----------------------------------------------------------------------------- 8 consumer warps (rung 19)
-
-W8 = "portable_ws_h32w8"
-CFG_W8 = {"BLOCK_H": 32, "BLOCK_T": 32, "num_warps": 8}
-
-
-def test_portable_ws_h32w8_is_rung_17_with_8_consumer_warps():
-    spec, h32 = registry.get(W8), registry.get(H32)
-    assert spec.rung == 19 and spec.kind == "split" and not spec.interpretable and spec.pdl
-    assert spec.jit is h32.jit and spec.fixed_meta == h32.fixed_meta == portable_ws.SWITCHES
-    assert spec.compile_options == {"maxnreg": portable_ws.MAXNREG_H32}
-    assert [spec.check_config(c) for c in spec.check_configs] == [TiledConfig(**CFG_W8)]
-    assert spec.prediction and "rung 17" in spec.prediction and "b64 h64" in spec.prediction
-    # 12 warps at the cap fill the SM's registers: one block an SM, as rung 17
-    assert 12 * 32 * portable_ws.MAXNREG_H32 <= 65536 < 12 * 32 * (portable_ws.MAXNREG_H32 + 8)
-
-
-@pytest.mark.parametrize("arch", ["sm_120", "sm_90"])
-def test_h32w8_compiles_with_hmma_only_no_spills_and_fits_sm120(arch):
-    code = ("import json; from workbench.lab.resources import compile_config\n"
-            f"print(json.dumps(compile_config({W8!r}, {arch!r}, {CFG_W8!r}).as_row()))")
-    r = json.loads(without_interpreter(code).splitlines()[-1])
-    assert r["status"] == "fits", r["reason"]
-    assert r["mma"] == "HMMA" and r["hgmma"] == 0 and r["utcmma"] == 0
-    assert r["hmma"] == 64  # rung 17's 128 a warp, split over twice the warps
-    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0
-    assert r["shared_bytes"] <= SM120_SHARED and r["shared_bytes"] <= r["model_shared_bytes"]
-    assert r["blocks_per_sm"] == 1 and r["warps_per_sm"] == 12

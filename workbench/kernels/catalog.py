@@ -225,20 +225,6 @@ _block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws
                    "gain at b1 h64 topk512 (latency)"),
        allowed=portable_ws.ALLOWED_H32, config_space=portable_ws.CONFIG_SPACE_H32, maxnreg=portable_ws.MAXNREG_H32,
        split_granule=32)
-_block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws_partial_kernel,
-       name="portable_ws_h32w8", rung=19,
-       summary=("portable_ws_h32 with 8 consumer warps: QK split 2 x 4 (16 heads by 8 tokens a warp), PV by output "
-                "columns (64 a warp), the rescale factors converted between the two layouts; 12 warps a block"),
-       prediction=("ncu of rung 17 at b64 h64 (8de57d1): the consumer (one warp a scheduler) is the critical path, "
-                   "56.6% of its samples on HMMA, 62% of those waiting on an ldmatrix (short scoreboard); the "
-                   "producer waits for a free slot in 45% of its own. Lab (sm_120, sm_90): the same 100,964 B, 168 "
-                   "registers (the consumer at 200), no spills, 64 HMMA a warp. Two consumer warps a scheduler hide "
-                   "that latency, but the 2 x 4 QK re-reads q and K more: 240 KB of ldmatrix a tile against 200, with "
-                   "L1 wavefronts at 64% of peak today, so shared memory caps the partial near 0.77x its time. Expect "
-                   "b64 h64 topk2048 at 110-125 us (rung 17: 140.8), b64 h128 at 205-235 (258.7), and nothing at b1 "
-                   "h64 topk512 (9.7, latency)"),
-       allowed=portable_ws.ALLOWED_H32W8, config_space=portable_ws.CONFIG_SPACE_H32W8,
-       maxnreg=portable_ws.MAXNREG_H32, split_granule=32)
 
 register(KernelSpec(
     name="gather", kind="probe", summary="speed-of-light probe: the decode's bytes and split plan, no math",

@@ -43,11 +43,6 @@ operand for every token: 100,964 B (lab). The row sums add the fp32 P, each thre
 the warps once after the loop. (Before d6327f3 they were taken from the bf16 P read back, and the log-sum-exp
 carried bf16's rounding: 3 failed LSE checks at 8aa1f61, docs/decisions.md, rung 17.)
 
-Rung "portable_ws_h32w8" is the 32-head group with 8 consumer warps (num_warps = 8): QK in a 2 x 4 warp layout
-(16 heads by 8 tokens a warp), PV in 1 x 8 (64 output columns a warp, a 64-register accumulator), alpha converted
-from the one to the other each tile; 12 warps at MAXNREG_H32, the consumer at 200 registers. With 4 consumer warps
-the two layouts are the same, and rung 17's code is unchanged.
-
 Invalid tokens (-1, out of range, past topk_length or the split) load as zero and are masked to -inf before the
 softmax. Padding heads (past H in the last head group) load q as zero and are never stored. The epilogue writes
 the split's normalised output and base-2 LSE into the partial buffers exactly as the other split kernels do, so
@@ -83,10 +78,6 @@ MAXNREG = 128  # two 8-warp blocks per SM where shared memory lets them (sm_90: 
 ALLOWED_H32 = dict(BLOCK_H=(32,), BLOCK_T=(32,), num_warps=(4,), num_stages=(1,))
 CONFIG_SPACE_H32 = [TiledConfig(BLOCK_H=32, BLOCK_T=32, num_warps=4)]
 MAXNREG_H32 = 168
-# rung 19 (portable_ws_h32w8): the 32-head group with 8 consumer warps, to hide the ldmatrix latency rung 17's one
-# consumer warp a scheduler cannot; 12 warps at 168 registers fill the SM's 65,536 (the consumer at ~200)
-ALLOWED_H32W8 = dict(BLOCK_H=(32,), BLOCK_T=(32,), num_warps=(8,), num_stages=(1,))
-CONFIG_SPACE_H32W8 = [TiledConfig(BLOCK_H=32, BLOCK_T=32, num_warps=8)]
 KC = gl.constexpr(64)      # QK's k-chunk: columns of q and K per mma_v2 call
 QK_ACCS = gl.constexpr(4)  # QK's independent partial sums (the 4 named in _qk_tile)
 
@@ -228,10 +219,10 @@ def _consume_scores(q_smem, k_smem, valid_smem, s_smem, full, empty, start, end,
                       float("-inf"))
         # within each warp: a head's tokens sit in one quad of lanes
         m_new = gl.maximum(m_i, gl.maximum(gl.max(sa, 1), gl.max(sb, 1)))
-        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
-        alpha = gl.exp2(m_i - m_use)
-        pa = gl.exp2(sa - gl.expand_dims(m_use, 1))
-        pb = gl.exp2(sb - gl.expand_dims(m_use, 1))
+        m_use = gl.expand_dims(gl.where(m_new == float("-inf"), 0.0, m_new), 1)  # no (-inf) - (-inf)
+        alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))
+        pa = gl.exp2(sa - m_use)
+        pb = gl.exp2(sb - m_use)
         l_i = l_i * alpha + (gl.sum(pa, 1) + gl.sum(pb, 1))
         m_i = m_new
         # the A operand's rows and the accumulator's are held by the same lanes: no data moves
@@ -253,47 +244,40 @@ def _consume_p(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, sm_s
     takes half the shared memory. The row sums are of the fp32 P, each thread its own elements until the end (no
     second reduction across the warps a tile). The rescale runs every tile: a lazy one (rung 18, portable_ws_lazy,
     d6327f3: only when a head's max grows by more than 2**8) ran slower at 60 of the 64 crossover and heads shapes
-    (up to 4.5%), since the consumer waits on its HMMAs and ldmatrix loads, not on the rescale's FMULs
-    (docs/decisions.md, rung 18). With 8 consumer warps (rung 19) S and O take different warp layouts, and alpha
-    moves between them."""
+    (up to 4.5%), since
+    the consumer waits on its HMMAs and ldmatrix loads, not on the rescale's FMULs (docs/decisions.md, rung 18)."""
     CW: gl.constexpr = gl.num_warps()
-    # S: 4 warps split the tokens (8 each), and a second group of 4 (with 8 consumer warps) the heads; O: the warps
-    # split the output columns. With 4 consumer warps the two layouts are one
-    QK: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[CW // 4, 4], instr_shape=[16, 8])
-    PV: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, CW], instr_shape=[16, 8])
-    QK_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=QK, k_width=2)
-    QK_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=QK, k_width=2)
-    PV_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=PV, k_width=2)
-    PV_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=PV, k_width=2)
-    COL: gl.constexpr = gl.SliceLayout(0, QK)  # [BLOCK_T]: each warp BLOCK_T / 4 tokens
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, CW], instr_shape=[16, 8])
+    A_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    B_OP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+    COL: gl.constexpr = gl.SliceLayout(0, MMA)  # [BLOCK_T]: each warp BLOCK_T / CW tokens
 
-    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, QK))
-    l_t = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, layout=QK)  # the row sums' terms, by thread
-    acc = gl.zeros([BLOCK_H, D], gl.float32, layout=PV)          # each warp D / CW columns
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, MMA))
+    l_t = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, layout=MMA)  # the row sums' terms, by thread
+    acc = gl.zeros([BLOCK_H, D], gl.float32, layout=MMA)          # each warp D / CW columns
     i = 0
     for t0 in range(start, end, BLOCK_T):
         buf = i % NUM_BUFS
         mbarrier.wait(full.index(buf), (i // NUM_BUFS) & 1)
         kb = k_smem.index(buf)  # [BLOCK_T, D] bf16
         ok = valid_smem.index(buf).load(COL) != 0
-        s = gl.where(gl.expand_dims(ok, 0), _qk_tile(q_smem, kb, BLOCK_H, BLOCK_T, D, QK, QK_A, QK_B) * sm_scale_log2,
+        s = gl.where(gl.expand_dims(ok, 0), _qk_tile(q_smem, kb, BLOCK_H, BLOCK_T, D, MMA, A_OP, B_OP) * sm_scale_log2,
                      float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, 1))
-        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
-        alpha = gl.exp2(m_i - m_use)
+        alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))  # no (-inf) - (-inf)
         m_i = m_new
         l_t = l_t * gl.expand_dims(alpha, 1)
-        p = gl.exp2(s - gl.expand_dims(m_use, 1))  # [BLOCK_H, BLOCK_T] fp32
+        p = gl.exp2(s - gl.expand_dims(gl.where(m_i == float("-inf"), 0.0, m_i), 1))  # [BLOCK_H, BLOCK_T] fp32
         l_t = l_t + p
         p_smem.store(p.to(gl.bfloat16))
         gl.thread_barrier()
         # P back in the A-operand layout (every warp every token), in halves of BLOCK_T // 2 tokens, each the A
         # operand of one PV step, so that only half of K's B operand (32 registers a thread) need be live at once
-        pa = p_smem.slice(0, BLOCK_T // 2, dim=1).load(PV_A)            # [BLOCK_H, BLOCK_T // 2] bf16
-        pb = p_smem.slice(BLOCK_T // 2, BLOCK_T // 2, dim=1).load(PV_A)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, PV)), 1)
-        acc = mma_v2(pa, kb.slice(0, BLOCK_T // 2, dim=0).load(PV_B), acc)
-        acc = mma_v2(pb, kb.slice(BLOCK_T // 2, BLOCK_T // 2, dim=0).load(PV_B), acc)
+        pa = p_smem.slice(0, BLOCK_T // 2, dim=1).load(A_OP)            # [BLOCK_H, BLOCK_T // 2] bf16
+        pb = p_smem.slice(BLOCK_T // 2, BLOCK_T // 2, dim=1).load(A_OP)
+        acc = acc * gl.expand_dims(alpha, 1)
+        acc = mma_v2(pa, kb.slice(0, BLOCK_T // 2, dim=0).load(B_OP), acc)
+        acc = mma_v2(pb, kb.slice(BLOCK_T // 2, BLOCK_T // 2, dim=0).load(B_OP), acc)
         gl.thread_barrier()  # every consumer warp has read the slot and P before they are reused
         mbarrier.arrive(empty.index(buf))
         i += 1
@@ -305,7 +289,6 @@ def _qk_tile(q_smem, kb, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.con
              A_OP: gl.constexpr, B_OP: gl.constexpr):
     """S [BLOCK_H, BLOCK_T] fp32 = q K^T in layout MMA (the warps split the tokens), in QK_ACCS independent partial
     sums over the D columns, so that the HMMAs of one warp do not form a single dependent chain."""
-    gl.static_assert(QK_ACCS == 4, "_qk_tile names its partial sums: four")
     s_zero = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, layout=MMA)
     s0 = s_zero
     s1 = s_zero
