@@ -703,10 +703,17 @@ def test_same_run_times_prefers_auto_and_takes_peers_from_its_table(bench):
     assert figures.default_kernel_rows(bench).provider.eq("auto").sum() == bench.provider.eq("auto").sum()
 
 
-def test_load_correctness_picks_the_newest_table_and_keeps_the_old_one():
+def test_load_correctness_picks_the_newest_table_of_the_code_here_and_keeps_the_old_one():
+    from workbench.report.results import stale_flags
     new = load_correctness(DATA)
     dated = sorted(p for d in table_folders(DATA) for p in d.glob("correctness_*.csv"))  # data/ and archive/
-    newest = max(dated, key=lambda p: (str(pd.read_csv(p, usecols=["date"]).date.max()), p.name))
+
+    def checked_here(p):  # every row checked the checked-out kernel sources
+        t = pd.read_csv(p)
+        return "kernel_hash" in t and all(f is False for f in stale_flags(t[["kernel_hash", "git_commit"]]
+                                                                         .drop_duplicates()))
+    here = [p for p in dated if checked_here(p)]
+    newest = max(here or dated, key=lambda p: (str(pd.read_csv(p, usecols=["date"]).date.max()), p.name))
     assert new.source.iloc[0] == newest.name
     old = load_correctness(DATA, name="correctness_h200.csv")
     assert old.source.iloc[0] == "correctness_h200.csv" and len(old)

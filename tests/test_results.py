@@ -193,3 +193,15 @@ def test_notebook_04_reads_only_the_current_tables(tmp_path):
     expected = overhead_table(genuine)
     over = pd.read_csv(out / "host_overhead.csv")
     assert over.overhead_us.tolist() == pytest.approx(expected.overhead_us.tolist(), rel=1e-6), "the decoy's times"
+
+
+def test_a_later_check_of_other_code_does_not_displace_the_check_of_the_code_here(tmp_path):
+    """A correctness table run later on other kernel sources (a rung measured, then removed) is history: the
+    table of the checked-out sources stays the one notebooks read."""
+    from workbench.report.provenance import kernel_source_hash
+    here, other = "correctness_x_20261203-0833.csv", "correctness_x_20261203-1703.csv"
+    for name, h, date in ((here, kernel_source_hash(), "2026-12-03T08:33:00Z"),
+                          (other, "000000000000", "2026-12-03T17:03:00Z")):
+        pd.DataFrame([dict(impl="mma", check="golden", passed=True, git_commit="abc", kernel_hash=h,
+                           date=date)]).to_csv(tmp_path / name, index=False)
+    assert results.load_correctness(tmp_path).source.iloc[0] == here  # superseded() archives the others

@@ -204,9 +204,11 @@ def load_correctness(data_dir: Path | str = DATA, name: str | None = None):
     """One GPU correctness table (``correctness_*.csv``, in ``data_dir`` or its ``archive/``): the newest by
     default, or the file ``name``.
 
-    Newest means the latest ``date`` in the table (its run time), then the latest file name; the
-    old undated ``correctness_h200.csv`` stays readable with ``name="correctness_h200.csv"``. The
-    frame gets a ``source`` column (the file name).
+    Newest means, among the tables whose rows all checked the checked-out kernel sources (:func:`stale_flags`;
+    any table where none is fresh), the latest ``date`` in the table (its run time), then the latest file name: a
+    later check of a since-removed rung does not displace the check of the code at HEAD. The old undated
+    ``correctness_h200.csv`` stays readable with ``name="correctness_h200.csv"``. The frame gets a ``source``
+    column (the file name).
     """
     import pandas as pd
     data_dir = Path(data_dir)
@@ -224,7 +226,14 @@ def load_correctness(data_dir: Path | str = DATA, name: str | None = None):
             except (ValueError, KeyError):
                 date = ""
             return (date, p.name)
-        path = max(paths, key=newest)
+
+        def fresh(p):
+            head = pd.read_csv(p, nrows=0).columns
+            cols = [c for c in ("kernel_hash", "git_commit") if c in head]
+            runs = pd.read_csv(p, usecols=cols).drop_duplicates() if cols else pd.DataFrame()
+            return len(runs) > 0 and not any(f is not False for f in stale_flags(runs))
+        checked_here = [p for p in paths if fresh(p)]
+        path = max(checked_here or paths, key=newest)
     df = pd.read_csv(path)
     df["source"] = path.name
     return apply_errata(df, data_dir / ERRATA)
