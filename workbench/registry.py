@@ -64,9 +64,12 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     h40 and h48 at b64 topk2048 took 71.2-71.7 us in wgmma_f16's 16-head groups (73.0-73.3 in wgmma_xchg's) and
     64.3-64.7 in the 64-head block (h64: 68.1), and at b8 topk2048 h40 took 19.6 us in wgmma_xchg against 18.7 in
     the block. In the
-    sweeps at 8de57d1, which runs this rule (data/bench_h200_20261203-0825_crossover.csv and
-    data/bench_h200_20261203-0827_heads.csv), the pick is within 2.7% of the fastest Hopper rung at every shape of
-    both (48 and 16; the worst: b32 h64 topk512, wgmma_ws_h64 against wgmma_xchg; docs/decisions.md).
+    sweeps at 8de57d1, which runs this rule (data/archive/bench_h200_20261203-0825_crossover.csv and
+    data/archive/bench_h200_20261203-0827_heads.csv), the pick is within 2.7% of the fastest Hopper rung at every
+    shape of both (48 and 16; the worst: b32 h64 topk512, wgmma_ws_h64 against wgmma_xchg; docs/decisions.md); in
+    those at eccf0d7 (data/bench_h200_20261203-1728_crossover.csv, data/bench_h200_20261203-1730_heads.csv; the
+    Hopper rungs' code unchanged) within 3.1% (the worst: b1 h128 topk2048, wgmma_xchg's 16.1 us against
+    wgmma_f16_2cta's 15.6; every other shape within 2.2%).
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
@@ -89,21 +92,22 @@ PORTABLE_CAPABILITIES = ("sm_100", "sm_103", "sm_110", "sm_120", "sm_121")  # wa
 def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     """What "auto" runs off sm_90. On a GPU that can run warp-specialised rungs (register reallocation: sm_90 and
     newer; ``PORTABLE_CAPABILITIES``): "portable_ws" (16-head groups) at <= 16 heads, and above 16 up to
-    PORTABLE_WS_MAX_HEAD_TOKENS head-tokens (heads * tokens); beyond, "portable_ws_h32" (32-head groups, each token
+    PORTABLE_WS_MAX_HEAD_TOKENS head-tokens (heads * tokens); beyond, "portable_ws_h32q" (32-head groups, each token
     gathered half as often). Elsewhere "tile512". Why: on the H200 (the proxy), in the crossover and heads sweeps at
-    e5db711 (data/archive/bench_h200_20261203-0630_crossover.csv, data/archive/bench_h200_20261203-0632_heads.csv),
-    portable_ws_h32 takes 0.55-0.99x portable_ws's time above 2**18 head-tokens at every head count from 20 to 128
-    (1.2-2.7x faster than tile512) and 0.99-1.19x at or below it. In the sweeps at 8de57d1, which runs this rule
-    (data/bench_h200_20261203-0825_crossover.csv, data/bench_h200_20261203-0827_heads.csv), the pick is within 4.8%
-    of the fastest portable rung at every shape with more than 16 heads (the worst: b1 h128 topk2048, where tile512
-    takes 21.4 us and portable_ws 22.4; every other such shape within 2%); at 16 heads it misses at b4 topk2048
-    (18.4 us against portable_ws_h32's 15.3: 20%) and b16 topk512 (5%), where the 32-head kernel's split plan wins
-    (docs/decisions.md)."""
+    eccf0d7, which time rungs 17 and 20 beside portable_ws and tile512 (data/bench_h200_20261203-1728_crossover.csv,
+    data/bench_h200_20261203-1730_heads.csv), portable_ws_h32q takes 0.54-0.79x portable_ws's time above 2**18
+    head-tokens at every head count from 20 to 128 (b64 h64 topk2048: 134.8 us against 191.5; tile512 184.3) and
+    0.98-1.13x at or below it; it is faster than rung 17 (portable_ws_h32, whose place it takes) at 48 of the 64
+    shapes, by up to 6.3%. With this rule the pick is within 3.7% of the fastest portable rung at every shape with
+    more than 16 heads (the worst: b2 h64 topk2048, where tile512 takes 22.7 us and portable_ws 23.5; then b1
+    topk2048 at h64 and h128, 2.6%; every other such shape within 0.4%); at 16 heads it misses at b4 topk2048
+    (18.4 us against portable_ws_h32q's 15.2: 21%), b16 topk512 (12%) and b8 topk2048 (2.7%), where the 32-head
+    kernel's split plan wins (docs/decisions.md)."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
     if heads <= 16 or heads * tokens <= PORTABLE_WS_MAX_HEAD_TOKENS:
         return "portable_ws"
-    return "portable_ws_h32"
+    return "portable_ws_h32q"
 
 
 def resolve(impl: str, device, *, heads: int, tokens: int) -> str:

@@ -212,17 +212,19 @@ _block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws
                    "SM) and the dequant stay well under the ~33 us gather floor, so the time is the gathers' latency"),
        split_waves=2, split_granule=32)
 _block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws_partial_kernel,
-       name="portable_ws_h32", rung=17,
-       summary=("portable_ws for a group of 32 heads: the same producer and ring of 2 K tiles of 32 tokens; the "
-                "consumer's 4 warps run the softmax in the MMA layout (the row max across its warps) and exchange P "
-                "in bf16 rather than the fp32 scores, so that the block fits sm_120's 101,376 B (100,964 B, lab); one "
-                "block per SM at 240 consumer registers"),
-       prediction=("crossover at 05b39d3: at b64 h64 topk2048 portable_ws's four 16-head groups take 191.7 us (four "
-                   "gathers and dequants of every token) and tile512 182.8, against 57.7 at h16: the time follows the "
-                   "producers' work, not the MMAs. Two 32-head groups gather and dequantise each token twice, not "
-                   "four times, with the same MMA work; one block of 8 warps per SM (registers) instead of two keeps "
-                   "half the loads in flight. Expect b64 h64 topk2048 at 100-130 us and b64 h128 at 200-260, and no "
-                   "gain at b1 h64 topk512 (latency)"),
+       name="portable_ws_h32q", rung=20,
+       summary=("portable_ws for a group of 32 heads (rung 17, portable_ws_h32: the consumer's 4 warps exchange P "
+                "in bf16, so that the block fits sm_120's 101,376 B) with QK split 2 x 2 over the consumer warps (16 "
+                "heads by 16 tokens a warp) instead of 1 x 4: each warp re-reads half of q a tile, and twice the K "
+                "rows; 100,708 B (lab), one block per SM at 240 consumer registers"),
+       prediction=("ncu of rung 17 at b64 h64 (8de57d1): its consumer waits on ldmatrix (62% of its HMMA samples "
+                   "short scoreboard), and each warp reads all of q every tile, 64% of its 50 KB; rung 19 (82614c3: "
+                   "157.8 us against 140.5) showed more warps only move the wait to issuing the loads (mio "
+                   "throttle), so the bytes must shrink. 2 x 2 cuts a warp's shared-memory reads a tile from 50 KB "
+                   "(q 32, K 8 + 8, P 2) to 42 (q 16, K 16 + 8, P 2), 16% fewer, with the same HMMAs and the row max "
+                   "across 2 warps instead of 4; alpha's change of layout adds partition barriers (lab, sm_90: 80 LDSM "
+                   "a warp a tile against 96; 8 B of stack spilled outside the loop). Expect b64 h64 topk2048 at 122-132 us (rung 17: 140.5), b64 h128 at "
+                   "225-245 (256.2), b64 h16 (one padded 32-head group) 63-69 (72.0), nothing at b1 h64 topk512"),
        allowed=portable_ws.ALLOWED_H32, config_space=portable_ws.CONFIG_SPACE_H32, maxnreg=portable_ws.MAXNREG_H32,
        split_granule=32)
 

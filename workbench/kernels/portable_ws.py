@@ -34,12 +34,13 @@ The partitions:
   back to the producer. Per tile: 64 HMMA a warp, 3 partition barriers (one of them Triton's, before the
   mbarrier wait), no CTA-wide barrier.
 
-The 32-head group (rung "portable_ws_h32", the same kernel at BLOCK_H = 32: ``_consume_p``): the consumer's
+The 32-head group (rung "portable_ws_h32q", the same kernel at BLOCK_H = 32: ``_consume_p``): the consumer's
 accumulator is [32, 512] fp32, 128 registers a thread, so the consumer runs at 2 x MAXNREG_H32 - 96 = 240
 registers and one block fits an SM. Exchanging the fp32 scores would take 4 KB more than sm_120 has; instead the
-softmax runs in the MMA layout (each warp its own 8 tokens; the row max across the warps is the compiler's
-reduction through shared memory), and the warps exchange P in bf16 (2 KB a tile), which comes back as the PV's A
-operand for every token: 100,964 B (lab). The row sums add the fp32 P, each thread its own terms, reduced across
+softmax runs in QK's MMA layout (2 x 2 warps: each 16 heads by 16 tokens; the row max across a head's 2 warps is
+the compiler's reduction through shared memory), and the warps exchange P in bf16 (2 KB a tile), which comes back
+as the PV's A operand for every token: 100,708 B (lab). Rung 17 (portable_ws_h32, removed at rung 20) split QK
+1 x 4, so that each warp read all of q every tile (docs/decisions.md, rungs 17, 19 and 20). The row sums add the fp32 P, each thread its own terms, reduced across
 the warps once after the loop. (Before d6327f3 they were taken from the bf16 P read back, and the log-sum-exp
 carried bf16's rounding: 3 failed LSE checks at 8aa1f61, docs/decisions.md, rung 17.)
 
@@ -73,8 +74,9 @@ ALLOWED = dict(BLOCK_H=(16,), BLOCK_T=(32,), num_warps=(4,), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=16, BLOCK_T=32, num_warps=4)]
 SWITCHES = dict(NUM_BUFS=2, PRODUCER_WARPS=4, PRODUCER_REGS=96)
 MAXNREG = 128  # two 8-warp blocks per SM where shared memory lets them (sm_90: 2 x ~83 KB): 65536 / 512 threads
-# the 32-head group (rung portable_ws_h32): the consumer's accumulator is 128 fp32 a thread, so one block per SM and
-# the consumer at 2 x 168 - 96 = 240 registers (lab, sm_120 and sm_90: no spills; at 128 it spills ~600 B)
+# the 32-head group (rung portable_ws_h32q): the consumer's accumulator is 128 fp32 a thread, so one block per SM and
+# the consumer at 2 x 168 - 96 = 240 registers (lab, sm_120 and sm_90: 8-16 B of stack, spilled outside the loop;
+# at 128 it spills ~600 B)
 ALLOWED_H32 = dict(BLOCK_H=(32,), BLOCK_T=(32,), num_warps=(4,), num_stages=(1,))
 CONFIG_SPACE_H32 = [TiledConfig(BLOCK_H=32, BLOCK_T=32, num_warps=4)]
 MAXNREG_H32 = 168
@@ -83,14 +85,14 @@ QK_ACCS = gl.constexpr(4)  # QK's independent partial sums (the 4 named in _qk_t
 
 
 def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, PRODUCER_WARPS: int = 4, PRODUCER_REGS: int = 96) -> int:
-    """Shared bytes of one block, as the compiler allocates them (lab: 84,180 B at 16 heads and 100,964 at 32, with
+    """Shared bytes of one block, as the compiler allocates them (lab: 84,180 B at 16 heads and 100,708 at 32, with
     32-token tiles, sm_120, sm_100 and sm_90 alike): NUM_BUFS bf16 K slots (1 KB a token) with their valid bytes
     and two mbarriers each, q (1 KB a head), what the consumer's warps exchange (16 heads: the fp32 scores, 4 B a
-    token a head; more: P in bf16, 2 B, and the row max's reduction across the 4 warps, 16 B a head), and 256 B
+    token a head; more: P in bf16, 2 B, and the row max's reduction across a head's 2 warps, 8 B a head), and 256 B
     for the warp-specialised region's own words and small scratch, rounded up to 128 B. PRODUCER_WARPS and
     PRODUCER_REGS move no shared bytes; they are named so that a misspelled switch is a TypeError."""
     t, h = c.BLOCK_T, c.BLOCK_H
-    exchange = 4 * t * h if h == 16 else 2 * t * h + 16 * h
+    exchange = 4 * t * h if h == 16 else 2 * t * h + 8 * h
     total = NUM_BUFS * (1024 * t + t + 16) + 1024 * h + exchange + 256
     return -(-total // 128) * 128
 
@@ -244,24 +246,33 @@ def _consume_p(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, sm_s
     takes half the shared memory. The row sums are of the fp32 P, each thread its own elements until the end (no
     second reduction across the warps a tile). The rescale runs every tile: a lazy one (rung 18, portable_ws_lazy,
     d6327f3: only when a head's max grows by more than 2**8) ran slower at 60 of the 64 crossover and heads shapes
-    (up to 4.5%), since
-    the consumer waits on its HMMAs and ldmatrix loads, not on the rescale's FMULs (docs/decisions.md, rung 18)."""
-    CW: gl.constexpr = gl.num_warps()
-    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, CW], instr_shape=[16, 8])
-    A_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
-    B_OP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
-    COL: gl.constexpr = gl.SliceLayout(0, MMA)  # [BLOCK_T]: each warp BLOCK_T / CW tokens
+    (up to 4.5%), since the consumer waits on its HMMAs and ldmatrix loads, not on the rescale's FMULs
+    (docs/decisions.md, rung 18).
 
-    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, MMA))
-    l_t = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, layout=MMA)  # the row sums' terms, by thread
-    acc = gl.zeros([BLOCK_H, D], gl.float32, layout=MMA)          # each warp D / CW columns
+    QK runs in a 2 x 2 warp layout (16 heads by 16 tokens a warp) and PV in 1 x 4 (128 output columns a warp), so
+    alpha changes layout between them. Each warp re-reads q for its heads and K for its tokens every tile: 2 x 2
+    reads 16 KB of q and 16 KB of K a warp, where rung 17's 1 x 4 read 32 and 8, and the consumer waits on those
+    reads (rung 20; 8 consumer warps, rung 19, only moved the wait to issuing them)."""
+    CW: gl.constexpr = gl.num_warps()
+    # S: 2 warps along the heads (16 each, the MMA's M), the rest along the tokens; O: the warps split the columns
+    QK: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[2, CW // 2], instr_shape=[16, 8])
+    PV: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, CW], instr_shape=[16, 8])
+    QK_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=QK, k_width=2)
+    QK_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=QK, k_width=2)
+    A_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=PV, k_width=2)
+    B_OP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=PV, k_width=2)
+    COL: gl.constexpr = gl.SliceLayout(0, QK)  # [BLOCK_T]
+
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, QK))
+    l_t = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, layout=QK)  # the row sums' terms, by thread
+    acc = gl.zeros([BLOCK_H, D], gl.float32, layout=PV)          # each warp D / CW columns
     i = 0
     for t0 in range(start, end, BLOCK_T):
         buf = i % NUM_BUFS
         mbarrier.wait(full.index(buf), (i // NUM_BUFS) & 1)
         kb = k_smem.index(buf)  # [BLOCK_T, D] bf16
         ok = valid_smem.index(buf).load(COL) != 0
-        s = gl.where(gl.expand_dims(ok, 0), _qk_tile(q_smem, kb, BLOCK_H, BLOCK_T, D, MMA, A_OP, B_OP) * sm_scale_log2,
+        s = gl.where(gl.expand_dims(ok, 0), _qk_tile(q_smem, kb, BLOCK_H, BLOCK_T, D, QK, QK_A, QK_B) * sm_scale_log2,
                      float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, 1))
         alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))  # no (-inf) - (-inf)
@@ -275,7 +286,7 @@ def _consume_p(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, sm_s
         # operand of one PV step, so that only half of K's B operand (32 registers a thread) need be live at once
         pa = p_smem.slice(0, BLOCK_T // 2, dim=1).load(A_OP)            # [BLOCK_H, BLOCK_T // 2] bf16
         pb = p_smem.slice(BLOCK_T // 2, BLOCK_T // 2, dim=1).load(A_OP)
-        acc = acc * gl.expand_dims(alpha, 1)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, PV)), 1)
         acc = mma_v2(pa, kb.slice(0, BLOCK_T // 2, dim=0).load(B_OP), acc)
         acc = mma_v2(pb, kb.slice(BLOCK_T // 2, BLOCK_T // 2, dim=0).load(B_OP), acc)
         gl.thread_barrier()  # every consumer warp has read the slot and P before they are reused
