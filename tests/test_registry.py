@@ -171,18 +171,18 @@ def test_auto_portable_provider_records_what_auto_runs_without_wgmma():
 
 
 # the sweeps auto_kernel's and portable_kernel's docstrings cite for the rule as it stands, and the margins they claim
-RULE_TABLES = ("bench_h200_20261203-1728_crossover.csv", "bench_h200_20261203-1730_heads.csv")
+RULE_TABLES = ("bench_h200_20261204-0101_crossover.csv", "bench_h200_20261204-0103_heads.csv")
 HOPPER = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal")
 PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q")
 
 
 @pytest.mark.parametrize("table", RULE_TABLES)
 def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
-    """What the docstrings claim of the committed sweeps: on sm_90 the pick within 3.1% of the fastest Hopper rung
-    at b1 h128 topk2048 and 2.2% at every other shape; off it within 3.7% of the fastest portable rung at b2 h64
-    topk2048, 2.6% at b1 topk2048 (h64, h128) and 0.4% at every other shape with more than 16 heads (at 16 heads
-    the misses are named: b4 topk2048, b16 topk512, b8 topk2048). A new rule or new tables must update the
-    docstrings and this test."""
+    """What the docstrings claim of the committed sweeps: on sm_90 the pick within 2.8% of the fastest Hopper rung
+    at b32 h64 topk512, 2.6% at b64 h128 topk2048 and 1.9% at every other shape; off it within 2.5% of the fastest
+    portable rung at b2 h64 topk2048, 1.8% at b1 h128 topk2048 and 0.5% at every other shape with more than 16
+    heads (at 16 heads the misses are named: b4 topk2048, b16 topk512, b8 topk2048). A new rule or new tables must
+    update the docstrings and this test."""
     import pandas as pd
 
     from workbench.report.results import find_table
@@ -193,11 +193,11 @@ def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
     for (b, h, k), g in df.groupby(["batch", "heads", "topk"]):
         t = g.groupby("provider").median_us.median()
         pick = registry.auto_kernel("sm_90", heads=h, tokens=b * k)
-        margin = 1.032 if (b, h, k) == (1, 128, 2048) else 1.022
+        margin = {(32, 64, 512): 1.028, (64, 128, 2048): 1.026}.get((b, h, k), 1.019)
         assert t[pick] <= margin * t[list(HOPPER)].min(), (b, h, k, pick, t[list(HOPPER)].idxmin())
         pp = registry.portable_kernel("sm_120", heads=h, tokens=b * k)
         if h > 16:
-            margin = {(2, 64, 2048): 1.037, (1, 64, 2048): 1.026, (1, 128, 2048): 1.026}.get((b, h, k), 1.004)
+            margin = {(2, 64, 2048): 1.025, (1, 128, 2048): 1.018}.get((b, h, k), 1.005)
             assert t[pp] <= margin * t[list(PORTABLE)].min(), (b, h, k, pp, t[list(PORTABLE)].idxmin())
         elif t[pp] > 1.02 * t[list(PORTABLE)].min():
             misses16.add((b, k))

@@ -67,9 +67,11 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     sweeps at 8de57d1, which runs this rule (data/archive/bench_h200_20261203-0825_crossover.csv and
     data/archive/bench_h200_20261203-0827_heads.csv), the pick is within 2.7% of the fastest Hopper rung at every
     shape of both (48 and 16; the worst: b32 h64 topk512, wgmma_ws_h64 against wgmma_xchg; docs/decisions.md); in
-    those at eccf0d7 (data/bench_h200_20261203-1728_crossover.csv, data/bench_h200_20261203-1730_heads.csv; the
-    Hopper rungs' code unchanged) within 3.1% (the worst: b1 h128 topk2048, wgmma_xchg's 16.1 us against
-    wgmma_f16_2cta's 15.6; every other shape within 2.2%).
+    those at 9328124 (data/bench_h200_20261204-0101_crossover.csv, data/bench_h200_20261204-0103_heads.csv; the
+    Hopper rungs' code unchanged) within 2.8% (the worst again b32 h64 topk512: 23.0 us against 22.4; then b64
+    h128 topk2048 in the heads sweep, wgmma_ws_h64's 115.3 against wgmma_ws_bal's 112.4, 2.5%; every other shape
+    within 1.9%). An unlanded run at eccf0d7 (data/archive/bench_h200_20261203-1728_crossover.csv) had b1 h128
+    topk2048 at 3.1%; here it is the fastest.
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
@@ -94,15 +96,16 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     newer; ``PORTABLE_CAPABILITIES``): "portable_ws" (16-head groups) at <= 16 heads, and above 16 up to
     PORTABLE_WS_MAX_HEAD_TOKENS head-tokens (heads * tokens); beyond, "portable_ws_h32q" (32-head groups, each token
     gathered half as often). Elsewhere "tile512". Why: on the H200 (the proxy), in the crossover and heads sweeps at
-    eccf0d7, which time rungs 17 and 20 beside portable_ws and tile512 (data/bench_h200_20261203-1728_crossover.csv,
-    data/bench_h200_20261203-1730_heads.csv), portable_ws_h32q takes 0.54-0.79x portable_ws's time above 2**18
-    head-tokens at every head count from 20 to 128 (b64 h64 topk2048: 134.8 us against 191.5; tile512 184.3) and
-    0.98-1.13x at or below it; it is faster than rung 17 (portable_ws_h32, whose place it takes) at 48 of the 64
-    shapes, by up to 6.3%. With this rule the pick is within 3.7% of the fastest portable rung at every shape with
-    more than 16 heads (the worst: b2 h64 topk2048, where tile512 takes 22.7 us and portable_ws 23.5; then b1
-    topk2048 at h64 and h128, 2.6%; every other such shape within 0.4%); at 16 heads it misses at b4 topk2048
-    (18.4 us against portable_ws_h32q's 15.2: 21%), b16 topk512 (12%) and b8 topk2048 (2.7%), where the 32-head
-    kernel's split plan wins (docs/decisions.md)."""
+    9328124, which runs this rule (data/bench_h200_20261204-0101_crossover.csv, data/bench_h200_20261204-0103_heads.csv),
+    portable_ws_h32q takes 0.55-0.90x portable_ws's time above 2**18 head-tokens at every head count from 20 to 128
+    (b64 h64 topk2048: 132.0 us against 188.9; tile512 180.7) and 0.99-1.21x at or below it. With this rule the
+    pick is within 2.4% of the fastest portable rung at every shape with more than 16 heads (the worst: b2 h64
+    topk2048, where tile512 takes 22.6 us and portable_ws 23.1; then b1 h128 topk2048, 1.8%; every other such shape
+    within 0.5%); at 16 heads it misses at b4 topk2048 (18.1 us against portable_ws_h32q's 14.8: 22%), b16 topk512
+    (8%) and b8 topk2048 (2.2%), where the 32-head kernel's split plan wins. portable_ws_h32q took rung 17's
+    (portable_ws_h32's) place after an unlanded run at eccf0d7 timed both (data/archive/bench_h200_20261203-1728_crossover.csv,
+    data/archive/bench_h200_20261203-1730_heads.csv): faster at 48 of the 64 shapes, by up to 6.3%
+    (docs/decisions.md, rung 20)."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
     if heads <= 16 or heads * tokens <= PORTABLE_WS_MAX_HEAD_TOKENS:

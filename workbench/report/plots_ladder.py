@@ -24,8 +24,10 @@ def fig_ladder(times, panels, rungs, *, default=None, labels=None):
     labels = labels or {}
     per_panel = default if isinstance(default, dict) else {key: default for key, _ in panels}
     colors = kernel_colors(rungs)
-    # at least 9 inches: the legend below fits on one line
-    fig, axes = plt.subplots(1, len(panels), figsize=(max(3.6 * len(panels) + 0.6, 9.0), 4.6), squeeze=False)
+    # at least 9 inches: the legend below fits on one line; a panel widens with the ladder (0.19 inch a rung keeps
+    # the upright tick labels apart)
+    panel_w = max(3.6, 0.19 * len(rungs) + 0.6)
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(panel_w * len(panels) + 0.6, 9.0), 5.8), squeeze=False)
     values = {}
     lines = [("flashmla", "--")] + [(p, PROVIDER_STYLE[p]["linestyle"]) for p in LADDER_FLOORS
                                     if p in set(times.kernel)]
@@ -54,7 +56,7 @@ def fig_ladder(times, panels, rungs, *, default=None, labels=None):
                 top.append(v)
         ax.set_ylim(0, max(top) * 1.05 if top else 1)
         ax.set_xticks(range(len(rungs)))
-        ax.set_xticklabels([labels.get(k, k) for k in rungs], rotation=40, ha="right", fontsize=8)
+        ax.set_xticklabels([labels.get(k, k) for k in rungs], rotation=90, ha="center", fontsize=8)
         ax.set_xlim(-0.6, len(rungs) - 0.4)
         ax.grid(axis="x", visible=False)
         ax.set_xlabel("rung (ladder order)")
