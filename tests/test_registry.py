@@ -201,4 +201,5 @@ def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
             assert t[pp] <= margin * t[list(PORTABLE)].min(), (b, h, k, pp, t[list(PORTABLE)].idxmin())
         elif t[pp] > 1.02 * t[list(PORTABLE)].min():
             misses16.add((b, k))
-    assert misses16 <= {(4, 2048), (16, 512), (8, 2048)}, misses16  # the 16-head misses the docstring names, and no other
+    # the 16-head misses the docstring names, and no other
+    assert misses16 <= {(4, 2048), (16, 512), (8, 2048)}, misses16

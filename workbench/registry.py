@@ -96,16 +96,17 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     newer; ``PORTABLE_CAPABILITIES``): "portable_ws" (16-head groups) at <= 16 heads, and above 16 up to
     PORTABLE_WS_MAX_HEAD_TOKENS head-tokens (heads * tokens); beyond, "portable_ws_h32q" (32-head groups, each token
     gathered half as often). Elsewhere "tile512". Why: on the H200 (the proxy), in the crossover and heads sweeps at
-    9328124, which runs this rule (data/bench_h200_20261204-0101_crossover.csv, data/bench_h200_20261204-0103_heads.csv),
-    portable_ws_h32q takes 0.55-0.90x portable_ws's time above 2**18 head-tokens at every head count from 20 to 128
-    (b64 h64 topk2048: 132.0 us against 188.9; tile512 180.7) and 0.99-1.21x at or below it. With this rule the
+    9328124, which runs this rule (data/bench_h200_20261204-0101_crossover.csv,
+    data/bench_h200_20261204-0103_heads.csv), portable_ws_h32q takes 0.55-0.90x portable_ws's time above 2**18
+    head-tokens at every head count from 20 to 128 (heads sweep, b64 h64 topk2048: 132.0 us against 188.9; tile512
+    180.7) and 0.99-1.21x at or below it. With this rule the
     pick is within 2.4% of the fastest portable rung at every shape with more than 16 heads (the worst: b2 h64
     topk2048, where tile512 takes 22.6 us and portable_ws 23.1; then b1 h128 topk2048, 1.8%; every other such shape
     within 0.5%); at 16 heads it misses at b4 topk2048 (18.1 us against portable_ws_h32q's 14.8: 22%), b16 topk512
     (8%) and b8 topk2048 (2.2%), where the 32-head kernel's split plan wins. portable_ws_h32q took rung 17's
-    (portable_ws_h32's) place after an unlanded run at eccf0d7 timed both (data/archive/bench_h200_20261203-1728_crossover.csv,
-    data/archive/bench_h200_20261203-1730_heads.csv): faster at 48 of the 64 shapes, by up to 6.3%
-    (docs/decisions.md, rung 20)."""
+    (portable_ws_h32's) place after an unlanded run at eccf0d7 timed both
+    (data/archive/bench_h200_20261203-1728_crossover.csv, data/archive/bench_h200_20261203-1730_heads.csv): faster
+    at 48 of the 64 shapes, by up to 6.3% (docs/decisions.md, rung 20)."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
     if heads <= 16 or heads * tokens <= PORTABLE_WS_MAX_HEAD_TOKENS:

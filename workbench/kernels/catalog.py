@@ -223,8 +223,9 @@ _block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws
                    "throttle), so the bytes must shrink. 2 x 2 cuts a warp's shared-memory reads a tile from 50 KB "
                    "(q 32, K 8 + 8, P 2) to 42 (q 16, K 16 + 8, P 2), 16% fewer, with the same HMMAs and the row max "
                    "across 2 warps instead of 4; alpha's change of layout adds partition barriers (lab, sm_90: 80 LDSM "
-                   "a warp a tile against 96; 8 B of stack spilled outside the loop). Expect b64 h64 topk2048 at 122-132 us (rung 17: 140.5), b64 h128 at "
-                   "225-245 (256.2), b64 h16 (one padded 32-head group) 63-69 (72.0), nothing at b1 h64 topk512"),
+                   "a warp a tile against 96; 8 B of stack spilled outside the loop). Expect b64 h64 topk2048 at "
+                   "122-132 us (rung 17: 140.5), b64 h128 at 225-245 (256.2), b64 h16 (one padded 32-head group) "
+                   "63-69 (72.0), nothing at b1 h64 topk512"),
        allowed=portable_ws.ALLOWED_H32, config_space=portable_ws.CONFIG_SPACE_H32, maxnreg=portable_ws.MAXNREG_H32,
        split_granule=32)
 

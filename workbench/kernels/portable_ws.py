@@ -40,9 +40,10 @@ registers and one block fits an SM. Exchanging the fp32 scores would take 4 KB m
 softmax runs in QK's MMA layout (2 x 2 warps: each 16 heads by 16 tokens; the row max across a head's 2 warps is
 the compiler's reduction through shared memory), and the warps exchange P in bf16 (2 KB a tile), which comes back
 as the PV's A operand for every token: 100,708 B (lab). Rung 17 (portable_ws_h32, removed at rung 20) split QK
-1 x 4, so that each warp read all of q every tile (docs/decisions.md, rungs 17, 19 and 20). The row sums add the fp32 P, each thread its own terms, reduced across
-the warps once after the loop. (Before d6327f3 they were taken from the bf16 P read back, and the log-sum-exp
-carried bf16's rounding: 3 failed LSE checks at 8aa1f61, docs/decisions.md, rung 17.)
+1 x 4, so that each warp read all of q every tile (docs/decisions.md, rungs 17, 19 and 20). The row sums add the
+fp32 P, each thread its own terms, reduced across the warps once after the loop. (Before d6327f3 they were taken
+from the bf16 P read back, and the log-sum-exp carried bf16's rounding: 3 failed LSE checks at 8aa1f61,
+docs/decisions.md, rung 17.)
 
 Invalid tokens (-1, out of range, past topk_length or the split) load as zero and are masked to -inf before the
 softmax. Padding heads (past H in the last head group) load q as zero and are never stored. The epilogue writes
@@ -298,8 +299,9 @@ def _consume_p(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, sm_s
 @gluon.jit
 def _qk_tile(q_smem, kb, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, MMA: gl.constexpr,
              A_OP: gl.constexpr, B_OP: gl.constexpr):
-    """S [BLOCK_H, BLOCK_T] fp32 = q K^T in layout MMA (the warps split the tokens), in QK_ACCS independent partial
-    sums over the D columns, so that the HMMAs of one warp do not form a single dependent chain."""
+    """S [BLOCK_H, BLOCK_T] fp32 = q K^T in layout MMA (16 heads: the warps split the tokens; 32 heads: 2 x 2, heads
+    by tokens), in QK_ACCS independent partial sums over the D columns, so that the HMMAs of one warp do not form a
+    single dependent chain."""
     s_zero = gl.zeros([BLOCK_H, BLOCK_T], gl.float32, layout=MMA)
     s0 = s_zero
     s1 = s_zero
