@@ -111,7 +111,7 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
         return "tile512"
     if heads <= 16 or heads * tokens <= PORTABLE_WS_MAX_HEAD_TOKENS:
         return "portable_ws"
-    return "portable_ws_h32q"
+    return "portable_ws_h32d"
 
 
 def resolve(impl: str, device, *, heads: int, tokens: int) -> str:

@@ -337,6 +337,7 @@ def _producer(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size
     ROWS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))        # [BLOCK_T]
     GRP2: gl.constexpr = gl.SliceLayout(2, L3)                           # [BLOCK_T, G]
     KW: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32)
+    KW3: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=3)
     g = gl.arange(0, G, layout=gl.SliceLayout(0, GRP2))
     g3 = gl.expand_dims(gl.expand_dims(g, 0), 2)  # [1, G, 1]
     w3 = gl.expand_dims(gl.expand_dims(gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
@@ -363,8 +364,12 @@ def _producer(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size
         lo, hi = dequant_words(words, gl.expand_dims(bf16_scale_pairs(sbyte), 2))
         lo = gl.where(is_rope, rope.to(gl.int32), lo)          # the rope's bf16 pairs in the last group
         hi = gl.where(is_rope, (rope >> 32).to(gl.int32), hi)
-        k_smem.index(buf)._reinterpret(gl.int32, [BLOCK_T, D // 2], KW).store(
-            gl.reshape(gl.join(lo, hi), [BLOCK_T, D // 2]))
+        kw = gl.join(lo, hi)                                     # [BLOCK_T, G, W, 2] int32: bf16 pairs
+        if len(k_smem.shape) == 3:   # slots [BLOCK_T, D]
+            k_smem.index(buf)._reinterpret(gl.int32, [BLOCK_T, D // 2], KW).store(gl.reshape(kw, [BLOCK_T, D // 2]))
+        else:                        # slots [G, BLOCK_T, D // G], by column group (portable_ws_h32d)
+            k_smem.index(buf)._reinterpret(gl.int32, [G, BLOCK_T, 2 * W], KW3).store(
+                gl.permute(gl.reshape(kw, [BLOCK_T, G, 2 * W]), (1, 0, 2)))
         valid_smem.index(buf).store(valid.to(gl.int8))
         gl.thread_barrier()   # every producer warp's part of the tile before the one arrive
         mbarrier.arrive(full.index(buf))
@@ -412,10 +417,11 @@ def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
 
 def launch_portable_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
                             tokens_per_split, sm_scale, name, allowed=ALLOWED, config=None, maxnreg=MAXNREG,
-                            switches=SWITCHES):
+                            switches=SWITCHES, kernel=None):
     """Run the partial kernel for one KV scope into splits [split_offset, split_offset+num_splits) (the keywords of
     every split kernel: common.split_args). name, allowed: the registered rung's name and config table; switches:
-    its constexprs (NUM_BUFS, PRODUCER_WARPS, PRODUCER_REGS); maxnreg: the block's register cap per thread."""
+    its constexprs (NUM_BUFS, PRODUCER_WARPS, PRODUCER_REGS); maxnreg: the block's register cap per thread; kernel:
+    a portable kernel of the same arguments and grid (default: this module's)."""
     require_ws_gpu(q, name)
     b, s_q, h, _ = q.shape
     cfg = default_config(h, allowed) if config is None else TiledConfig.from_any(config, allowed, name)
@@ -423,6 +429,6 @@ def launch_portable_partial(*, q, cache, indices, topk_length, part_out, part_ls
                       part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
                       sm_scale=sm_scale)
     grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
-    launch(portable_ws_partial_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H,
+    launch(kernel or portable_ws_partial_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H,
                                           BLOCK_T=cfg.BLOCK_T, num_warps=cfg.num_warps, maxnreg=maxnreg,
                                           **switches))
