@@ -144,17 +144,17 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 2048) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 2048) == "wgmma_ws_h64"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (12, 0))
-    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "portable_ws_h32q"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "portable_ws_h32d"
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "portable_ws"  # sm_120: no wgmma
     # > 16 heads, by head-tokens: the 16-head groups up to 2**18, then the 32-head groups
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "portable_ws"
     assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "portable_ws"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=4097) == "portable_ws_h32q"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4097) == "portable_ws_h32d"
     assert registry.resolve("auto", "cuda", heads=128, tokens=2048) == "portable_ws"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=2049) == "portable_ws_h32q"
-    assert registry.resolve("auto", "cuda", heads=20, tokens=8 * 2048) == "portable_ws_h32q"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=2049) == "portable_ws_h32d"
+    assert registry.resolve("auto", "cuda", heads=20, tokens=8 * 2048) == "portable_ws_h32d"
     assert registry.resolve("auto", "cuda", heads=16, tokens=8 * 2048) == "portable_ws"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 2048) == "portable_ws_h32q"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 2048) == "portable_ws_h32d"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (8, 9))  # no warp specialisation
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "tile512"
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "tile512"
@@ -164,25 +164,29 @@ def test_auto_portable_provider_records_what_auto_runs_without_wgmma():
     from workbench.bench.sweeps import BenchShape, sweep_shapes
     assert "auto_portable" in bench.provider_names()
     assert bench.kernel_of("auto_portable", BenchShape(64, 16, 2048)) == "portable_ws"
-    assert bench.kernel_of("auto_portable", BenchShape(64, 128, 2048)) == "portable_ws_h32q"
+    assert bench.kernel_of("auto_portable", BenchShape(64, 128, 2048)) == "portable_ws_h32d"
     assert bench.kernel_of("auto_portable", BenchShape(64, 16, 128, extra_topk=512)) == "portable_ws"
     for sweep in ("headline", "ladder", "crossover"):
         assert all("auto_portable" in provs for _, provs, _, _ in sweep_shapes(sweep)), sweep
 
 
 # the sweeps auto_kernel's and portable_kernel's docstrings cite for the rule as it stands, and the margins they claim
-RULE_TABLES = ("bench_h200_20261204-0101_crossover.csv", "bench_h200_20261204-0103_heads.csv")
+RULE_TABLES = ("bench_h200_20261204-0303_crossover.csv", "bench_h200_20261204-0304_heads.csv")
+# (batch, heads, topk): the pick's time over the fastest portable rung's, as portable_kernel's docstring lists them
+PORTABLE_MARGINS = {(8, 128, 512): 1.048, (2, 64, 2048): 1.048, (16, 64, 512): 1.043, (8, 128, 2048): 1.025,
+                    (4, 64, 2048): 1.022, (2, 128, 2048): 1.020, (8, 64, 2048): 1.019, (4, 128, 2048): 1.019,
+                    (16, 128, 512): 1.018, (1, 64, 2048): 1.013, (32, 64, 512): 1.012, (1, 128, 2048): 1.008}
 HOPPER = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal")
-PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q")
+PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32d")
 
 
 @pytest.mark.parametrize("table", RULE_TABLES)
 def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
-    """What the docstrings claim of the committed sweeps: on sm_90 the pick within 2.8% of the fastest Hopper rung
-    at b32 h64 topk512, 2.6% at b64 h128 topk2048 and 1.9% at every other shape; off it within 2.5% of the fastest
-    portable rung at b2 h64 topk2048, 1.8% at b1 h128 topk2048 and 0.5% at every other shape with more than 16
-    heads (at 16 heads the misses are named: b4 topk2048, b16 topk512, b8 topk2048). A new rule or new tables must
-    update the docstrings and this test."""
+    """What the docstrings claim of the committed sweeps: on sm_90 the pick within 4.3% of the fastest Hopper rung
+    at b1 h128 topk2048 (the 2**18 boundary) and 1.9% at every other shape; off it within the per-shape margins
+    portable_kernel's docstring lists (up to 4.7%) and 0.5% at every other shape with more than 16 heads (at 16 heads
+    the misses are named: b4 topk2048, b16 topk512, b8 topk2048). A new rule or new tables must update the
+    docstrings and this test."""
     import pandas as pd
 
     from workbench.report.results import find_table
@@ -193,11 +197,11 @@ def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
     for (b, h, k), g in df.groupby(["batch", "heads", "topk"]):
         t = g.groupby("provider").median_us.median()
         pick = registry.auto_kernel("sm_90", heads=h, tokens=b * k)
-        margin = {(32, 64, 512): 1.028, (64, 128, 2048): 1.026}.get((b, h, k), 1.019)
+        margin = {(1, 128, 2048): 1.044}.get((b, h, k), 1.019)
         assert t[pick] <= margin * t[list(HOPPER)].min(), (b, h, k, pick, t[list(HOPPER)].idxmin())
         pp = registry.portable_kernel("sm_120", heads=h, tokens=b * k)
         if h > 16:
-            margin = {(2, 64, 2048): 1.025, (1, 128, 2048): 1.018}.get((b, h, k), 1.005)
+            margin = PORTABLE_MARGINS.get((b, h, k), 1.005)
             assert t[pp] <= margin * t[list(PORTABLE)].min(), (b, h, k, pp, t[list(PORTABLE)].idxmin())
         elif t[pp] > 1.02 * t[list(PORTABLE)].min():
             misses16.add((b, k))

@@ -45,6 +45,9 @@ fp32 P, each thread its own terms, reduced across the warps once after the loop.
 from the bf16 P read back, and the log-sum-exp carried bf16's rounding: 3 failed LSE checks at 8aa1f61,
 docs/decisions.md, rung 17.)
 
+Rung 21 (``portable_ws_h32d``, a module of its own) reuses this producer, its launcher and its checks, with the slot
+stored by column group.
+
 Invalid tokens (-1, out of range, past topk_length or the split) load as zero and are masked to -inf before the
 softmax. Padding heads (past H in the last head group) load q as zero and are never stored. The epilogue writes
 the split's normalised output and base-2 LSE into the partial buffers exactly as the other split kernels do, so
@@ -327,7 +330,9 @@ def _qk_chunk(q_smem, kb, s, k0, A_OP: gl.constexpr, B_OP: gl.constexpr):
 def _producer(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row, start, end,
               D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
               SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr):
-    """Gather and dequantise (bf16, exact) each tile of the split into the next free slot, then mark it full."""
+    """Gather and dequantise (bf16, exact) each tile of the split into the next free slot, then mark it full. A slot
+    is [BLOCK_T, D] (this module's rungs) or [G, BLOCK_T, D // G], one scale group a plane (portable_ws_h32d, whose
+    consumer warps each own one group's columns): the same words, permuted before the store."""
     PW: gl.constexpr = gl.num_warps()
     D: gl.constexpr = D_NOPE + D_ROPE
     G: gl.constexpr = SCALE_BYTES
