@@ -37,9 +37,26 @@ def test_registered_as_rung_21_beside_rung_20_and_run_by_auto_off_hopper():
 
 @pytest.fixture(scope="module")
 def lab():
-    code = ("import json; from workbench.lab.resources import compile_config\n"
-            f"print(json.dumps([compile_config({NAME!r}, a, {CFG!r}).as_row() for a in ('sm_120', 'sm_90')]))")
-    return {r["arch"]: r for r in json.loads(without_interpreter(code).splitlines()[-1])}
+    """Lab rows for sm_120 and sm_90 and the sm_120 PTX, from one process without the interpreter."""
+    code = ("import json; from workbench.lab.resources import compile_config, compiled_ptx\n"
+            f"rows = [compile_config({NAME!r}, a, {CFG!r}).as_row() for a in ('sm_120', 'sm_90')]\n"
+            f"print(json.dumps(dict(rows=rows, ptx=compiled_ptx({NAME!r}, 'sm_120', {CFG!r}))))")
+    out = json.loads(without_interpreter(code).splitlines()[-1])
+    return {r["arch"]: r for r in out["rows"]} | {"ptx": out["ptx"]}
+
+
+def test_the_partitions_register_shares(lab):
+    """sm_120 PTX: the producer's 4 warps rise to PRODUCER_REGS (96), the consumer's 8 settle at the rest of
+    12 x MAXNREG rounded down to a multiple of 8, 200: its accumulator (64), q (32) and a tile's scores (32) a
+    thread fit there without spilling (the lab test below)."""
+    import re
+    counts = {(kind, int(n)) for kind, n in
+              re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", lab["ptx"])}
+    producer = portable_ws_h32d.SWITCHES["PRODUCER_REGS"]
+    consumer = (12 * portable_ws_h32d.MAXNREG - 4 * producer) // 8 // 8 * 8
+    assert consumer == 200
+    assert ("inc", producer) in counts and ("dec", consumer) in counts, counts
+    assert "mma.sync.aligned.m16n8k16" in lab["ptx"] and "wgmma" not in lab["ptx"]
 
 
 @pytest.mark.parametrize("arch", ["sm_120", "sm_90"])

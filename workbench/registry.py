@@ -105,10 +105,10 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     to 128 and 0.99-1.21x at or below it (the sweeps at 9328124, data/archive/bench_h200_20261204-0101_crossover.csv
     and data/archive/bench_h200_20261204-0103_heads.csv). Rung 21 (portable_ws_h32d) took rung 20's
     (portable_ws_h32q's) place at 4288413; in the crossover and heads sweeps at that commit, which run this rule
-    (data/bench_h200_20261204-0303_crossover.csv, data/bench_h200_20261204-0304_heads.csv), it takes 0.94-0.97x
-    rung 20's time from b32 at 64 and 128 heads (b64 h64 topk2048 127.3 us against 131.9; b128 h128 topk2048 460.3
-    against 480.0) and at every b64 shape of the heads sweep, but 1.01-1.06x at the calls of 2**18-2**21
-    head-tokens with few tiles a split (b8 h64 topk512 1.056x, b8 h128 topk512 1.047x, b16 h64 topk512 1.042x).
+    (data/bench_h200_20261204-0303_crossover.csv, data/bench_h200_20261204-0304_heads.csv), from 2**22
+    head-tokens it takes 0.95-0.98x rung 20's time (b64 h64 topk2048 127.3 us against 131.9; b128 h128 topk2048
+    460.3 against 480.0), and 0.95-0.97x at every b64 shape of the heads sweep; above 2**18 up to 2**21 0.97-1.05x,
+    slower at most of those shapes (b8 h128 topk512 1.047x, b16 h64 topk512 1.042x).
     With this rule the pick is within 0.5% of the fastest portable rung at every shape with more than 16 heads but
     those: b8 h128 topk512 4.7% (22.9 us against rung 20's 21.9), b2 h64 topk2048 4.7% (portable_ws 23.2 against
     tile512 22.2), b16 h64 topk512 4.2%, b8 h128 topk2048 2.4%, b4 h64 topk2048 2.1%, b2 h128 topk2048 1.9%, b8 h64

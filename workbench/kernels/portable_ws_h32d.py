@@ -26,6 +26,11 @@ Per tile a consumer warp reads 4 KB of K, 4 KB of V, 2 KB of P and 4 KB of parti
 scores: 18 KB, 144 KB for the block, against rung 20's 4 x 42 = 168 KB, with 2 warps per scheduler instead of 1.
 Three partition barriers a tile (scores written, P written, slot read), as rung 20.
 
+Shapes it assumes, pinned by ALLOWED rather than asserted in the kernel: the scores [CW, BLOCK_H, BLOCK_T] fp32 fit
+q's slot [CW, BLOCK_H, D // CW] bf16 only while BLOCK_T = D // CW // 2 = 32 (``estimate_shared_bytes`` takes the
+larger of the two, the kernel allocates q's), and the producer's by-group store needs one consumer warp per scale
+group (the DS == TILE assert).
+
 The epilogue, invalid tokens and padding heads are as in ``portable_ws``; the LSE is written by the warp that owns
 the head, the output by the warp that owns the columns. GPU only: Gluon does not run under the interpreter.
 """
