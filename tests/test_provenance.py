@@ -34,6 +34,23 @@ def test_fingerprint_drops_comments_docstrings_and_layout_but_not_code():
     assert provenance.code_fingerprint("def broken(:\n") == "def broken(:\n", "unparsable text is kept whole"
 
 
+def test_fingerprint_writes_no_f_string_so_python_versions_agree():
+    """ast.unparse quotes f-strings by version (3.12 writes f'...' where 3.11 wrote f"..."), which gave the H200's
+    rows (Python 3.12) another kernel_hash than this checkout's for the same sources. f-strings become calls, so the
+    text carries no version's quoting; their parts, conversions and format specs still count."""
+    import re
+    fp = provenance.code_fingerprint
+    f_string = re.compile(r"""(?<![\w'"])[rR]?[fF][rR]?['"]""")  # an f-string's prefix, not a word ending in f
+    src = 'def f(x, n):\n    return f"{x!r:>{n}} and {x}"\n'
+    out = fp(src)
+    assert not f_string.search(out) and f_string.search(src), out
+    assert fp(src.replace("!r", "!s")) != out and fp(src.replace(">", "<")) != out
+    assert fp(src.replace(" and ", " or ")) != out and fp(src.replace('"', "'")) == out
+    # every kernel source's fingerprint is free of f-strings (the package's own files, as hashed)
+    for path in (provenance.ROOT / "workbench" / "kernels").glob("*.py"):
+        assert not f_string.search(fp(path.read_text())), path.name
+
+
 def test_a_kernel_entrys_prose_is_not_code():
     """A KernelSpec's summary and prediction describe the rung; rewording them does not stale its rows. Any other
     argument, and a prose keyword whose value is not a string literal, is code."""

@@ -114,6 +114,19 @@ def code_fingerprint(source: str) -> str:
             module = (node.module or "").rsplit(".", 1)[-1] if node.level else node.module
             return ast.copy_location(ast.ImportFrom(module=module or None, names=node.names, level=0), node)
     tree = BoundNames().visit(tree)
+
+    class PlainFStrings(ast.NodeTransformer):
+        # ast.unparse picks an f-string's quotes by Python version (3.12, PEP 701: single quotes where 3.11 wrote
+        # double), so the same source hashed differently on the H200 (3.12) and here (3.11): f-strings become calls
+        def visit_JoinedStr(self, node):
+            self.generic_visit(node)
+            return ast.copy_location(ast.Call(ast.Name("__fstring__", ast.Load()), node.values, []), node)
+
+        def visit_FormattedValue(self, node):
+            self.generic_visit(node)
+            args = [node.value, ast.Constant(node.conversion)] + ([node.format_spec] if node.format_spec else [])
+            return ast.copy_location(ast.Call(ast.Name("__format__", ast.Load()), args, []), node)
+    tree = PlainFStrings().visit(tree)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
