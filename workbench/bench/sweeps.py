@@ -51,11 +51,11 @@ OVERHEAD_SHAPES = (BenchShape(1, 64, 512), BenchShape(64, 16, 2048))
 OVERHEAD_PROVIDERS = ("auto", "auto+plan", "auto+compiled", "flashmla", "launch_floor", "launch_floor2")
 OVERHEAD_MODES = ("eager", "eager_idle", "graph", "overhead")
 # the rungs auto chooses among on sm_90 and off it (registry.auto_kernel; auto_portable: what it runs without wgmma),
-# the newest Hopper rung (wgmma_ws_bal, a candidate for the rule), the fastest bf16 Gluon rung and the best Triton
-# one, timed from small to large calls
+# the newest Hopper rung (wgmma_ws_bal, a candidate for the rule), rung 20 (portable_ws_h32q: out of the rule since
+# rung 21, timed beside it because it still wins some calls of 2^18-2^21 head-tokens), the fastest bf16 Gluon rung
+# and the best Triton one, timed from small to large calls
 CROSSOVER_PROVIDERS = ("tile512", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64",
-                       "wgmma_ws_bal", "portable_ws", "portable_ws_h32q", "portable_ws_h32d",
-                       "auto_portable")
+                       "wgmma_ws_bal", "portable_ws", "portable_ws_h32q", "portable_ws_h32d", "auto_portable")
 # Head counts between the powers of two (issue 25): each pads up to a head group, and must cost no more than the next
 # power of two; the default and every crossover rung beside FlashMLA and the floors, at a large and a small call
 ODD_HEADS = (16, 20, 24, 32, 40, 48, 64, 128)
