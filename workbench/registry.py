@@ -99,27 +99,19 @@ PORTABLE_CAPABILITIES = ("sm_100", "sm_103", "sm_110", "sm_120", "sm_121")  # wa
 def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     """What "auto" runs off sm_90. On a GPU that can run warp-specialised rungs (register reallocation: sm_90 and
     newer; ``PORTABLE_CAPABILITIES``): "portable_ws" (16-head groups) at <= 16 heads, and above 16 up to
-    PORTABLE_WS_MAX_HEAD_TOKENS head-tokens (heads * tokens); beyond, "portable_ws_h32d" (32-head groups, each token
+    PORTABLE_WS_MAX_HEAD_TOKENS head-tokens (heads * tokens); beyond, "portable_ws_h32s" (32-head groups, each token
     gathered half as often; QK split over the 512 columns). Elsewhere "tile512". Why: on the H200 (the proxy),
     portable_ws's 32-head successors take 0.55-0.90x its time above 2**18 head-tokens at every head count from 20
     to 128 and 0.99-1.21x at or below it (the sweeps at 9328124, data/archive/bench_h200_20261204-0101_crossover.csv
-    and data/archive/bench_h200_20261204-0103_heads.csv). Rung 21 (portable_ws_h32d) took rung 20's
-    (portable_ws_h32q's) place at 4288413; in the crossover and heads sweeps at that commit, which run this rule
-    (data/bench_h200_20261204-0303_crossover.csv, data/bench_h200_20261204-0304_heads.csv), from 2**22
-    head-tokens it takes 0.95-0.98x rung 20's time (b64 h64 topk2048 127.3 us against 131.9; b128 h128 topk2048
-    460.3 against 480.0), and 0.95-0.97x at every b64 shape of the heads sweep; above 2**18 up to 2**21 0.97-1.05x,
-    slower at most of those shapes (b8 h128 topk512 1.047x, b16 h64 topk512 1.042x).
-    With this rule the pick is within 0.5% of the fastest portable rung at every shape with more than 16 heads but
-    those: b8 h128 topk512 4.7% (22.9 us against rung 20's 21.9), b2 h64 topk2048 4.7% (portable_ws 23.2 against
-    tile512 22.2), b16 h64 topk512 4.2%, b8 h128 topk2048 2.4%, b4 h64 topk2048 2.1%, b2 h128 topk2048 1.9%, b8 h64
-    topk2048 1.8%, b4 h128 topk2048 1.8%, b16 h128 topk512 1.7%, b1 h64 topk2048 1.2%, b32 h64 topk512 1.1% and b1
-    h128 topk2048 0.7%; at 16 heads it misses at b4 topk2048 (18.0 us against portable_ws_h32d's 14.8: 21%), b16
-    topk512 (12%) and b8 topk2048 (3-4%), where the 32-head kernel's split plan wins."""
+    and data/archive/bench_h200_20261204-0103_heads.csv). Rung 22 (portable_ws_h32s) took rung 21's place at
+    66cc8fe+: in a same-run A/B (data/explore/explore_h200_20261204-0439_h32s.csv) it took 0.95-0.99x rung 21's time
+    at all 12 shapes timed, and rung 20 (portable_ws_h32q) still won two of the eight between 2**18 and 2**21
+    head-tokens, by up to 2.3% (b8 h128 topk512: 22.31 us against 22.83). TO BE MEASURED in the crossover sweep."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
     if heads <= 16 or heads * tokens <= PORTABLE_WS_MAX_HEAD_TOKENS:
         return "portable_ws"
-    return "portable_ws_h32d"
+    return "portable_ws_h32s"
 
 
 def resolve(impl: str, device, *, heads: int, tokens: int) -> str:

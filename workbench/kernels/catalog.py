@@ -229,23 +229,6 @@ _block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws
        allowed=portable_ws.ALLOWED_H32, config_space=portable_ws.CONFIG_SPACE_H32, maxnreg=portable_ws.MAXNREG_H32,
        split_granule=32)
 
-from . import portable_ws_h32d  # noqa: E402 - beside its entry
-
-_block(portable_ws_h32d, portable_ws_h32d.launch_portable_h32d_partial,
-       portable_ws_h32d.portable_ws_h32d_partial_kernel, name="portable_ws_h32d", rung=21,
-       summary=("the 32-head portable kernel with QK split over the 512 columns: 8 consumer warps, warp w owns "
-                "column group w for QK (q's slice in registers for the whole split, a partial S over 64 columns) "
-                "and PV (O's 64 columns); the 8 partial scores meet in shared memory in q's slot, each warp sums "
-                "and softmaxes its 4 heads, and P comes back to every warp (batched 3-D mma_v2, one warp a batch)"),
-       prediction=("rung 20 at b64 h64 (9328124, ncu): its consumer re-reads q every tile and its HMMAs form 2 "
-                   "dependent chains 32 deep on one warp a scheduler (HMMA 48% of its stall samples: 47% of them on "
-                   "ldmatrix, 36% on the chain). With q in registers the block reads K and V once a tile: 144 KB of "
-                   "shared traffic a tile against 168, QK's ldmatrix 8 a warp against 64, 8 chains of 4, 2 consumer "
-                   "warps a scheduler. Rung 19 (more warps, more bytes) lost to mio throttle; here the bytes fall. "
-                   "Expect b64 h64 topk2048 at 105-120 us (rung 20: 132-133), b64 h128 at 190-230 (242-243), b64 h16 "
-                   "(one padded group) 55-65 (68-69), b1 h64 topk512 level with rung 20"),
-       split_granule=32)
-
 from . import portable_ws_h32s  # noqa: E402 - beside its entry
 
 _block(portable_ws_h32s, portable_ws_h32s.launch_portable_h32s_partial,

@@ -1,4 +1,11 @@
-"""Rung "portable_ws_h32d": the 32-head portable kernel with QK split over the 512-deep reduction, q in registers.
+"""Rung "portable_ws_h32s": the 32-head portable kernel with QK split over the 512-deep reduction, q in registers,
+and its two exchange buffers swizzled for the accesses that hit them.
+
+Rung 21 (``portable_ws_h32d``, removed; runnable at 66cc8fe) brought the split described below; ncu of it at b64
+h64 (4288413) found a quarter of the consumer's shared wavefronts to be bank conflicts in the two exchange buffers
+(the partial scores' 8-byte stores, P's 4-byte loads), with mio throttle its largest stall. This rung is rung 21
+with those buffers' swizzles (``S_SMEM``, ``P_SMEM``) chosen by bank; P's swizzle also lets its A operand load by
+ldmatrix (lab, sm_90: 4 LDSM.x4 a warp a tile in place of 16 LDS.32).
 
 Rungs 17-20 (``portable_ws``'s 32-head group) split QK over heads and tokens, so every consumer warp re-reads its
 share of q from shared memory every tile, and each warp's HMMAs form two dependent chains 32 deep; ncu put the
