@@ -171,20 +171,19 @@ def test_auto_portable_provider_records_what_auto_runs_without_wgmma():
 
 
 # the sweeps auto_kernel's and portable_kernel's docstrings cite for the rule as it stands, and the margins they claim
-RULE_TABLES = ("bench_h200_20261204-0303_crossover.csv", "bench_h200_20261204-0304_heads.csv")
+RULE_TABLES = ("bench_h200_20261204-0456_crossover.csv", "bench_h200_20261204-0457_heads.csv")
 # (batch, heads, topk): the pick's time over the fastest portable rung's, as portable_kernel's docstring lists them
-PORTABLE_MARGINS = {(8, 128, 512): 1.048, (2, 64, 2048): 1.048, (16, 64, 512): 1.043, (8, 128, 2048): 1.025,
-                    (4, 64, 2048): 1.022, (2, 128, 2048): 1.020, (8, 64, 2048): 1.019, (4, 128, 2048): 1.019,
-                    (16, 128, 512): 1.018, (1, 64, 2048): 1.013, (32, 64, 512): 1.012, (1, 128, 2048): 1.008}
+PORTABLE_MARGINS = {(1, 128, 2048): 1.032, (16, 64, 512): 1.031, (2, 64, 2048): 1.029, (8, 128, 512): 1.023,
+                    (2, 128, 512): 1.011}
 HOPPER = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal")
 PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32s")
 
 
 @pytest.mark.parametrize("table", RULE_TABLES)
 def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
-    """What the docstrings claim of the committed sweeps: on sm_90 the pick within 4.3% of the fastest Hopper rung
-    at b1 h128 topk2048 (the 2**18 boundary) and 1.9% at every other shape; off it within the per-shape margins
-    portable_kernel's docstring lists (up to 4.7%) and 0.5% at every other shape with more than 16 heads (at 16 heads
+    """What the docstrings claim of the committed sweeps: on sm_90 the pick within 3.7% of the fastest Hopper rung
+    at b8 h64 topk2048 (the 2**20 boundary) and 2.0% at every other shape; off it within the per-shape margins
+    portable_kernel's docstring lists (up to 3.1%) and 0.5% at every other shape with more than 16 heads (at 16 heads
     the misses are named: b4 topk2048, b16 topk512, b8 topk2048). A new rule or new tables must update the
     docstrings and this test."""
     import pandas as pd
@@ -197,7 +196,7 @@ def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
     for (b, h, k), g in df.groupby(["batch", "heads", "topk"]):
         t = g.groupby("provider").median_us.median()
         pick = registry.auto_kernel("sm_90", heads=h, tokens=b * k)
-        margin = {(1, 128, 2048): 1.044}.get((b, h, k), 1.019)
+        margin = {(8, 64, 2048): 1.038}.get((b, h, k), 1.020)
         assert t[pick] <= margin * t[list(HOPPER)].min(), (b, h, k, pick, t[list(HOPPER)].idxmin())
         pp = registry.portable_kernel("sm_120", heads=h, tokens=b * k)
         if h > 16:
