@@ -114,22 +114,36 @@ def _layout_args(layout) -> tuple[int, int, int]:
 
 @pytest.mark.parametrize("rung", ["rung 21", "rung 22"])
 def test_the_exchange_buffers_bank_conflicts_by_hand(rung):
-    """The partial scores ([heads, 32 tokens] fp32 a warp, 128-byte rows): the MMA layout stores 8 B a thread, lane l
-    at row l // 4, columns 2 (l % 4) + 8 n; a half-warp (lanes 0-15) is one phase of an 8-byte store. P ([32, 32]
-    bf16, 64-byte rows): each 8 x 8 matrix of an ldmatrix is one phase, 8 rows of 16 B at one column unit (rung 21:
-    a 4-byte LDS of the A operand, lane l at row l // 4, columns 2 (l % 4) + 8 k). Rung 21's swizzles were 2-way on
-    both (as ncu counted at 4288413); rung 22's are conflict-free."""
+    """Each access phase's bank ways, element by element (a row's bytes from the layout's definition):
+    - the partial scores ([heads, 32 tokens] fp32 a warp, 128-byte rows), stored from the MMA layout: 8 B a thread,
+      lane l at row l // 4, columns 2 (l % 4) + 8 n; a half-warp (lanes 0-15) is one phase of an 8-byte store;
+    - the same scores read by the reduction: 16 B a thread, a quarter-warp (one phase of a 16-byte load) reads one
+      row, lane l at columns 4 (l % 8);
+    - P ([32, 32] bf16, 64-byte rows) read as the A operand by 4-byte loads (what rung 21's layout compiled to):
+      lane l at row l // 4, columns 2 (l % 4) + 8 k, one phase a warp; and by ldmatrix (what rung 22's compiles
+      to, the SASS test above): each 8 x 8 matrix is one phase, 8 rows of 16 B at one 8-column unit.
+    Rung 21's swizzles were 2-way on the score stores and P's 4-byte loads (as ncu counted at 4288413); rung 22's
+    are conflict-free on every access here."""
     from workbench.kernels.portable_ws_h32s import P_SMEM, S_SMEM
     s_args, p_args = {"rung 21": ((4, 1, 8), (2, 1, 8)), "rung 22": (_layout_args(S_SMEM), _layout_args(P_SMEM))}[rung]
-    score_ways = max(_bank_ways(4 * (r * 32 + _swizzled(r, 2 * (lane % 4) + 8 * n, *s_args)) + half
-                                for lane in range(16) for half in (0, 4) for r in [row0 + lane // 4])
-                     for row0 in range(0, 32, 4) for n in range(4))
-    if rung == "rung 21":
-        p_ways = max(_bank_ways(2 * (r * 32 + _swizzled(r, 2 * (lane % 4) + 8 * k, *p_args))
-                                for lane in range(32) for r in [row0 + lane // 4])
-                     for row0 in (0, 8, 16, 24) for k in range(4))
-    else:
-        p_ways = max(_bank_ways(2 * (r * 32 + _swizzled(r, 8 * unit, *p_args)) + byte
-                                for r in range(row0, row0 + 8) for byte in range(0, 16, 4))
-                     for row0 in (0, 8, 16, 24) for unit in range(4))
-    assert (score_ways, p_ways) == ((2, 2) if rung == "rung 21" else (1, 1))
+
+    def score(r, c):  # byte address of the fp32 score at (row, column)
+        return 4 * (r * 32 + _swizzled(r, c, *s_args))
+
+    def p(r, c):  # byte address of P's bf16 at (row, column)
+        return 2 * (r * 32 + _swizzled(r, c, *p_args))
+
+    ways = {
+        "score store": max(_bank_ways(score(row0 + lane // 4, 2 * (lane % 4) + 8 * n + e)
+                                      for lane in range(16) for e in (0, 1))
+                           for row0 in range(0, 32, 4) for n in range(4)),
+        "score load": max(_bank_ways(score(r, 4 * lane + e) for lane in range(8) for e in range(4)) for r in range(32)),
+        "P 4-byte load": max(_bank_ways(p(row0 + lane // 4, 2 * (lane % 4) + 8 * k + e)
+                                        for lane in range(32) for e in (0, 1))
+                             for row0 in (0, 8, 16, 24) for k in range(4)),
+        "P ldmatrix": max(_bank_ways(p(r, 8 * unit + e) for r in range(row0, row0 + 8) for e in range(8))
+                          for row0 in (0, 8, 16, 24) for unit in range(4)),
+    }
+    expected = {"rung 21": {"score store": 2, "score load": 1, "P 4-byte load": 2},
+                "rung 22": {"score store": 1, "score load": 1, "P 4-byte load": 1, "P ldmatrix": 1}}[rung]
+    assert {k: ways[k] for k in expected} == expected

@@ -78,10 +78,10 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     the same call timed that shape at 22.08 against 21.90 (0.8%), and b1 h128 topk2048 went the rule's way this time
     (wgmma_xchg 15.55, wgmma_f16_2cta 15.67). So the shapes on the rule's boundaries change winner from run to run,
     by up to ~4%. Moving a boundary does not remove that: at 2**18 head-tokens, in the six crossover runs from
-    eccf0d7 to c6216b0, b8 h64 topk512 and b4 h128 topk512 went to wgmma_xchg every time (by 0.7-6.2% at b4 h128)
-    and b2 h64 topk2048 to wgmma_f16_2cta or a tie every time, while b1 h128 topk2048 went 4 to 2 to wgmma_xchg;
-    b2 h64 topk2048 and b8 h64 topk512 have the same heads and tokens, so a rule of heads and tokens alone cannot
-    pick both (docs/decisions.md).
+    8de57d1 to c6216b0, b8 h64 topk512 and b4 h128 topk512 went to wgmma_xchg ahead of wgmma_f16_2cta every time
+    (by 0.6-6.2% at b4 h128) and b2 h64 topk2048 to wgmma_f16_2cta or a tie every time, while b1 h128 topk2048
+    went 4 to 2 to wgmma_xchg; b2 h64 topk2048 and b8 h64 topk512 have the same heads and tokens, so a rule of heads
+    and tokens alone cannot pick both (docs/decisions.md).
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
@@ -109,16 +109,18 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     portable_ws's 32-head successors take 0.55-0.90x its time above 2**18 head-tokens at every head count from 20
     to 128 and 0.99-1.21x at or below it (the sweeps at 9328124, data/archive/bench_h200_20261204-0101_crossover.csv
     and data/archive/bench_h200_20261204-0103_heads.csv). Rung 22 (portable_ws_h32s) took rung 21's
-    (portable_ws_h32d's) place at c6216b0: in a same-run A/B (data/explore/explore_h200_20261204-0439_h32s.csv) it
+    (portable_ws_h32d's) place at 3c50726: in a same-run A/B (data/explore/explore_h200_20261204-0439_h32s.csv) it
     took 0.95-0.99x rung 21's time at all 12 shapes timed. In the crossover and heads sweeps at c6216b0, which run
     this rule (data/bench_h200_20261204-0456_crossover.csv, data/bench_h200_20261204-0457_heads.csv), it takes
-    0.91-0.95x rung 20's (portable_ws_h32q's) time from 2**21 head-tokens, and 0.97-1.03x between 2**18 and 2**21.
+    0.91-0.96x rung 20's (portable_ws_h32q's) time from 2**21 head-tokens, and 0.93-1.03x between 2**18 and 2**21
+    (slower only at b16 h64 topk512 and b8 h128 topk512).
     With this rule the pick is within 0.5% of the fastest portable rung at every shape with more than 16 heads but
     those: b1 h128 topk2048 3.1% (portable_ws 22.33 us against tile512's 21.66), b16 h64 topk512 3.0% (rung 22
     23.15 against rung 20's 22.48), b2 h64 topk2048 2.8% (portable_ws 23.22 against tile512's 22.58), b8 h128 topk512
-    2.2% (rung 22 22.39 against rung 20's 21.91), b2 h128 topk512 1.0%; at 16 heads it misses at b4 topk2048
-    (portable_ws 17.62 us against rung 22's 14.25: 24%), b16 topk512 (14%) and b8 topk2048 (8% in the crossover, 8%
-    in the heads sweep), where the 32-head kernel's split plan wins though half its heads are padding."""
+    2.2% (rung 22 22.39 against rung 20's 21.91), b2 h128 topk512 1.0% (portable_ws against rung 20); at 16 heads
+    it misses at b4 topk2048 (portable_ws 17.62 us against rung 22's 14.25: 24%), b16 topk512 (14%) and b8 topk2048
+    (8% in the crossover, 8% in the heads sweep), where the 32-head kernel's split plan wins though half its heads
+    are padding."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
     if heads <= 16 or heads * tokens <= PORTABLE_WS_MAX_HEAD_TOKENS:

@@ -60,9 +60,10 @@ SWITCHES = dict(NUM_BUFS=2, PRODUCER_WARPS=4, PRODUCER_REGS=96)
 #   banks (rung 21's 16-byte units XOR'd with row % 8 sent rows r and r ^ 1 to the same banks: 2-way, ncu 4288413);
 #   the reduction's 16-byte loads read a whole row a quarter-warp, so any permutation within a row is free for them.
 S_SMEM = gl.constexpr(gl.SwizzledSharedLayout(8, 1, 4, order=[2, 1, 0]))
-# - P [BLOCK_H, BLOCK_T] bf16, 64-byte rows, so rows r and r + 1 share one 128-byte line: the A operand loads 4 B a
-#   thread from 8 rows at the same columns; 16-byte units XOR'd with (row // 2) % 4 give the 8 rows 8 distinct
-#   16-byte bank groups (rung 21's 4-byte units XOR'd with row % 8 left rows r and r + 2 on the same banks: 2-way).
+# - P [BLOCK_H, BLOCK_T] bf16, 64-byte rows, so rows r and r + 1 share one 128-byte line: the A operand reads 8 rows
+#   at the same columns a phase; 16-byte units XOR'd with (row // 2) % 4 give the 8 rows 8 distinct 16-byte bank
+#   groups, so both ldmatrix (which Triton emits for this layout) and 4-byte loads run conflict-free (rung 21's
+#   4-byte units XOR'd with row % 8 compiled to 4-byte loads and left rows r and r + 2 on the same banks: 2-way).
 P_SMEM = gl.constexpr(gl.SwizzledSharedLayout(8, 2, 4, order=[1, 0]))
 MAXNREG = 168  # one block of 12 warps per SM: 65536 / 384 threads, rounded down to a multiple of 8
 
