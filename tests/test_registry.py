@@ -144,17 +144,22 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 2048) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 2048) == "wgmma_ws_h64"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (12, 0))
-    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "portable_ws_h32s"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "portable_ws_h32r"
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "portable_ws"  # sm_120: no wgmma
     # > 16 heads, by head-tokens: the 16-head groups up to 2**18, then the 32-head groups
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "portable_ws"
     assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "portable_ws"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=4097) == "portable_ws_h32s"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4097) == "portable_ws_h32r"
     assert registry.resolve("auto", "cuda", heads=128, tokens=2048) == "portable_ws"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=2049) == "portable_ws_h32s"
-    assert registry.resolve("auto", "cuda", heads=20, tokens=8 * 2048) == "portable_ws_h32s"
-    assert registry.resolve("auto", "cuda", heads=16, tokens=8 * 2048) == "portable_ws"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 2048) == "portable_ws_h32s"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=2049) == "portable_ws_h32r"
+    assert registry.resolve("auto", "cuda", heads=20, tokens=8 * 2048) == "portable_ws_h32r"
+    # <= 16 heads: portable_ws, but the one padded 32-head group from 8192 to 16384 tokens (inclusive)
+    assert registry.resolve("auto", "cuda", heads=16, tokens=8192 - 1) == "portable_ws"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=8192) == "portable_ws_h32r"
+    assert registry.resolve("auto", "cuda", heads=9, tokens=8 * 2048) == "portable_ws_h32r"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=8 * 2048 + 1) == "portable_ws"
+    assert registry.resolve("auto", "cuda", heads=1, tokens=64 * 2048) == "portable_ws"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 2048) == "portable_ws_h32r"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (8, 9))  # no warp specialisation
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "tile512"
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "tile512"
@@ -164,7 +169,7 @@ def test_auto_portable_provider_records_what_auto_runs_without_wgmma():
     from workbench.bench.sweeps import BenchShape, sweep_shapes
     assert "auto_portable" in bench.provider_names()
     assert bench.kernel_of("auto_portable", BenchShape(64, 16, 2048)) == "portable_ws"
-    assert bench.kernel_of("auto_portable", BenchShape(64, 128, 2048)) == "portable_ws_h32s"
+    assert bench.kernel_of("auto_portable", BenchShape(64, 128, 2048)) == "portable_ws_h32r"
     assert bench.kernel_of("auto_portable", BenchShape(64, 16, 128, extra_topk=512)) == "portable_ws"
     for sweep in ("headline", "ladder", "crossover"):
         assert all("auto_portable" in provs for _, provs, _, _ in sweep_shapes(sweep)), sweep
@@ -176,7 +181,7 @@ RULE_TABLES = ("bench_h200_20261204-0456_crossover.csv", "bench_h200_20261204-04
 PORTABLE_MARGINS = {(1, 128, 2048): 1.032, (16, 64, 512): 1.031, (2, 64, 2048): 1.029, (8, 128, 512): 1.023,
                     (2, 128, 512): 1.011}
 HOPPER = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal")
-PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32s")
+PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32r")
 
 
 @pytest.mark.parametrize("table", RULE_TABLES)

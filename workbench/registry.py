@@ -47,6 +47,8 @@ TWO_BLOCK_BELOW_HEAD_TOKENS = 1 << 18  # >= 33 heads: below b8 topk512 at h64, b
 XCHG_BELOW_HEAD_TOKENS = 1 << 20     # >= 33 heads: below b8 topk2048 at h64, b4 topk2048 at h128; then the 64-head block
 PORTABLE_WS_MAX_HEAD_TOKENS = 1 << 18  # off Hopper, > 16 heads: up to b8 topk512 (b2 topk2048) at h64, b4 topk512 at
                                        # h128; then the 32-head groups
+PORTABLE_H32_TOKENS_H16 = (8192, 16384)  # off Hopper, <= 16 heads: from b4 topk2048 (b16 topk512) to b8 topk2048 the
+                                         # 32-head kernel, half its heads padding, beats portable_ws's split plan
 
 
 def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
@@ -104,28 +106,32 @@ PORTABLE_CAPABILITIES = ("sm_100", "sm_103", "sm_110", "sm_120", "sm_121")  # wa
 def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     """What "auto" runs off sm_90. On a GPU that can run warp-specialised rungs (register reallocation: sm_90 and
     newer; ``PORTABLE_CAPABILITIES``): "portable_ws" (16-head groups) at <= 16 heads, and above 16 up to
-    PORTABLE_WS_MAX_HEAD_TOKENS head-tokens (heads * tokens); beyond, "portable_ws_h32s" (32-head groups, each token
-    gathered half as often; QK split over the 512 columns). Elsewhere "tile512". Why: on the H200 (the proxy),
+    PORTABLE_WS_MAX_HEAD_TOKENS head-tokens (heads * tokens); beyond, "portable_ws_h32r" (32-head groups, each token
+    gathered half as often; QK split over the 512 columns); at <= 16 heads "portable_ws_h32r" too, one padded group,
+    for calls of PORTABLE_H32_TOKENS_H16 tokens (inclusive). Elsewhere "tile512". Why: on the H200 (the proxy),
     portable_ws's 32-head successors take 0.55-0.90x its time above 2**18 head-tokens at every head count from 20
     to 128 and 0.99-1.21x at or below it (the sweeps at 9328124, data/archive/bench_h200_20261204-0101_crossover.csv
-    and data/archive/bench_h200_20261204-0103_heads.csv). Rung 22 (portable_ws_h32s) took rung 21's
-    (portable_ws_h32d's) place at 3c50726: in a same-run A/B (data/explore/explore_h200_20261204-0439_h32s.csv) it
-    took 0.95-0.99x rung 21's time at all 12 shapes timed. In the crossover and heads sweeps at c6216b0, which run
-    this rule (data/bench_h200_20261204-0456_crossover.csv, data/bench_h200_20261204-0457_heads.csv), it takes
-    0.91-0.96x rung 20's (portable_ws_h32q's) time from 2**21 head-tokens, and 0.93-1.03x between 2**18 and 2**21
-    (slower only at b16 h64 topk512 and b8 h128 topk512).
-    With this rule the pick is within 0.5% of the fastest portable rung at every shape with more than 16 heads but
-    those: b1 h128 topk2048 3.1% (portable_ws 22.33 us against tile512's 21.66), b16 h64 topk512 3.0% (rung 22
-    23.15 against rung 20's 22.48), b2 h64 topk2048 2.8% (portable_ws 23.22 against tile512's 22.58), b8 h128 topk512
-    2.2% (rung 22 22.39 against rung 20's 21.91), b2 h128 topk512 1.0% (portable_ws against rung 20); at 16 heads
-    it misses at b4 topk2048 (portable_ws 17.62 us against rung 22's 14.25: 24%), b16 topk512 (14%) and b8 topk2048
-    (8% in the crossover, 8% in the heads sweep), where the 32-head kernel's split plan wins though half its heads
-    are padding."""
+    and data/archive/bench_h200_20261204-0103_heads.csv). Rung 22 (portable_ws_h32s) took rung 21's place at
+    3c50726 (a same-run A/B, data/explore/explore_h200_20261204-0439_h32s.csv: 0.95-0.99x rung 21's time at all 12
+    shapes), and in the sweeps at c6216b0 (data/archive/bench_h200_20261204-0456_crossover.csv,
+    data/archive/bench_h200_20261204-0457_heads.csv) took 0.91-0.96x rung 20's (portable_ws_h32q's) time from 2**21
+    head-tokens and 0.93-1.03x between 2**18 and 2**21. Rung 23 (portable_ws_h32r, rung 22 with one partition
+    barrier a tile fewer) took rung 22's place at the commit after 160c5c9, from an A/B of the same change as an
+    uncommitted variant (data/explore/explore_h200_20261204-0512_slot_release.csv: 0.96-0.99x rung 22's time at the 5
+    shapes timed). At 16 heads, in those sweeps at c6216b0, rung 22's one padded group beat portable_ws at b4 topk2048
+    (14.25 us against 17.62), b16 topk512 (11.13 against 12.68) and b8 topk2048 (16.78 against 18.16; the heads
+    sweep: 16.38 against 17.63), 8192-16384 tokens, tied at b16 topk2048 (21.99 against 21.92) and b32 topk512
+    (14.82 against 14.74) and lost below 8192 tokens and from 32768 (b64 topk2048: 63.86 against 57.63): a band,
+    not a threshold, since portable_ws's plan of two blocks an SM wins back the large calls. The tables at the
+    commit that runs this rule say how close the pick lands (docs/decisions.md)."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
-    if heads <= 16 or heads * tokens <= PORTABLE_WS_MAX_HEAD_TOKENS:
+    if heads <= 16:
+        lo, hi = PORTABLE_H32_TOKENS_H16
+        return "portable_ws_h32r" if lo <= tokens <= hi else "portable_ws"
+    if heads * tokens <= PORTABLE_WS_MAX_HEAD_TOKENS:
         return "portable_ws"
-    return "portable_ws_h32s"
+    return "portable_ws_h32r"
 
 
 def resolve(impl: str, device, *, heads: int, tokens: int) -> str:

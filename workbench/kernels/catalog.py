@@ -229,24 +229,6 @@ _block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws
        allowed=portable_ws.ALLOWED_H32, config_space=portable_ws.CONFIG_SPACE_H32, maxnreg=portable_ws.MAXNREG_H32,
        split_granule=32)
 
-from . import portable_ws_h32s  # noqa: E402 - beside its entry
-
-_block(portable_ws_h32s, portable_ws_h32s.launch_portable_h32s_partial,
-       portable_ws_h32s.portable_ws_h32s_partial_kernel, name="portable_ws_h32s", rung=22,
-       summary=("rung 21 (portable_ws_h32d) with its two exchange buffers swizzled for the accesses that hit them: "
-                "the partial scores in 32-byte units by row % 4 (the MMA layout's 8-byte stores conflict-free), P in "
-                "16-byte units by (row // 2) % 4, which also lets P's A operand load by ldmatrix"),
-       prediction=("ncu of rung 21 at b64 h64 (4288413): mio throttle is the consumer's largest stall (20.3% of its "
-                   "samples) and 3.28 M of its 13.38 M shared wavefronts are bank conflicts: the partial scores' "
-                   "STS.64 2-way (2.10 M excess), P's 32-bit loads 2-way (1.05 M). The new swizzles remove both "
-                   "(derived by bank, 4-byte words mod 32), and the lab (sm_90) shows P's 16 LDS.32 a warp a tile "
-                   "become 4 LDSM.x4: a quarter fewer shared wavefronts and 12 fewer shared instructions a warp a "
-                   "tile (of about 62), the same HMMAs, registers (168) and shared bytes (100,692). Expect b64 h64 "
-                   "topk2048 at 112-121 us (rung 21: 127.3-129.6), b64 h128 at 205-225 (232-234), b64 h16 (one "
-                   "padded group) 60-65 (66.7), b1 h64 topk512 level with rung 21; the issue's 100 us stays out of "
-                   "reach of this step"),
-       split_granule=32)
-
 from . import portable_ws_h32r  # noqa: E402 - beside its entry
 
 _block(portable_ws_h32r, portable_ws_h32r.launch_portable_h32r_partial,

@@ -45,8 +45,8 @@ fp32 P, each thread its own terms, reduced across the warps once after the loop.
 from the bf16 P read back, and the log-sum-exp carried bf16's rounding: 3 failed LSE checks at 8aa1f61,
 docs/decisions.md, rung 17.)
 
-Rung 22 (``portable_ws_h32s``, a module of its own, as was rung 21 before it) reuses this producer, its launcher and
-its checks, with the slot stored by column group.
+Rung 23 (``portable_ws_h32r``, a module of its own, as were rungs 21 and 22 before it) reuses this producer, its
+launcher and its checks, with the slot stored by column group.
 
 Invalid tokens (-1, out of range, past topk_length or the split) load as zero and are masked to -inf before the
 softmax. Padding heads (past H in the last head group) load q as zero and are never stored. The epilogue writes
@@ -331,7 +331,7 @@ def _producer(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size
               D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
               SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr):
     """Gather and dequantise (bf16, exact) each tile of the split into the next free slot, then mark it full. A slot
-    is [BLOCK_T, D] (this module's rungs) or [G, BLOCK_T, D // G], one scale group a plane (portable_ws_h32s, whose
+    is [BLOCK_T, D] (this module's rungs) or [G, BLOCK_T, D // G], one scale group a plane (portable_ws_h32r, whose
     consumer warps each own one group's columns): the same words, permuted before the store."""
     PW: gl.constexpr = gl.num_warps()
     D: gl.constexpr = D_NOPE + D_ROPE
@@ -372,7 +372,7 @@ def _producer(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size
         kw = gl.join(lo, hi)                                     # [BLOCK_T, G, W, 2] int32: bf16 pairs
         if len(k_smem.shape) == 3:   # slots [BLOCK_T, D]
             k_smem.index(buf)._reinterpret(gl.int32, [BLOCK_T, D // 2], KW).store(gl.reshape(kw, [BLOCK_T, D // 2]))
-        else:                        # slots [G, BLOCK_T, D // G], by column group (portable_ws_h32s)
+        else:                        # slots [G, BLOCK_T, D // G], by column group (portable_ws_h32r)
             k_smem.index(buf)._reinterpret(gl.int32, [G, BLOCK_T, 2 * W], KW3).store(
                 gl.permute(gl.reshape(kw, [BLOCK_T, G, 2 * W]), (1, 0, 2)))
         valid_smem.index(buf).store(valid.to(gl.int8))
