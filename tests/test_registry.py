@@ -176,21 +176,23 @@ def test_auto_portable_provider_records_what_auto_runs_without_wgmma():
 
 
 # the sweeps auto_kernel's and portable_kernel's docstrings cite for the rule as it stands, and the margins they claim
-RULE_TABLES = ("bench_h200_20261204-0456_crossover.csv", "bench_h200_20261204-0457_heads.csv")
+RULE_TABLES = ("bench_h200_20261204-0600_crossover.csv", "bench_h200_20261204-0602_heads.csv")
+# (batch, heads, topk): the pick's time over the fastest Hopper rung's, as auto_kernel's docstring lists them
+HOPPER_MARGINS = {(2, 64, 2048): 1.031, (32, 64, 512): 1.022, (128, 128, 2048): 1.022}
 # (batch, heads, topk): the pick's time over the fastest portable rung's, as portable_kernel's docstring lists them
-PORTABLE_MARGINS = {(1, 128, 2048): 1.032, (16, 64, 512): 1.031, (2, 64, 2048): 1.029, (8, 128, 512): 1.023,
-                    (2, 128, 512): 1.011}
+PORTABLE_MARGINS = {(2, 64, 2048): 1.068, (1, 128, 2048): 1.022, (16, 64, 512): 1.021, (8, 128, 512): 1.016,
+                    (4, 64, 512): 1.008, (1, 64, 2048): 1.007}
 HOPPER = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal")
 PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32r")
 
 
 @pytest.mark.parametrize("table", RULE_TABLES)
 def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
-    """What the docstrings claim of the committed sweeps: on sm_90 the pick within 3.7% of the fastest Hopper rung
-    at b8 h64 topk2048 (the 2**20 boundary) and 2.0% at every other shape; off it within the per-shape margins
-    portable_kernel's docstring lists (up to 3.1%) and 0.5% at every other shape with more than 16 heads (at 16 heads
-    the misses are named: b4 topk2048, b16 topk512, b8 topk2048). A new rule or new tables must update the
-    docstrings and this test."""
+    """What the docstrings claim of the committed sweeps: on sm_90 the pick within the per-shape margins
+    auto_kernel's docstring lists (up to 3.0%, at b2 h64 topk2048 on the 2**18 boundary) and 2.0% at every other
+    shape; off it within the per-shape margins portable_kernel's docstring lists (up to 6.8%) and 0.5% at every other
+    shape with more than 16 heads, and at 16 heads within 2% but at the one shape named (b16 topk2048). A new rule or
+    new tables must update the docstrings and this test."""
     import pandas as pd
 
     from workbench.report.results import find_table
@@ -201,7 +203,7 @@ def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
     for (b, h, k), g in df.groupby(["batch", "heads", "topk"]):
         t = g.groupby("provider").median_us.median()
         pick = registry.auto_kernel("sm_90", heads=h, tokens=b * k)
-        margin = {(8, 64, 2048): 1.038}.get((b, h, k), 1.020)
+        margin = HOPPER_MARGINS.get((b, h, k), 1.020)
         assert t[pick] <= margin * t[list(HOPPER)].min(), (b, h, k, pick, t[list(HOPPER)].idxmin())
         pp = registry.portable_kernel("sm_120", heads=h, tokens=b * k)
         if h > 16:
@@ -209,5 +211,5 @@ def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
             assert t[pp] <= margin * t[list(PORTABLE)].min(), (b, h, k, pp, t[list(PORTABLE)].idxmin())
         elif t[pp] > 1.02 * t[list(PORTABLE)].min():
             misses16.add((b, k))
-    # the 16-head misses the docstring names, and no other
-    assert misses16 <= {(4, 2048), (16, 512), (8, 2048)}, misses16
+    # the 16-head miss the docstring names, and no other
+    assert misses16 <= {(16, 2048)}, misses16
