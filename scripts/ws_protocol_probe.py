@@ -4,6 +4,7 @@ about a kernel of the workbench:
 
     compute-sanitizer --tool racecheck python3 scripts/ws_protocol_probe.py [--blocks N] [--pre] [--cbar] [--epi]
         [--capture] [--no-handoff]
+    compute-sanitizer --tool racecheck python3 scripts/ws_protocol_probe.py --ring T [--late] [--blocks N]
 
 Each block (--blocks of them, 1 by default) hands N bytes from a worker partition to the default partition through
 shared memory, ordered by an mbarrier, exactly as wgmma_ws hands over its valid mask (worker: store, fence,
@@ -24,6 +25,11 @@ arrives), so what is left is Triton's own dispatch. The switches add what wgmma_
 With --capture, --pre and --epi together Triton's generated code itself races: it places the captured word over the
 --pre tile, which is dead once read back, with no barrier between the other warps' last reads of it and the store
 (racecheck reports it; the self-check below rarely sees it, the window being a few instructions).
+
+--ring T is the other direction as well, as the portable rungs run it: T tiles a block through a ring of 2 slots,
+the worker storing each tile after its wait on the slot's `empty` mbarrier, the default warps reading it twice around
+two partition barriers and handing it back after a third (rung 22) or, with --late, right after the next tile's
+first barrier (rung 23).
 
 It checks its own outputs (exit 1 if a value was lost). GPU only (sm_90). What racecheck reported on each variant
 (H200, triton 3.6), and how that accounts for every report on wgmma_ws: data/sanitizer_h200_20261202-0113/README.md
@@ -103,6 +109,73 @@ def probe_kernel(out_ptr,   # [blocks, N] int32
         gl.store(epi_ptr + pid * E * E + rc[:, None] * E + cc[None, :], moved)
 
 
+@gluon.jit
+def _ring_consumer(buf, full, empty, T, LATE: gl.constexpr, N: gl.constexpr):
+    """Rung 22's and rung 23's slot protocol on a ring of 2 slots: each tile is read twice (as QK's K and as PV's V),
+    around two partition barriers; the slot goes back after a third barrier (LATE false: rung 22) or after the next
+    tile's first barrier (LATE true: rung 23, whose last slot is never handed back)."""
+    L: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    acc = gl.zeros([N], gl.int32, layout=L)
+    for t in range(T):
+        s = t % 2
+        mbarrier.wait(full.index(s), (t // 2) & 1)
+        va = buf.index(s).load(L).to(gl.int32)
+        gl.thread_barrier()
+        if LATE:
+            if t > 0:
+                mbarrier.arrive(empty.index((t - 1) % 2))
+        gl.thread_barrier()
+        vb = buf.index(s).load(L).to(gl.int32)
+        acc += va * (t + 1) + vb
+        if not LATE:
+            gl.thread_barrier()
+            mbarrier.arrive(empty.index(s))
+    return (acc,)
+
+
+@gluon.jit
+def _ring_producer(buf, full, empty, T, N: gl.constexpr):
+    """portable_ws's producer protocol: wait for a free slot, store the tile, partition barrier, one arrive."""
+    L: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    for t in range(T):
+        s = t % 2
+        mbarrier.wait(empty.index(s), ((t // 2) & 1) ^ 1)
+        buf.index(s).store(((gl.arange(0, N, layout=L) + t) % 100 + 1).to(gl.int8))
+        gl.thread_barrier()
+        mbarrier.arrive(full.index(s))
+
+
+@gluon.jit
+def ring_kernel(out_ptr,  # [blocks, N] int32
+                T, LATE: gl.constexpr, N: gl.constexpr):
+    pid = gl.program_id(0)
+    L: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    buf = gl.allocate_shared_memory(gl.int8, [2, N], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))  # the slot leads
+    full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(full.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    gl.thread_barrier()
+    v = gl.warp_specialize([(_ring_consumer, (buf, full, empty, T, LATE, N)),
+                            (_ring_producer, (buf, full, empty, T, N))], [4], [48])[0]
+    gl.store(out_ptr + pid * N + gl.arange(0, N, layout=L), v)
+
+
+def ring_main(a) -> int:
+    """--ring T: T tiles through the 2-slot ring per block, the slot handed back early (rung 22) or --late (rung 23)."""
+    out = torch.zeros(a.blocks, N, dtype=torch.int32, device="cuda")
+    ring_kernel[(a.blocks,)](out, a.ring, LATE=a.late, N=N, num_warps=4, maxnreg=a.maxnreg)
+    torch.cuda.synchronize()
+    t = torch.arange(a.ring, device="cuda", dtype=torch.int64)[:, None]
+    vals = (torch.arange(N, device="cuda")[None, :] + t) % 100 + 1  # [T, N]
+    want = (vals * (t + 1) + vals).sum(0).expand(a.blocks, N)
+    ok = bool(torch.equal(out.long(), want))
+    print(f"ws ring probe (blocks {a.blocks}, {a.ring} tiles, release {'late' if a.late else 'early'}): "
+          f"{'intact' if ok else 'LOST VALUES'}")
+    return 0 if ok else 1
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--blocks", type=int, default=1, help="blocks in the grid (default 1)")
@@ -112,9 +185,16 @@ def main(argv=None) -> int:
     p.add_argument("--capture", action="store_true", help="the worker uses a value loaded before the region")
     p.add_argument("--no-handoff", dest="handoff", action="store_false", help="no bytes through shared memory")
     p.add_argument("--maxnreg", type=int, default=168, help="the block's register cap (wgmma_ws: 168)")
+    p.add_argument("--ring", type=int, default=0, metavar="T",
+                   help="instead: T tiles through a ring of 2 slots, the portable rungs' protocol (ring_kernel)")
+    p.add_argument("--late", action="store_true", help="with --ring: hand a slot back one barrier later (rung 23)")
     a = p.parse_args(argv)
     if a.blocks < 1:
         p.error("--blocks must be >= 1")
+    if a.late and not a.ring:
+        p.error("--late needs --ring")
+    if a.ring:
+        return ring_main(a)
     out = torch.zeros(a.blocks, N, dtype=torch.int32, device="cuda")
     seed = torch.arange(E * E + 1, dtype=torch.int32, device="cuda") * 7 + 3
     seed[-1] = 0  # the captured value
