@@ -193,6 +193,8 @@ def main(argv=None) -> int:
         p.error("--blocks must be >= 1")
     if a.late and not a.ring:
         p.error("--late needs --ring")
+    if not 0 <= a.ring <= 4096:
+        p.error("--ring: 0 (off) to 4096 tiles (the self-check's int32 sums overflow past ~6,500)")
     if a.ring:
         return ring_main(a)
     out = torch.zeros(a.blocks, N, dtype=torch.int32, device="cuda")

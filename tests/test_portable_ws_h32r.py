@@ -1,10 +1,10 @@
 """Rung 23 (portable_ws_h32r, issue 24): rung 22's 32-head portable kernel (rung 21's QK split over the 512 columns,
 8 consumer warps, q in registers, with its score and P buffers swizzled free of bank conflicts) with the K slot
-handed back one partition barrier later, two barriers a tile instead of three. The resource lab
+handed back one partition barrier later, two barriers a tile in the source instead of three. The resource lab
 compiles it on the CPU: for sm_120 and sm_90 it fits sm_120's 101,376 B a block with no spills at all (issue 24's
 wording, which rung 20 missed by 24 B), its SASS has HMMA only and loads P by ldmatrix; the committed lab rows say the
-same, and off sm_90 "auto" runs it above 2**18 head-tokens. The swizzles' bank claims are derived here by hand from
-the layouts' definition. (Its numbers on a GPU: the GPU checks, which run every registered kernel, and
+same, and off sm_90 "auto" runs it above 2**18 head-tokens and at <= 16 heads from 8192 to 16384 tokens. The
+swizzles' bank claims are derived here by hand from the layouts' definition. (Its numbers on a GPU: the GPU checks, which run every registered kernel, and
 data/correctness_h200_*.csv.)"""
 import json
 
@@ -121,12 +121,13 @@ def test_the_exchange_buffers_bank_conflicts_by_hand(rung):
     - the same scores read by the reduction: 16 B a thread, a quarter-warp (one phase of a 16-byte load) reads one
       row, lane l at columns 4 (l % 8);
     - P ([32, 32] bf16, 64-byte rows) read as the A operand by 4-byte loads (what rung 21's layout compiled to):
-      lane l at row l // 4, columns 2 (l % 4) + 8 k, one phase a warp; and by ldmatrix (what rung 22's (and 23's) compiles
-      to, the SASS test above): each 8 x 8 matrix is one phase, 8 rows of 16 B at one 8-column unit.
+      lane l at row l // 4, columns 2 (l % 4) + 8 k, one phase a warp; and by ldmatrix (what rung 22's and 23's
+      compile to, the SASS test above): each 8 x 8 matrix is one phase, 8 rows of 16 B at one 8-column unit.
     Rung 21's swizzles were 2-way on the score stores and P's 4-byte loads (as ncu counted at 4288413); rung 22's
     (rung 23 keeps them) are conflict-free on every access here."""
     from workbench.kernels.portable_ws_h32r import P_SMEM, S_SMEM
-    s_args, p_args = {"rung 21": ((4, 1, 8), (2, 1, 8)), "rung 22 and 23": (_layout_args(S_SMEM), _layout_args(P_SMEM))}[rung]
+    s_args, p_args = {"rung 21": ((4, 1, 8), (2, 1, 8)),
+                      "rung 22 and 23": (_layout_args(S_SMEM), _layout_args(P_SMEM))}[rung]
 
     def score(r, c):  # byte address of the fp32 score at (row, column)
         return 4 * (r * 32 + _swizzled(r, c, *s_args))

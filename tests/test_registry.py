@@ -189,7 +189,7 @@ PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32r")
 @pytest.mark.parametrize("table", RULE_TABLES)
 def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
     """What the docstrings claim of the committed sweeps: on sm_90 the pick within the per-shape margins
-    auto_kernel's docstring lists (up to 3.0%, at b2 h64 topk2048 on the 2**18 boundary) and 2.0% at every other
+    auto_kernel's docstring lists (up to 3.006%, at b2 h64 topk2048 on the 2**18 boundary) and 2.0% at every other
     shape; off it within the per-shape margins portable_kernel's docstring lists (up to 6.8%) and 0.5% at every other
     shape with more than 16 heads, and at 16 heads within 2% but at the one shape named (b16 topk2048). A new rule or
     new tables must update the docstrings and this test."""
@@ -211,5 +211,5 @@ def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
             assert t[pp] <= margin * t[list(PORTABLE)].min(), (b, h, k, pp, t[list(PORTABLE)].idxmin())
         elif t[pp] > 1.02 * t[list(PORTABLE)].min():
             misses16.add((b, k))
-    # the 16-head miss the docstring names, and no other
-    assert misses16 <= {(16, 2048)}, misses16
+    # the 16-head miss the docstring names, and no other (the heads sweep has none)
+    assert misses16 == ({(16, 2048)} if "crossover" in table else set()), misses16

@@ -83,11 +83,11 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     8de57d1 to c6216b0, b8 h64 topk512 and b4 h128 topk512 went to wgmma_xchg ahead of wgmma_f16_2cta every time
     (by 0.6-6.2% at b4 h128) and b2 h64 topk2048 to wgmma_f16_2cta or a tie every time, while b1 h128 topk2048
     went 4 to 2 to wgmma_xchg; b2 h64 topk2048 and b8 h64 topk512 have the same heads and tokens, so a rule of heads
-    and tokens alone cannot pick both (docs/decisions.md). In those at 8431ecd (data/bench_h200_20261204-0600_crossover.csv,
-    data/bench_h200_20261204-0602_heads.csv; the Hopper rungs' code and this rule unchanged) within 2.2% at every
-    shape but b2 h64 topk2048, 2**18 head-tokens, where wgmma_xchg took 16.65 us and wgmma_f16_2cta 16.17 (3.006%,
-    just over issue 25's 3%; the seventh run in a row that shape goes to wgmma_f16_2cta or ties); the next: b32 h64
-    topk512 and b128 h128 topk2048, 2.1% each.
+    and tokens alone cannot pick both (docs/decisions.md). In those at 8431ecd
+    (data/bench_h200_20261204-0600_crossover.csv, data/bench_h200_20261204-0602_heads.csv; the Hopper rungs' code and
+    this rule unchanged) within 2.2% at every shape but b2 h64 topk2048, 2**18 head-tokens, where wgmma_xchg took
+    16.65 us and wgmma_f16_2cta 16.17 (3.006%, just over issue 25's 3%; the seventh run in a row that shape goes to
+    wgmma_f16_2cta or ties); the next: b32 h64 topk512 and b128 h128 topk2048, 2.1% each.
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
@@ -128,15 +128,15 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     (14.82 against 14.74) and lost below 8192 tokens and from 32768 (b64 topk2048: 63.86 against 57.63): a band,
     not a threshold, since portable_ws's plan of two blocks an SM wins back the large calls.
     In the sweeps at 8431ecd, which run this rule (data/bench_h200_20261204-0600_crossover.csv,
-    data/bench_h200_20261204-0602_heads.csv), rung 23 takes 0.88-0.92x rung 20's time from 2**21 head-tokens and
-    0.92-1.05x between 2**18 and 2**21 (slower at b4 h64 topk512, b16 h64 topk512 and b8 h128 topk512). The pick is
+    data/bench_h200_20261204-0602_heads.csv), rung 23 takes 0.88-0.93x rung 20's time from 2**21 head-tokens and
+    0.91-1.02x above 2**18 and below 2**21 (slower at b16 h64 topk512 and b8 h128 topk512). The pick is
     within 0.5% of the fastest portable rung at every shape with more than 16 heads but these: b2 h64 topk2048 6.8%
     (portable_ws 23.76 us against tile512's 22.26), b1 h128 topk2048 2.2% (portable_ws 22.95 against tile512's
     22.46), b16 h64 topk512 2.0% (rung 23 23.40 against rung 20's 22.94), b8 h128 topk512 1.6% (rung 23 23.06
     against rung 20's 22.71), b4 h64 topk512 0.8% and b1 h64 topk2048 0.6% (portable_ws against rung 20); at 16 heads
     it is within 2% everywhere but b16 topk2048 (32768 tokens, past the band: portable_ws 22.51 against rung 23's
-    21.72, 3.7%; at c6216b0 the two tied there), and at the band's four shapes rung 23 wins: b4 topk2048 14.40 us against
-    portable_ws's 18.06, b8 topk2048 16.52 against 18.28, b16 topk512 10.91 against 12.73, b32 topk512 14.43 against
+    21.72, 3.7%; at c6216b0 the two tied there), and at the band's four shapes rung 23 wins: b4 topk2048 14.40 us
+    against portable_ws's 18.06, b8 topk2048 16.52 against 18.28, b16 topk512 10.91 against 12.73, b32 topk512 14.43 against
     15.11 (docs/decisions.md)."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"

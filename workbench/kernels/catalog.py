@@ -234,7 +234,8 @@ from . import portable_ws_h32r  # noqa: E402 - beside its entry
 _block(portable_ws_h32r, portable_ws_h32r.launch_portable_h32r_partial,
        portable_ws_h32r.portable_ws_h32r_partial_kernel, name="portable_ws_h32r", rung=23,
        summary=("rung 22 (portable_ws_h32s) with the K slot handed back one partition barrier later (after the next "
-                "tile's scores are stored): two partition barriers a tile instead of three"),
+                "tile's scores are stored): two partition barriers a tile in the source instead of three (compiled: "
+                "three BAR.SYNC a tile against four)"),
        prediction=("ncu of rung 22 at b64 h64 (c6216b0): the consumer is the block's critical path (the producer "
                    "waits for a free slot in 47% of its samples) and runs one tile at a time through three partition "
                    "barriers (8.8% of its samples on the barrier); the third only guards the slot's hand-back, "

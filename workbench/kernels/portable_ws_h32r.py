@@ -1,5 +1,6 @@
 """Rung "portable_ws_h32r": rung 22 (``portable_ws_h32s``) with the K slot handed back one partition barrier later,
-so that a tile costs two partition barriers instead of three.
+so that a tile has two partition barriers in the source instead of three. (Compiled for sm_90, the loop has three
+BAR.SYNC a tile against rung 22's four: Triton adds one after the arrive, and one before rung 22's wait.)
 
 Rung 22's consumer ends each tile with a third barrier, only so that every warp is past its reads of the slot (the
 V operand), the scores and P before one thread hands the slot back to the producer. Every warp has also passed
@@ -44,7 +45,7 @@ the slot is 3-D), the consumer's 8 at (12 x MAXNREG - 4 x 96) / 8.
 
 Per tile a consumer warp reads 4 KB of K, 4 KB of V, 2 KB of P and 4 KB of partial scores, and writes 4 KB of
 scores: 18 KB, 144 KB for the block, against rung 20's 4 x 42 = 168 KB, with 2 warps per scheduler instead of 1.
-Two partition barriers a tile (scores written, P written); rung 22 had a third (slot read).
+Two partition barriers a tile in the source (scores written, P written); rung 22 had a third (slot read).
 
 Shapes it assumes, pinned by ALLOWED rather than asserted in the kernel: the scores [CW, BLOCK_H, BLOCK_T] fp32 fit
 q's slot [CW, BLOCK_H, D // CW] bf16 only while BLOCK_T = D // CW // 2 = 32 (``estimate_shared_bytes`` takes the
