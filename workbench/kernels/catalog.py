@@ -248,6 +248,26 @@ _block(portable_ws_h32r, portable_ws_h32r.launch_portable_h32r_partial,
                    "level with rung 22; the issue's 100 us at b64 h64 stays out of reach of this step"),
        split_granule=32)
 
+from . import portable_ws_h32t  # noqa: E402 - beside its entry
+
+_block(portable_ws_h32t, portable_ws_h32t.launch_portable_h32t_partial,
+       portable_ws_h32t.portable_ws_h32t_partial_kernel, name="portable_ws_h32t", rung=24,
+       summary=("rung 23 (portable_ws_h32r) with QK split as 4 column groups of 128 by 2 token halves (q's two "
+                "parities in registers, 64 a thread): 4 partial scores a head-token meet in shared memory, not 8; "
+                "the slot stored as [token half x group] planes"),
+       prediction=("ncu of rung 23 at b64 h64 (8431ecd): the consumer runs one tile at a time through a serial "
+                   "chain in which the 8 partial scores of each head-token (32 KB of fp32 a tile) are stored and "
+                   "read back; halving them halves that traffic and the reduction's loads and adds. An A/B of this "
+                   "kernel as an uncommitted variant on 99ed294 (data/explore/explore_h200_20261204-0620_h32t.csv, "
+                   "two timings a shape) took b64 h64 topk2048 from 119.3-120.7 us to 108.3-108.9, b64 h128 from "
+                   "215.4-217.0 to 191.2-192.0, b64 h16 as one padded group from 62.2 to 57.0, b16 h64 topk512 from "
+                   "22.6-23.1 to 21.4-22.0, none slower; its ncu: the partial 100.0 us against 112.5, the "
+                   "consumer's mio throttle from 10.9% to 1.8% of its samples. The same shared bytes (100,692) and "
+                   "register cap (168). Expect b64 h64 topk2048 at 106-111 us, b64 h128 at 187-196, b64 h16 (one "
+                   "padded group) 55-59, b1 h64 topk512 level with rung 23; the issue's 100 us at b64 h64 stays "
+                   "about 8% away"),
+       split_granule=32)
+
 register(KernelSpec(
     name="gather", kind="probe", summary="speed-of-light probe: the decode's bytes and split plan, no math",
     launch=gather.launch_gather, jit=gather.gather_kernel, config_cls=gather.GatherConfig, allowed=gather.ALLOWED,

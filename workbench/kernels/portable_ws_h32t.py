@@ -1,0 +1,243 @@
+"""Rung "portable_ws_h32t": rung 23 (``portable_ws_h32r``) with QK split as 4 column groups of 128 by 2 token halves
+instead of 8 column groups of 64 by the whole tile, so that half as many partial scores meet in shared memory.
+
+ncu of rung 23 at b64 h64 (8431ecd) left its consumer on the tile's serial chain, and the exchange of 8 partial
+scores a head-token (32 KB of fp32 stored and loaded a tile, most of the block's shared traffic) is in that chain.
+Here consumer warp b = half * 4 + g4 scores all 32 heads against the 16 tokens of its half over the 128 columns of
+scale groups 2 g4 and 2 g4 + 1: two MMAs of K = 64 (the parities), each with its own A operand of q held in
+registers for the whole split (32 a thread each, 64 in all against rung 23's 32), still 32 HMMA a warp a tile. A
+head-token's score is the sum of 4 partials, not 8: [8, 32, 16] fp32, 16 KB in q's slot, of which the rest stays
+unused. The reduction gives warp w heads 4w..4w+3 over both halves (4 partials of 4 tokens a thread, 16-byte
+loads), so a head's online softmax stays whole in one warp; P is stored as [2 halves x 32 heads, 16] bf16 rows, and
+PV is rung 23's, by 8 column groups of 64, as two MMAs of K = 16, one a half (the A operand a half's 32 rows of P).
+
+The slot is stored by the producer (``portable_ws._producer``) as 16 planes [half x 8 + group, 16 tokens, 64
+columns], so that both MMAs read it through affine views: QK's batch b takes planes 2b and 2b + 1 (one [32, 64]
+block: groups 2 g4 and 2 g4 + 1 of half b // 4), seen transposed and sliced by parity; PV's batch w takes plane w of
+each half. (Slicing the [16, 16, 64] view before the permute, the obvious spelling, trips an assertion in Triton
+3.6's shared-layout code; the reinterpret to [8, 32, 64] first does not.)
+
+Everything else is rung 23's: the slot of tile i handed back after the first barrier of tile i + 1, two partition
+barriers a tile in the source, 2 K slots of 32 tokens, one block of 12 warps per SM (4 producer warps at 96
+registers, the consumer's 8 at (12 x MAXNREG - 4 x 96) / 8), the epilogue, invalid tokens and padding heads.
+
+Per tile a consumer warp reads 4 KB of K, 4 KB of V, 2 KB of P and 2 KB of partial scores, and writes 2 KB of
+scores: 14 KB, 112 KB for the block (rung 23: 144 KB).
+
+Shapes it assumes, pinned by ALLOWED rather than asserted in the kernel: 8 consumer warps, 32 heads, 32 tokens a
+tile (the scores [8, 32, 16] fp32 fit q's slot [8, 32, 64] bf16, and the reduction's layout is written for them),
+and one consumer warp per scale group (the DS == TILE assert). GPU only: Gluon does not run under the interpreter.
+"""
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mbarrier, mma_v2
+
+from .configs import TiledConfig
+from .gluon_common import launch_dependents
+from .portable_ws import LAB_ARCHS, _producer, launch_portable_partial  # noqa: F401 - LAB_ARCHS: read by the lab
+
+ALLOWED = dict(BLOCK_H=(32,), BLOCK_T=(32,), num_warps=(8,), num_stages=(1,))
+CONFIG_SPACE = [TiledConfig(BLOCK_H=32, BLOCK_T=32, num_warps=8)]
+SWITCHES = dict(NUM_BUFS=2, PRODUCER_WARPS=4, PRODUCER_REGS=96)
+# The two exchange buffers' swizzles, chosen against the accesses that hit them (bank = 4-byte word mod 32). Each is
+# also written down as the rank-3/rank-4 view it is reached through: the phase comes from the row within the last
+# two dims, and every leading dim spans a multiple of the phase's period, so both views place every element alike.
+# - the partial scores [CW, BLOCK_H, TH] fp32, 64-byte rows: the MMA layout stores 8 B a thread, a half-warp 4 rows
+#   x 32 B at the same columns, and rows r and r + 2 share banks; 32-byte units XOR'd with (row // 2) % 2 put the 4
+#   rows in 4 distinct quarters of the banks. The reduction's 16-byte loads read whole rows, free under any
+#   permutation within a row.
+S_SMEM = gl.constexpr(gl.SwizzledSharedLayout(8, 2, 2, order=[2, 1, 0]))
+S4_SMEM = gl.constexpr(gl.SwizzledSharedLayout(8, 2, 2, order=[3, 2, 1, 0]))   # [2, CW // 2, BLOCK_H, TH]
+# - P [2 * BLOCK_H, TH] bf16, 32-byte rows, four to a 128-byte line: ldmatrix (the A operand) reads 8 rows x 16 B at
+#   the same columns a phase; 16-byte units XOR'd with (row // 4) % 2 give the 8 rows 8 distinct 16-byte bank groups.
+P_SMEM = gl.constexpr(gl.SwizzledSharedLayout(8, 4, 2, order=[1, 0]))
+P3_SMEM = gl.constexpr(gl.SwizzledSharedLayout(8, 4, 2, order=[2, 1, 0]))     # [2, BLOCK_H, TH]: the softmax's
+MAXNREG = 168  # one block of 12 warps per SM: 65536 / 384 threads, rounded down to a multiple of 8
+
+
+def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, PRODUCER_WARPS: int = 4, PRODUCER_REGS: int = 96) -> int:
+    """Shared bytes of one block: NUM_BUFS bf16 K slots (1 KB a token) with their valid bytes and two mbarriers
+    each, q (1 KB a head; the partial scores reuse it: CW x heads x half a tile's tokens fp32, 16 KB at 32 heads, 32
+    tokens and 8 warps), P in bf16 (2 B a head-token), the factors (4 B a head) and 256 B for the region's own
+    words, rounded up to 128 B."""
+    t, h = c.BLOCK_T, c.BLOCK_H
+    total = NUM_BUFS * (1024 * t + t + 16) + max(1024 * h, 2 * c.num_warps * h * t) + 2 * h * t + 4 * h + 256
+    return -(-total // 128) * 128
+
+
+@gluon.jit
+def portable_ws_h32t_partial_kernel(
+    q_ptr,            # [b, s_q, h, 512] bf16, last stride 1
+    stride_qb, stride_qs, stride_qh,
+    cache_u8,         # the flat bytes of one cache
+    stride_page, block_size, num_tokens,
+    idx_ptr,          # [b, s_q, topk] int32
+    stride_ib, stride_is,
+    topk_len_ptr, stride_tl,  # [b] int32, any stride (read only when HAS_TOPK_LEN)
+    part_out_ptr,     # [b*s_q, h, s_total, 512] fp32
+    part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2
+    sm_scale_log2,
+    H, S_Q, TOPK, split_offset, tokens_per_split, s_total,
+    HAS_TOPK_LEN: gl.constexpr,
+    D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
+    SCALE_BYTES: gl.constexpr,
+    BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr,
+    NUM_BUFS: gl.constexpr,            # K slots in the ring
+    PRODUCER_WARPS: gl.constexpr,      # warps of the producer partition: 8 tokens each
+    PRODUCER_REGS: gl.constexpr,       # its registers per thread (setmaxnreg); the consumer gets the rest
+):
+    D: gl.constexpr = D_NOPE + D_ROPE
+    CW: gl.constexpr = gl.num_warps()   # consumer warps, one column group each
+    DS: gl.constexpr = D // CW          # a warp's columns: the producer's scale group
+    gl.static_assert(DS == TILE, "one consumer warp per scale group")
+    # [CW, rows, DS] bf16: one 128-byte row a (group, row), 128-byte swizzle: conflict-free ldmatrix both ways
+    G_SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=3)
+    V_SMEM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+    pid_h = gl.program_id(0)
+    split = gl.program_id(1)
+    pid_q = gl.program_id(2)
+    bi = pid_q // S_Q
+    si = pid_q % S_Q
+
+    # the slots by plane half * CW + group [16 tokens, DS]: the producer's layout for both MMAs' views
+    k_smem = gl.allocate_shared_memory(gl.bfloat16, [NUM_BUFS, 2 * CW, BLOCK_T // 2, DS], G_SMEM)
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [CW, BLOCK_H, DS], G_SMEM)  # then the partial scores
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [2 * BLOCK_H, BLOCK_T // 2], P_SMEM)  # [half, head] rows
+    a_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], V_SMEM)
+    valid_smem = gl.allocate_shared_memory(gl.int8, [NUM_BUFS, BLOCK_T], V_SMEM)
+    full = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_BUFS):
+        mbarrier.init(full.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    gl.thread_barrier()  # the barriers' init before either partition uses them
+
+    end_all = TOPK
+    if HAS_TOPK_LEN:
+        end_all = gl.minimum(gl.load(topk_len_ptr + bi * stride_tl), TOPK)
+    start = split * tokens_per_split
+    end = gl.minimum(start + tokens_per_split, end_all)
+    idx_row = idx_ptr + bi * stride_ib + si * stride_is
+    q_row = q_ptr + bi * stride_qb + si * stride_qs
+    slot = (pid_q * H + pid_h * BLOCK_H) * s_total + split_offset + split  # the block's first head's partial
+
+    gl.warp_specialize([
+        (_consumer, (q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, end, q_row, stride_qh, pid_h,
+                     H, sm_scale_log2, part_out_ptr, part_lse_ptr, slot, s_total, BLOCK_H, BLOCK_T, D, NUM_BUFS)),
+        (_producer, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row,
+                     start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS)),
+    ], [PRODUCER_WARPS], [PRODUCER_REGS])
+
+
+@gluon.jit
+def _load_q_half(q_smem, q_row, stride_qh, pid_h, H, P: gl.constexpr, BLOCK_H: gl.constexpr, DS: gl.constexpr,
+                 A_OP: gl.constexpr):
+    """q's A operand for QK's parity P: batch b = half * 4 + g4 takes column group 2 * g4 + P of every head."""
+    CW: gl.constexpr = gl.num_warps()
+    QL: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 4, 8], [CW, 1, 1], [2, 1, 0])
+    qb = gl.arange(0, CW, layout=gl.SliceLayout(1, gl.SliceLayout(2, QL)))
+    qh = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, gl.SliceLayout(2, QL)))
+    qd = gl.arange(0, DS, layout=gl.SliceLayout(0, gl.SliceLayout(1, QL)))
+    qg3 = gl.expand_dims(gl.expand_dims(2 * (qb % 4) + P, 1), 2)
+    qh3 = gl.expand_dims(gl.expand_dims(qh, 0), 2)
+    qd3 = gl.expand_dims(gl.expand_dims(qd, 0), 1)
+    gl.thread_barrier()  # every warp's reads of the other parity's q before this one overwrites the slot
+    q_smem.store(gl.load(q_row + qh3 * stride_qh + qg3 * DS + qd3, mask=qh3 < H, other=0.0))  # [CW, BLOCK_H, DS]
+    gl.thread_barrier()
+    return q_smem.load(A_OP)  # [CW, BLOCK_H, DS] bf16, 32 registers a thread
+
+
+@gluon.jit
+def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
+              sm_scale_log2, part_out_ptr, part_lse_ptr, slot, s_total, BLOCK_H: gl.constexpr,
+              BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr):
+    """QK by 4 column groups of 128 x 2 token halves (warp b = half * 4 + g4), the 4 partials of a half reduced by
+    head, PV by 8 column groups of 64 over both halves."""
+    CW: gl.constexpr = gl.num_warps()
+    DS: gl.constexpr = D // CW
+    TH: gl.constexpr = BLOCK_T // 2
+    G_SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=3)
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[CW, 1, 1], instr_shape=[1, 16, 8])
+    A_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    B_OP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+    # the reduction [half, g4, heads, TH]: warp w its 4 heads, 4 partials of 4 tokens a thread (16 B loads)
+    RED: gl.constexpr = gl.BlockedLayout([1, 4, 1, 4], [2, 1, 4, 4], [1, 1, CW, 1], [3, 2, 1, 0])
+    SM: gl.constexpr = gl.SliceLayout(1, RED)          # [2, BLOCK_H, TH]: the softmax's layout
+    HEAD: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(2, SM))  # [BLOCK_H]
+    TOK: gl.constexpr = gl.SliceLayout(1, SM)          # [2, TH]
+    P2: gl.constexpr = gl.SliceLayout(0, A_OP)         # [BLOCK_H, TH]: P's half as every batch's A operand
+    OROW: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(2, MMA))  # [BLOCK_H] in O's layout
+    V2: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
+
+    # q [CW, BLOCK_H, DS] twice, zero past the last head: through shared memory once a split (ldmatrix)
+    q_a0 = _load_q_half(q_smem, q_row, stride_qh, pid_h, H, 0, BLOCK_H, DS, A_OP)
+    q_a1 = _load_q_half(q_smem, q_row, stride_qh, pid_h, H, 1, BLOCK_H, DS, A_OP)
+    gl.thread_barrier()  # every warp has its q before the slot is reused for the scores
+    s_smem = q_smem._reinterpret(gl.float32, [CW, BLOCK_H, TH], S_SMEM)
+    s4_smem = q_smem._reinterpret(gl.float32, [2, CW // 2, BLOCK_H, TH], S4_SMEM)
+
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=HEAD)
+    l_t = gl.zeros([2, BLOCK_H, TH], gl.float32, layout=SM)  # the row sums' terms, by thread
+    acc = gl.zeros([CW, BLOCK_H, DS], gl.float32, layout=MMA)  # O, warp w its columns
+    s_zero = gl.zeros([CW, BLOCK_H, TH], gl.float32, layout=MMA)
+    i = 0
+    for t0 in range(start, end, BLOCK_T):
+        buf = i % NUM_BUFS
+        mbarrier.wait(full.index(buf), (i // NUM_BUFS) & 1)
+        kb = k_smem.index(buf)  # [2 * CW, TH, DS] bf16: plane half * CW + group
+        kq = kb._reinterpret(gl.bfloat16, [CW, 2 * TH, DS], G_SMEM)  # batch b: planes 2b, 2b + 1
+        kt = kq.permute((0, 2, 1))  # [CW, DS, 2 * TH]
+        sp = mma_v2(q_a0, kt.slice(0, TH, dim=2).load(B_OP), s_zero)  # [CW, BLOCK_H, TH] fp32, group 2 g4
+        sp = mma_v2(q_a1, kt.slice(TH, TH, dim=2).load(B_OP), sp)     # + group 2 g4 + 1
+        s_smem.store(sp)
+        gl.thread_barrier()
+        if i > 0:  # every warp has stored this tile's scores, so it is past its reads of the last tile's slot
+            mbarrier.arrive(empty.index((i - 1) % NUM_BUFS))
+        ok = valid_smem.index(buf)._reinterpret(gl.int8, [2, TH], V2).load(TOK) != 0  # [2, TH]
+        s = gl.where(gl.expand_dims(ok, 1), gl.sum(s4_smem.load(RED), 1) * sm_scale_log2, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(gl.max(s, 2), 0))
+        alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))  # no (-inf) - (-inf)
+        m_i = m_new
+        m_b = gl.expand_dims(gl.expand_dims(gl.where(m_i == float("-inf"), 0.0, m_i), 0), 2)
+        p = gl.exp2(s - m_b)  # [2, BLOCK_H, TH] fp32
+        l_t = l_t * gl.expand_dims(gl.expand_dims(alpha, 0), 2) + p
+        p_smem._reinterpret(gl.bfloat16, [2, BLOCK_H, TH], P3_SMEM).store(p.to(gl.bfloat16))
+        a_smem.store(alpha)
+        gl.thread_barrier()
+        acc = acc * gl.expand_dims(gl.expand_dims(a_smem.load(OROW), 0), 2)
+        # per half: P's 32 rows [BLOCK_H, TH] as every batch's A operand, plane w of the half as warp w's V
+        pa = gl.expand_dims(p_smem.slice(0, BLOCK_H, dim=0).load(P2), 0).broadcast_to([CW, BLOCK_H, TH])
+        acc = mma_v2(pa, kb.slice(0, CW, dim=0).load(B_OP), acc)
+        pa = gl.expand_dims(p_smem.slice(BLOCK_H, BLOCK_H, dim=0).load(P2), 0).broadcast_to([CW, BLOCK_H, TH])
+        acc = mma_v2(pa, kb.slice(CW, CW, dim=0).load(B_OP), acc)
+        i += 1
+    gl.thread_barrier()  # every warp's last reads of P and the factors before the epilogue reuses a_smem
+    launch_dependents()
+
+    # epilogue: the LSE by the head's warp; 1 / l to every warp through a_smem, the output by the columns' warp
+    l_i = gl.sum(gl.sum(l_t, 2), 0)
+    live = l_i != 0
+    heads = gl.arange(0, BLOCK_H, layout=HEAD)
+    gl.store(part_lse_ptr + slot + heads * s_total, gl.where(live, m_i + gl.log2(l_i), float("-inf")),
+             mask=pid_h * BLOCK_H + heads < H)
+    a_smem.store(gl.where(live, 1.0 / l_i, 0.0))
+    gl.thread_barrier()
+    inv_l = a_smem.load(OROW)
+    oh = gl.arange(0, BLOCK_H, layout=OROW)
+    og = gl.arange(0, CW, layout=gl.SliceLayout(1, gl.SliceLayout(2, MMA)))
+    od = gl.arange(0, DS, layout=gl.SliceLayout(0, gl.SliceLayout(1, MMA)))
+    oh3 = gl.expand_dims(gl.expand_dims(oh, 0), 2)
+    row = (slot + oh3.to(gl.int64) * s_total) * D
+    gl.store(part_out_ptr + row + gl.expand_dims(gl.expand_dims(og, 1), 2) * DS + gl.expand_dims(gl.expand_dims(od, 0), 1),
+             acc * gl.expand_dims(gl.expand_dims(inv_l, 0), 2),
+             mask=(pid_h * BLOCK_H + oh3 < H) & gl.expand_dims(gl.expand_dims(inv_l != 0, 0), 2))
+
+
+# ----------------------------------------------------------------------------- host side
+
+def launch_portable_h32t_partial(**kw):
+    """Run the partial kernel for one KV scope (the keywords of ``portable_ws.launch_portable_partial``: the same
+    arguments, grid and checks)."""
+    launch_portable_partial(**kw, kernel=portable_ws_h32t_partial_kernel)
