@@ -144,22 +144,23 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 2048) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 2048) == "wgmma_ws_h64"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (12, 0))
-    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "portable_ws_h32r"
-    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "portable_ws"  # sm_120: no wgmma
+    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "portable_ws_h32t"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=4 * 512) == "portable_ws"  # sm_120: no wgmma
     # > 16 heads, by head-tokens: the 16-head groups up to 2**18, then the 32-head groups
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "portable_ws"
     assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "portable_ws"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=4097) == "portable_ws_h32r"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4097) == "portable_ws_h32t"
     assert registry.resolve("auto", "cuda", heads=128, tokens=2048) == "portable_ws"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=2049) == "portable_ws_h32r"
-    assert registry.resolve("auto", "cuda", heads=20, tokens=8 * 2048) == "portable_ws_h32r"
-    # <= 16 heads: portable_ws, but the one padded 32-head group from 8192 to 16384 tokens (inclusive)
+    assert registry.resolve("auto", "cuda", heads=128, tokens=2049) == "portable_ws_h32t"
+    assert registry.resolve("auto", "cuda", heads=20, tokens=8 * 2048) == "portable_ws_h32t"
+    # <= 16 heads: portable_ws, but the one padded 32-head group from 8192 tokens
     assert registry.resolve("auto", "cuda", heads=16, tokens=8192 - 1) == "portable_ws"
-    assert registry.resolve("auto", "cuda", heads=16, tokens=8192) == "portable_ws_h32r"
-    assert registry.resolve("auto", "cuda", heads=9, tokens=8 * 2048) == "portable_ws_h32r"
-    assert registry.resolve("auto", "cuda", heads=16, tokens=8 * 2048 + 1) == "portable_ws"
-    assert registry.resolve("auto", "cuda", heads=1, tokens=64 * 2048) == "portable_ws"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 2048) == "portable_ws_h32r"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=8192) == "portable_ws_h32t"
+    assert registry.resolve("auto", "cuda", heads=9, tokens=8 * 2048) == "portable_ws_h32t"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=8 * 2048 + 1) == "portable_ws_h32t"
+    assert registry.resolve("auto", "cuda", heads=1, tokens=64 * 2048) == "portable_ws_h32t"
+    assert registry.resolve("auto", "cuda", heads=1, tokens=4096) == "portable_ws"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 2048) == "portable_ws_h32t"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (8, 9))  # no warp specialisation
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "tile512"
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "tile512"
@@ -168,9 +169,12 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
 def test_auto_portable_provider_records_what_auto_runs_without_wgmma():
     from workbench.bench.sweeps import BenchShape, sweep_shapes
     assert "auto_portable" in bench.provider_names()
-    assert bench.kernel_of("auto_portable", BenchShape(64, 16, 2048)) == "portable_ws"
-    assert bench.kernel_of("auto_portable", BenchShape(64, 128, 2048)) == "portable_ws_h32r"
-    assert bench.kernel_of("auto_portable", BenchShape(64, 16, 128, extra_topk=512)) == "portable_ws"
+    assert bench.kernel_of("auto_portable", BenchShape(64, 16, 2048)) == "portable_ws_h32t"
+    assert bench.kernel_of("auto_portable", BenchShape(1, 64, 512)) == "portable_ws"
+    assert bench.kernel_of("auto_portable", BenchShape(64, 128, 2048)) == "portable_ws_h32t"
+    # the extra scope's tokens count: 8 x 512 alone is below the 16-head threshold, 8 x (512 + 512) is on it
+    assert bench.kernel_of("auto_portable", BenchShape(8, 16, 512)) == "portable_ws"
+    assert bench.kernel_of("auto_portable", BenchShape(8, 16, 512, extra_topk=512)) == "portable_ws_h32t"
     for sweep in ("headline", "ladder", "crossover"):
         assert all("auto_portable" in provs for _, provs, _, _ in sweep_shapes(sweep)), sweep
 
@@ -183,7 +187,7 @@ HOPPER_MARGINS = {(2, 64, 2048): 1.031, (32, 64, 512): 1.022, (128, 128, 2048): 
 PORTABLE_MARGINS = {(2, 64, 2048): 1.068, (1, 128, 2048): 1.022, (16, 64, 512): 1.021, (8, 128, 512): 1.016,
                     (4, 64, 512): 1.008, (1, 64, 2048): 1.007}
 HOPPER = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal")
-PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32r")
+PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32t")
 
 
 @pytest.mark.parametrize("table", RULE_TABLES)

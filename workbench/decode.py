@@ -124,8 +124,8 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     Gluon rung that passes every GPU check: "wgmma_xchg" for small calls, "wgmma_f16_2cta" / "wgmma_f16" at 17-32
     heads, the warp-specialised "wgmma_ws" at <= 16 heads from 65536 selected tokens up and the 64-head block
     "wgmma_ws_h64" for large calls at 33 heads and more; on sm_100/sm_120 the portable warp-specialised
-    "portable_ws" at <= 16 heads or small calls, else "portable_ws_h32r" (32-head groups; also at <= 16 heads
-    from 8192 to 16384 tokens); below sm_90
+    "portable_ws" at <= 16 heads or small calls, else "portable_ws_h32t" (32-head groups; also at <= 16 heads
+    from 8192 tokens); below sm_90
     "tile512"; see registry.auto_kernel and registry.portable_kernel), any
     registered kernel (``workbench.registry.decode_impls()``: the seed's "mma", the portable "tile512" and
     "portable_ws" (mma.sync, no wgmma), the bf16

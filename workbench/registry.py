@@ -47,8 +47,8 @@ TWO_BLOCK_BELOW_HEAD_TOKENS = 1 << 18  # >= 33 heads: below b8 topk512 at h64, b
 XCHG_BELOW_HEAD_TOKENS = 1 << 20     # >= 33 heads: below b8 topk2048 at h64, b4 topk2048 at h128; then the 64-head block
 PORTABLE_WS_MAX_HEAD_TOKENS = 1 << 18  # off Hopper, > 16 heads: up to b8 topk512 (b2 topk2048) at h64, b4 topk512 at
                                        # h128; then the 32-head groups
-PORTABLE_H32_TOKENS_H16 = (8192, 16384)  # off Hopper, <= 16 heads: from b4 topk2048 (b16 topk512) to b8 topk2048 the
-                                         # 32-head kernel, half its heads padding, beats portable_ws's split plan
+PORTABLE_H32_MIN_TOKENS_H16 = 8192  # off Hopper, <= 16 heads: from b4 topk2048 (b16 topk512) the 32-head kernel, half
+                                    # its heads padding, beats portable_ws's split plan
 
 
 def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
@@ -110,42 +110,27 @@ PORTABLE_CAPABILITIES = ("sm_100", "sm_103", "sm_110", "sm_120", "sm_121")  # wa
 def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     """What "auto" runs off sm_90. On a GPU that can run warp-specialised rungs (register reallocation: sm_90 and
     newer; ``PORTABLE_CAPABILITIES``): "portable_ws" (16-head groups) at <= 16 heads, and above 16 up to
-    PORTABLE_WS_MAX_HEAD_TOKENS head-tokens (heads * tokens); beyond, "portable_ws_h32r" (32-head groups, each token
-    gathered half as often; QK split over the 512 columns); at <= 16 heads "portable_ws_h32r" too, one padded group,
-    for calls of PORTABLE_H32_TOKENS_H16 tokens (inclusive). Elsewhere "tile512". Why: on the H200 (the proxy),
-    portable_ws's 32-head successors take 0.55-0.90x its time above 2**18 head-tokens at every head count from 20
-    to 128 and 0.99-1.21x at or below it (the sweeps at 9328124, data/archive/bench_h200_20261204-0101_crossover.csv
-    and data/archive/bench_h200_20261204-0103_heads.csv). Rung 22 (portable_ws_h32s) took rung 21's place at
-    3c50726 (a same-run A/B, data/explore/explore_h200_20261204-0439_h32s.csv: 0.95-0.99x rung 21's time at all 12
-    shapes), and in the sweeps at c6216b0 (data/archive/bench_h200_20261204-0456_crossover.csv,
-    data/archive/bench_h200_20261204-0457_heads.csv) took 0.91-0.96x rung 20's (portable_ws_h32q's) time from 2**21
-    head-tokens and 0.93-1.03x between 2**18 and 2**21. Rung 23 (portable_ws_h32r, rung 22 with one partition
-    barrier a tile fewer) took rung 22's place at the commit after 160c5c9, from an A/B of the same change as an
-    uncommitted variant (data/explore/explore_h200_20261204-0512_slot_release.csv: 0.96-0.99x rung 22's time at the 5
-    shapes timed). At 16 heads, in the sweeps at c6216b0, rung 22's one padded group beat portable_ws at b4 topk2048
-    (14.25 us against 17.62), b16 topk512 (11.13 against 12.68) and b8 topk2048 (16.78 against 18.16; the heads
-    sweep: 16.38 against 17.63), 8192-16384 tokens, tied at b16 topk2048 (21.99 against 21.92) and b32 topk512
-    (14.82 against 14.74) and lost below 8192 tokens and from 32768 (b64 topk2048: 63.86 against 57.63): a band,
-    not a threshold, since portable_ws's plan of two blocks an SM wins back the large calls.
-    In the sweeps at 8431ecd, which run this rule (data/bench_h200_20261204-0600_crossover.csv,
-    data/bench_h200_20261204-0602_heads.csv), rung 23 takes 0.88-0.93x rung 20's time from 2**21 head-tokens and
-    0.91-1.02x above 2**18 and below 2**21 (slower at b16 h64 topk512 and b8 h128 topk512). The pick is
-    within 0.5% of the fastest portable rung at every shape with more than 16 heads but these: b2 h64 topk2048 6.8%
-    (portable_ws 23.76 us against tile512's 22.26), b1 h128 topk2048 2.2% (portable_ws 22.95 against tile512's
-    22.46), b16 h64 topk512 2.0% (rung 23 23.40 against rung 20's 22.94), b8 h128 topk512 1.6% (rung 23 23.06
-    against rung 20's 22.71), b4 h64 topk512 0.8% and b1 h64 topk2048 0.6% (portable_ws against rung 20); at 16 heads
-    it is within 2% everywhere but b16 topk2048 (32768 tokens, past the band: portable_ws 22.51 against rung 23's
-    21.72, 3.7%; at c6216b0 the two tied there), and at the band's four shapes rung 23 wins: b4 topk2048 14.40 us
-    against portable_ws's 18.06, b8 topk2048 16.52 against 18.28, b16 topk512 10.91 against 12.73, b32 topk512 14.43 against
-    15.11 (docs/decisions.md)."""
+    PORTABLE_WS_MAX_HEAD_TOKENS head-tokens (heads * tokens); beyond, "portable_ws_h32t" (32-head groups, each token
+    gathered half as often); at <= 16 heads "portable_ws_h32t" too, one padded group, from PORTABLE_H32_MIN_TOKENS_H16
+    tokens. Elsewhere "tile512". Why: on the H200 (the proxy), portable_ws's 32-head successors take 0.55-0.90x its
+    time above 2**18 head-tokens at every head count from 20 to 128 and 0.99-1.21x at or below it (the sweeps at
+    9328124, data/archive/bench_h200_20261204-0101_crossover.csv and data/archive/bench_h200_20261204-0103_heads.csv);
+    each rung since took its predecessor's place on a same-run A/B or the sweeps (docs/decisions.md, rungs 21-24).
+    Rung 24 (portable_ws_h32t) took rung 23's place at the commit after db69d6c, from an A/B of the same kernel as an
+    uncommitted variant (data/explore/explore_h200_20261204-0620_h32t.csv: 0.89-1.00x rung 23's time at the 8 shapes
+    timed, none slower; 0.92x at b64 h16 topk2048 as one padded group). At 16 heads rung 23's one padded group beat
+    portable_ws from 8192 to 32768 tokens in the sweeps at 8431ecd (data/bench_h200_20261204-0600_crossover.csv,
+    data/bench_h200_20261204-0602_heads.csv: b4 topk2048 14.40 us against 18.06, b8 topk2048 16.52 against 18.28,
+    b16 topk512 10.91 against 12.73, b32 topk512 14.43 against 15.11, b16 topk2048 21.72 against 22.51) and lost below
+    8192 tokens and at b64 topk2048 (62.0 against 57.6); rung 24 took 57.0 us there in the A/B, so at this commit
+    rung 23's band of 8192-16384 tokens became a threshold, which the sweeps at this commit test."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
     if heads <= 16:
-        lo, hi = PORTABLE_H32_TOKENS_H16
-        return "portable_ws_h32r" if lo <= tokens <= hi else "portable_ws"
+        return "portable_ws_h32t" if tokens >= PORTABLE_H32_MIN_TOKENS_H16 else "portable_ws"
     if heads * tokens <= PORTABLE_WS_MAX_HEAD_TOKENS:
         return "portable_ws"
-    return "portable_ws_h32r"
+    return "portable_ws_h32t"
 
 
 def resolve(impl: str, device, *, heads: int, tokens: int) -> str:

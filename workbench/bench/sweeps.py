@@ -55,7 +55,7 @@ OVERHEAD_MODES = ("eager", "eager_idle", "graph", "overhead")
 # rung 21, timed beside it because it still wins some calls of 2^18-2^21 head-tokens), the fastest bf16 Gluon rung
 # and the best Triton one, timed from small to large calls
 CROSSOVER_PROVIDERS = ("tile512", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64",
-                       "wgmma_ws_bal", "portable_ws", "portable_ws_h32q", "portable_ws_h32r", "auto_portable")
+                       "wgmma_ws_bal", "portable_ws", "portable_ws_h32q", "portable_ws_h32t", "auto_portable")
 # Head counts between the powers of two (issue 25): each pads up to a head group, and must cost no more than the next
 # power of two; the default and every crossover rung beside FlashMLA and the floors, at a large and a small call
 ODD_HEADS = (16, 20, 24, 32, 40, 48, 64, 128)

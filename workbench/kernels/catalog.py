@@ -229,25 +229,6 @@ _block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws
        allowed=portable_ws.ALLOWED_H32, config_space=portable_ws.CONFIG_SPACE_H32, maxnreg=portable_ws.MAXNREG_H32,
        split_granule=32)
 
-from . import portable_ws_h32r  # noqa: E402 - beside its entry
-
-_block(portable_ws_h32r, portable_ws_h32r.launch_portable_h32r_partial,
-       portable_ws_h32r.portable_ws_h32r_partial_kernel, name="portable_ws_h32r", rung=23,
-       summary=("rung 22 (portable_ws_h32s) with the K slot handed back one partition barrier later (after the next "
-                "tile's scores are stored): two partition barriers a tile in the source instead of three (compiled: "
-                "three BAR.SYNC a tile against four)"),
-       prediction=("ncu of rung 22 at b64 h64 (c6216b0): the consumer is the block's critical path (the producer "
-                   "waits for a free slot in 47% of its samples) and runs one tile at a time through three partition "
-                   "barriers (8.8% of its samples on the barrier); the third only guards the slot's hand-back, "
-                   "which the next tile's first barrier guards as well. An A/B of this change as an uncommitted "
-                   "variant on 21a73ce (data/explore/explore_h200_20261204-0512_slot_release.csv, two timings a "
-                   "shape) took b64 h64 topk2048 from 123.3-124.5 us to 120.1-120.3 and b64 h128 from 223.5 to "
-                   "216.9-217.6, 1.3-1.5% at b8 h128 and b16 h64 topk512, 3.3% at b32 h64. The same registers "
-                   "(168) and shared bytes (100,692) as rung 22, one fewer BAR.SYNC in the loop. Expect b64 h64 "
-                   "topk2048 at 118-122 us, b64 h128 at 213-220, b64 h16 (one padded group) 61-64, b1 h64 topk512 "
-                   "level with rung 22; the issue's 100 us at b64 h64 stays out of reach of this step"),
-       split_granule=32)
-
 from . import portable_ws_h32t  # noqa: E402 - beside its entry
 
 _block(portable_ws_h32t, portable_ws_h32t.launch_portable_h32t_partial,

@@ -45,8 +45,8 @@ fp32 P, each thread its own terms, reduced across the warps once after the loop.
 from the bf16 P read back, and the log-sum-exp carried bf16's rounding: 3 failed LSE checks at 8aa1f61,
 docs/decisions.md, rung 17.)
 
-Rung 23 (``portable_ws_h32r``, a module of its own, as were rungs 21 and 22 before it) reuses this producer, its
-launcher and its checks, with the slot stored by column group.
+Rung 24 (``portable_ws_h32t``, a module of its own, as were rungs 21-23 before it) reuses this producer, its
+launcher and its checks, with the slot stored by token half and column group.
 
 Invalid tokens (-1, out of range, past topk_length or the split) load as zero and are masked to -inf before the
 softmax. Padding heads (past H in the last head group) load q as zero and are never stored. The epilogue writes
@@ -331,9 +331,9 @@ def _producer(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size
               D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
               SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr):
     """Gather and dequantise (bf16, exact) each tile of the split into the next free slot, then mark it full. A slot
-    is [BLOCK_T, D] (this module's rungs), [G, BLOCK_T, D // G], one scale group a plane (portable_ws_h32r, whose
-    consumer warps each own one group's columns), or [2 G, BLOCK_T // 2, D // G], one plane a token half and group
-    (portable_ws_h32t): the same words, permuted before the store."""
+    is [BLOCK_T, D] (this module's rungs) or [2 G, BLOCK_T // 2, D // G], one plane a token half and scale group
+    (portable_ws_h32t, whose consumer warps each read one group's columns, or two groups of one half): the same
+    words, permuted before the store."""
     PW: gl.constexpr = gl.num_warps()
     D: gl.constexpr = D_NOPE + D_ROPE
     G: gl.constexpr = SCALE_BYTES
@@ -373,9 +373,6 @@ def _producer(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size
         kw = gl.join(lo, hi)                                     # [BLOCK_T, G, W, 2] int32: bf16 pairs
         if len(k_smem.shape) == 3:   # slots [BLOCK_T, D]
             k_smem.index(buf)._reinterpret(gl.int32, [BLOCK_T, D // 2], KW).store(gl.reshape(kw, [BLOCK_T, D // 2]))
-        elif k_smem.shape[1] == G:   # slots [G, BLOCK_T, D // G], by column group (portable_ws_h32r)
-            k_smem.index(buf)._reinterpret(gl.int32, [G, BLOCK_T, 2 * W], KW3).store(
-                gl.permute(gl.reshape(kw, [BLOCK_T, G, 2 * W]), (1, 0, 2)))
         else:                        # slots [2 G, BLOCK_T // 2, D // G], by token half and group (portable_ws_h32t)
             k_smem.index(buf)._reinterpret(gl.int32, [2 * G, BLOCK_T // 2, 2 * W], KW3).store(gl.reshape(
                 gl.permute(gl.reshape(kw, [2, BLOCK_T // 2, G, 2 * W]), (0, 2, 1, 3)), [2 * G, BLOCK_T // 2, 2 * W]))
