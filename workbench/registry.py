@@ -87,7 +87,11 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     (data/bench_h200_20261204-0600_crossover.csv, data/bench_h200_20261204-0602_heads.csv; the Hopper rungs' code and
     this rule unchanged) within 2.2% at every shape but b2 h64 topk2048, 2**18 head-tokens, where wgmma_xchg took
     16.65 us and wgmma_f16_2cta 16.17 (3.006%, just over issue 25's 3%; the seventh run in a row that shape goes to
-    wgmma_f16_2cta or ties); the next: b32 h64 topk512 and b128 h128 topk2048, 2.1% each.
+    wgmma_f16_2cta or ties); the next: b32 h64 topk512 and b128 h128 topk2048, 2.1% each. In those at f78a059
+    (data/bench_h200_20261204-0728_crossover.csv, data/bench_h200_20261204-0730_heads.csv; the Hopper rungs' code and
+    this rule unchanged) within 2.0% at every shape but b8 h64 topk2048, 2**20 head-tokens, where wgmma_ws_h64 took
+    22.16 us and wgmma_xchg 21.51 (3.02%; the heads sweep of the same call: 22.07 against 21.82, 1.2%), and b1 h128
+    topk2048, 2**18, wgmma_xchg 16.03 against wgmma_f16_2cta's 15.62 (2.6%): both on boundaries again.
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
@@ -123,7 +127,14 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     data/bench_h200_20261204-0602_heads.csv: b4 topk2048 14.40 us against 18.06, b8 topk2048 16.52 against 18.28,
     b16 topk512 10.91 against 12.73, b32 topk512 14.43 against 15.11, b16 topk2048 21.72 against 22.51) and lost below
     8192 tokens and at b64 topk2048 (62.0 against 57.6); rung 24 took 57.0 us there in the A/B, so at this commit
-    rung 23's band of 8192-16384 tokens became a threshold, which the sweeps at this commit test."""
+    rung 23's band of 8192-16384 tokens became a threshold, which the sweeps at this commit test. In the sweeps at
+    f78a059, which run this rule (data/bench_h200_20261204-0728_crossover.csv, data/bench_h200_20261204-0730_heads.csv),
+    the threshold holds at every 16-head shape: rung 24 wins from b4 topk2048 (13.75 us against portable_ws's 17.59)
+    to b128 topk2048 (103.02 against 103.83) and portable_ws below 8192 tokens (b8 topk512: 9.23 against 9.67). Above
+    16 heads rung 24 is the fastest portable rung at every shape above 2**18 head-tokens, and the pick is within 0.5%
+    at every shape but three calls of one or two rows at topk 2048: b1 h128 5.4% (portable_ws 22.64 us against
+    tile512's 21.48), b2 h64 3.5% (portable_ws 23.06 against tile512's 22.29) and b1 h64 1.8% (portable_ws 16.56
+    against rung 20's 16.26) (docs/decisions.md)."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
     if heads <= 16:
