@@ -84,14 +84,15 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     (by 0.6-6.2% at b4 h128) and b2 h64 topk2048 to wgmma_f16_2cta or a tie every time, while b1 h128 topk2048
     went 4 to 2 to wgmma_xchg; b2 h64 topk2048 and b8 h64 topk512 have the same heads and tokens, so a rule of heads
     and tokens alone cannot pick both (docs/decisions.md). In those at 8431ecd
-    (data/bench_h200_20261204-0600_crossover.csv, data/bench_h200_20261204-0602_heads.csv; the Hopper rungs' code and
-    this rule unchanged) within 2.2% at every shape but b2 h64 topk2048, 2**18 head-tokens, where wgmma_xchg took
-    16.65 us and wgmma_f16_2cta 16.17 (3.006%, just over issue 25's 3%; the seventh run in a row that shape goes to
-    wgmma_f16_2cta or ties); the next: b32 h64 topk512 and b128 h128 topk2048, 2.1% each. In those at f78a059
-    (data/bench_h200_20261204-0728_crossover.csv, data/bench_h200_20261204-0730_heads.csv; the Hopper rungs' code and
-    this rule unchanged) within 2.0% at every shape but b8 h64 topk2048, 2**20 head-tokens, where wgmma_ws_h64 took
-    22.16 us and wgmma_xchg 21.51 (3.02%; the heads sweep of the same call: 22.07 against 21.82, 1.2%), and b1 h128
-    topk2048, 2**18, wgmma_xchg 16.03 against wgmma_f16_2cta's 15.62 (2.6%): both on boundaries again.
+    (data/archive/bench_h200_20261204-0600_crossover.csv, data/archive/bench_h200_20261204-0602_heads.csv; the Hopper
+    rungs' code and this rule unchanged) within 2.2% at every shape but b2 h64 topk2048, 2**18 head-tokens, where
+    wgmma_xchg took 16.65 us and wgmma_f16_2cta 16.17 (3.006%, just over issue 25's 3%; the seventh run in a row that
+    shape goes to wgmma_f16_2cta or ties); the next: b32 h64 topk512 and b128 h128 topk2048, 2.1% each. In those at
+    f78a059 (data/bench_h200_20261204-0728_crossover.csv, data/bench_h200_20261204-0730_heads.csv; the Hopper rungs'
+    code and this rule unchanged) within 2.0% at every shape but b8 h64 topk2048, 2**20 head-tokens, where
+    wgmma_ws_h64 took 22.16 us and wgmma_xchg 21.51 (3.02%; the heads sweep of the same call: 22.07 against 21.82,
+    1.2%), and b1 h128 topk2048, 2**18, wgmma_xchg 16.03 against wgmma_f16_2cta's 15.62 (2.6%): both on boundaries
+    again.
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
@@ -123,10 +124,12 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     Rung 24 (portable_ws_h32t) took rung 23's place at the commit after db69d6c, from an A/B of the same kernel as an
     uncommitted variant (data/explore/explore_h200_20261204-0620_h32t.csv: 0.89-1.00x rung 23's time at the 8 shapes
     timed, none slower; 0.92x at b64 h16 topk2048 as one padded group). At 16 heads rung 23's one padded group beat
-    portable_ws from 8192 to 32768 tokens in the sweeps at 8431ecd (data/bench_h200_20261204-0600_crossover.csv,
-    data/bench_h200_20261204-0602_heads.csv: b4 topk2048 14.40 us against 18.06, b8 topk2048 16.52 against 18.28,
-    b16 topk512 10.91 against 12.73, b32 topk512 14.43 against 15.11, b16 topk2048 21.72 against 22.51) and lost below
-    8192 tokens and at b64 topk2048 (62.0 against 57.6); rung 24 took 57.0 us there in the A/B, so at this commit
+    portable_ws at 8192-16384 tokens and at b16 topk2048 (32768) in the sweeps at 8431ecd
+    (data/archive/bench_h200_20261204-0600_crossover.csv, data/archive/bench_h200_20261204-0602_heads.csv: b4 topk2048
+    14.40 us against 18.06, b8 topk2048 16.52 against 18.28, b16 topk512 10.91 against 12.73, b32 topk512 14.43
+    against 15.11, b16 topk2048 21.72 against 22.51), and lost below 8192 tokens, at b64 topk512 (32768: 21.43 against
+    21.24) and at every larger call (b64 topk2048 62.2 against 58.5, the heads sweep 62.3 against 57.6; b128 topk2048
+    116.4 against 104.8). Rung 24 took b64 topk2048 in 57.0 us in the A/B, level with portable_ws, so at this commit
     rung 23's band of 8192-16384 tokens became a threshold, which the sweeps at this commit test. In the sweeps at
     f78a059, which run this rule (data/bench_h200_20261204-0728_crossover.csv, data/bench_h200_20261204-0730_heads.csv),
     the threshold holds at every 16-head shape: rung 24 wins from b4 topk2048 (13.75 us against portable_ws's 17.59)

@@ -52,7 +52,8 @@ OVERHEAD_PROVIDERS = ("auto", "auto+plan", "auto+compiled", "flashmla", "launch_
 OVERHEAD_MODES = ("eager", "eager_idle", "graph", "overhead")
 # the rungs auto chooses among on sm_90 and off it (registry.auto_kernel; auto_portable: what it runs without wgmma),
 # the newest Hopper rung (wgmma_ws_bal, a candidate for the rule), rung 20 (portable_ws_h32q: out of the rule since
-# rung 21, timed beside it because it still wins some calls of 2^18-2^21 head-tokens), the fastest bf16 Gluon rung
+# rung 21, timed beside it as the reference its successors are measured against; at f78a059 it won only b1 h64
+# topk2048, below 2^18 head-tokens, where the rule runs portable_ws), the fastest bf16 Gluon rung
 # and the best Triton one, timed from small to large calls
 CROSSOVER_PROVIDERS = ("tile512", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64",
                        "wgmma_ws_bal", "portable_ws", "portable_ws_h32q", "portable_ws_h32t", "auto_portable")

@@ -1,5 +1,6 @@
-"""Rung "portable_ws_h32t": rung 23 (``portable_ws_h32r``) with QK split as 4 column groups of 128 by 2 token halves
-instead of 8 column groups of 64 by the whole tile, so that half as many partial scores meet in shared memory.
+"""Rung "portable_ws_h32t": rung 23 (``portable_ws_h32r``, removed; runnable at db69d6c) with QK split as 4 column
+groups of 128 by 2 token halves instead of 8 column groups of 64 by the whole tile, so that half as many partial
+scores meet in shared memory.
 
 ncu of rung 23 at b64 h64 (8431ecd) left its consumer on the tile's serial chain, and the exchange of 8 partial
 scores a head-token (32 KB of fp32 stored and loaded a tile, most of the block's shared traffic) is in that chain.
@@ -19,7 +20,8 @@ each half. (Slicing the [16, 16, 64] view before the permute, the obvious spelli
 
 Everything else is rung 23's: the slot of tile i handed back after the first barrier of tile i + 1, two partition
 barriers a tile in the source, 2 K slots of 32 tokens, one block of 12 warps per SM (4 producer warps at 96
-registers, the consumer's 8 at (12 x MAXNREG - 4 x 96) / 8), the epilogue, invalid tokens and padding heads.
+registers, the consumer's 8 at (12 x MAXNREG - 4 x 96) / 8 rounded down to a multiple of 8: 200), the epilogue,
+invalid tokens and padding heads.
 
 Per tile a consumer warp reads 4 KB of K, 4 KB of V, 2 KB of P and 2 KB of partial scores, and writes 2 KB of
 scores: 14 KB, 112 KB for the block (rung 23: 144 KB).
@@ -92,7 +94,8 @@ def portable_ws_h32t_partial_kernel(
     CW: gl.constexpr = gl.num_warps()   # consumer warps, one column group each
     DS: gl.constexpr = D // CW          # a warp's columns: the producer's scale group
     gl.static_assert(DS == TILE, "one consumer warp per scale group")
-    # [CW, rows, DS] bf16: one 128-byte row a (group, row), 128-byte swizzle: conflict-free ldmatrix both ways
+    # [planes, rows, DS] bf16 (the slot's planes, q's groups): one 128-byte row a (plane, row), 128-byte swizzle:
+    # conflict-free ldmatrix both ways
     G_SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=3)
     V_SMEM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
     pid_h = gl.program_id(0)
