@@ -8,12 +8,16 @@ tokens a call, chosen four ways, each in the bench's graph replay over 8 rotatio
 - ``l2``: every query of the call reads the same ``topk`` random tokens (1.2 MB at topk 2048), so after the first
   touch the call is served from L2: the probe's own ceiling when DRAM is out of the way.
 
+``--split-tokens N`` launches each probe with its own plan as well: one program a query and N tokens (0: the
+decode's split plan, as the bench runs the probes). A provider ``name@{json}`` runs one forced config.
+
 Counted bytes are the bench's (584 a token a query), so GB/s compares directly with the published floor rows.
 One CSV, long format, one row a (shape, pattern, provider), with the median, p20 and p80 and the provenance.
 
     python scripts/floor_patterns.py --csv $OUT/floor_patterns.csv
 """
 import argparse
+import json
 import sys
 
 import torch
@@ -44,11 +48,33 @@ def pattern_indices(ix: torch.Tensor, pattern: str, *, pool_tokens: int, block_s
     raise ValueError(f"pattern: expected one of {PATTERNS}; got {pattern!r}")
 
 
+def probe_call(name: str, kw: dict, split_tokens: int, config):
+    """One call of probe ``name`` on ``kw``: the bench's ProbeProvider (the decode's split plan) when split_tokens
+    is 0 and no config is forced, else one program a query and ``split_tokens`` tokens (or the decode's plan)."""
+    if not split_tokens and config is None:
+        return ProbeProvider(name).prepare(kw)
+    from workbench import registry
+    spec, ix = registry.get(name), kw["indices"]
+    b, s_q, topk = ix.shape
+    if split_tokens:
+        num_splits, tps = -(-topk // split_tokens), split_tokens
+    else:
+        from workbench.decode import sm_count, split_plans
+        plan = split_plans(queries=b * s_q, heads=kw["q"].shape[2], indices=[ix], num_sms=sm_count(ix.device))[0]
+        num_splits, tps = plan.num_splits, plan.tokens_per_split
+    sink = torch.empty(b * s_q, num_splits, dtype=torch.int32, device=ix.device)
+    return lambda: spec.launch(cache=kw["cache"], indices=ix, num_splits=num_splits, tokens_per_split=tps,
+                               sink=sink, config=config)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", action="append", default=[], help="batch,heads,topk (repeatable; default b64 h16 and "
                                                                  "b64 h128 at topk 2048)")
     p.add_argument("--providers", nargs="+", default=["gather_async", "gather"])
+    p.add_argument("--split-tokens", nargs="+", type=int, default=[0],
+                   help="tokens a program (0: the decode's split plan)")
+    p.add_argument("--patterns", nargs="+", default=list(PATTERNS), choices=PATTERNS)
     p.add_argument("--csv", required=True)
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -61,25 +87,28 @@ def main(argv=None) -> int:
     rows = []
     for shape in shapes:
         base = pool.inputs(shape)
-        for pattern in PATTERNS:
+        for pattern in a.patterns:
             kws = [dict(kw, indices=pattern_indices(kw["indices"], pattern, pool_tokens=pool.pool_tokens,
                                                      block_size=shape.block_size, gen=gen)) for kw in base]
             valid = call_valid_tokens(kws[0])
             cost = decode_cost(batch=shape.batch, s_q=shape.s_q, heads=shape.heads, valid_tokens=valid)
-            for name in a.providers:
-                prov_ = ProbeProvider(name)
-                med, p20, p80 = summarize(graph_samples([prov_.prepare(kw) for kw in kws]))
+            for item, split_tokens in ((i, n) for n in a.split_tokens for i in a.providers):
+                name, _, cfg = item.partition("@")
+                fns = [probe_call(name, kw, split_tokens, json.loads(cfg) if cfg else None) for kw in kws]
+                med, p20, p80 = summarize(graph_samples(fns))
                 rows.append(dict(sweep="floor_patterns", provider=name, kernel=name, mode="graph", pattern=pattern,
+                                 split_tokens=split_tokens, config=cfg or None,
                                  batch=shape.batch, s_q=shape.s_q, heads=shape.heads, topk=shape.topk,
                                  block_size=shape.block_size, status="ok", median_us=med, p20_us=p20, p80_us=p80,
                                  valid_tokens=valid, bytes=cost.bytes, gbps=cost.bytes / (med * 1e-6) / 1e9,
                                  frac_hbm=cost.bytes / (med * 1e-6) / 1e9 / ceilings["hbm_copy_gbps"],
                                  **ceilings, **prov))
                 r = rows[-1]
-                print(f"{shape.label:28s} {pattern:11s} {name:13s} {med:8.2f} us ({p20:.2f}-{p80:.2f}) "
-                      f"{r['gbps']:7.0f} GB/s ({r['frac_hbm']:.2f} of copy)", flush=True)
+                print(f"{shape.label:26s} {pattern:10s} {item:52s} split={split_tokens:<4d} {med:7.2f} us "
+                      f"({p20:.2f}-{p80:.2f}) {r['gbps']:5.0f} GB/s ({r['frac_hbm']:.2f} of copy)", flush=True)
     df = rows_frame(rows)  # the bench's columns, then the pattern
     df.insert(df.columns.get_loc("mode") + 1, "pattern", [r["pattern"] for r in rows])
+    df.insert(df.columns.get_loc("pattern") + 1, "split_tokens", [r["split_tokens"] for r in rows])
     df.to_csv(a.csv, index=False)
     return 0
 
