@@ -285,7 +285,8 @@ else:
 # table: the default beside FlashMLA, both floors and what auto runs without wgmma, at b8 and b64 topk2048.
 
 # %%
-heads_rows = ok[(ok.sweep == "heads") & ok.provider.isin(["auto", "flashmla", "gather", "gather_async", "auto_portable"])]
+heads_rows = ok[(ok.sweep == "heads") & ok.provider.isin(["auto", "flashmla", "gather", "gather_async", "gather_fine",
+                                                                          "auto_portable"])]
 if len(heads_rows):
     fig = fig_heads(heads_rows)
     save_figure(fig, "throughput_heads", out_dir, title=f"Time against head count: {gpu_label(heads_rows)}",

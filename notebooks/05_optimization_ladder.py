@@ -69,7 +69,7 @@ record = pd.read_csv(Path(data_dir, "rungs.csv"),
 rungs = record[record.rung.notna()].sort_values("rung").reset_index(drop=True)
 RUNGS = list(rungs.name)
 registered = {s.name: s for s in registry.rungs()}  # the kept rungs: their registry entries (predictions, splits)
-PEERS = ["flashmla", "gather", "gather_async"]
+PEERS = ["flashmla", "gather", "gather_async", "gather_fine"]
 # the headline shapes: key -> (batch, heads, topk, extra_topk, title)
 SHAPES = {"h16": (64, 16, 2048, 0, "b64 h16 topk2048"), "h64": (64, 64, 2048, 0, "b64 h64 topk2048"),
           "h128": (64, 128, 2048, 0, "b64 h128 topk2048"), "b1": (1, 64, 512, 0, "b1 h64 topk512"),

@@ -102,8 +102,8 @@ def test_heads_sweep_times_the_odd_head_counts_beside_the_next_power_of_two():
     got = {(s.batch, s.heads, s.topk) for s, *_ in items}
     assert {(64, h, 2048) for h in (20, 24, 32, 40, 48, 64)} <= got
     for _, providers, modes, config in items:
-        assert {"auto", "flashmla", "gather", "gather_async", "auto_portable", "portable_ws_h32q", "portable_ws_h32t",
-                "wgmma_ws_h64"} <= set(providers)
+        assert {"auto", "flashmla", "gather", "gather_async", "gather_fine", "auto_portable", "portable_ws_h32q",
+                "portable_ws_h32t", "wgmma_ws_h64"} <= set(providers)
         assert modes == ("graph",) and config is None
         assert len(set(providers)) == len(providers)
 

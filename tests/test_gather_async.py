@@ -109,10 +109,10 @@ def test_registered_as_a_probe_beside_gather():
 
 
 @pytest.mark.parametrize("name", [s for s in sweeps.SWEEPS if s != "all"])
-def test_every_sweep_that_times_gather_times_gather_async_beside_it(name):
+def test_every_sweep_that_times_gather_times_gather_async_and_gather_fine_beside_it(name):
     for shape, provs, modes, config in sweeps.sweep_shapes(name):
         if "gather" in provs:
-            assert "gather_async" in provs, (name, shape.label)
+            assert {"gather_async", "gather_fine"} <= set(provs), (name, shape.label)
 
 
 def test_configs_round_trip_and_name_their_loop_stages():

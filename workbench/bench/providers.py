@@ -279,20 +279,49 @@ class ProbeProvider:
         if not torch.cuda.is_available():
             raise Skip("no CUDA GPU")
 
+    def grid(self, plan, topk: int) -> tuple[int, int]:
+        """(programs a query, tokens a program) for one scope of ``topk`` indices: the decode's plan."""
+        return plan.num_splits, plan.tokens_per_split
+
     def prepare(self, kw: dict, config=None):
         from ..decode import decode_scopes, sm_count, split_plans
         q = kw["q"]
         b, s_q, h, _ = q.shape
         scopes = decode_scopes(kw["cache"], kw["indices"], None, kw.get("extra_cache"), kw.get("extra_indices"))
         plans = split_plans(queries=b * s_q, heads=h, indices=[ix for _, ix, _ in scopes], num_sms=sm_count(q.device))
-        sinks = [torch.empty(b * s_q, p.num_splits, dtype=torch.int32, device=q.device) for p in plans]
+        grids = [self.grid(p, ix.shape[-1]) for (_, ix, _), p in zip(scopes, plans)]
+        sinks = [torch.empty(b * s_q, n, dtype=torch.int32, device=q.device) for n, _ in grids]
 
         def run():
-            for (c, ix, _), p, sink in zip(scopes, plans, sinks):
-                self.spec.launch(cache=c, indices=ix, num_splits=p.num_splits, tokens_per_split=p.tokens_per_split,
-                                 sink=sink, config=config)
+            for (c, ix, _), (n, tps), sink in zip(scopes, grids, sinks):
+                self.spec.launch(cache=c, indices=ix, num_splits=n, tokens_per_split=tps, sink=sink, config=config)
             return sinks
         return run
+
+
+# The gather floor on a finer grid than the decode's (issue 25: "floor" is what the hardware can gather, not what one
+# plan gets): provider -> the registered probe it launches with at most FINE_SPLIT_TOKENS tokens a program. At b64
+# h16 topk2048 the decode's plan gives "gather" 256 programs of 512 tokens, each with one tile of synchronous loads
+# in flight and an index round trip between tiles; 64 tokens a program gives 2048 programs, many in flight a SM
+# (scripts/floor_patterns.py on the H200: 23.5 us against 32.5 on random indices; data/explore/).
+FINE_PROBES = {"gather_fine": "gather"}
+FINE_SPLIT_TOKENS = 64
+
+
+def fine_grid(topk: int, tokens_per_split: int, most: int = FINE_SPLIT_TOKENS) -> tuple[int, int]:
+    """(programs a query, tokens a program): the decode's tokens a program, at most ``most``, over ``topk``."""
+    tps = min(tokens_per_split, most)
+    return -(-topk // tps), tps
+
+
+class FineProbeProvider(ProbeProvider):
+    """A FINE_PROBES provider: its probe's bytes and sink, at most FINE_SPLIT_TOKENS tokens a program."""
+
+    def __init__(self, name: str):
+        super().__init__(FINE_PROBES[name])
+
+    def grid(self, plan, topk: int) -> tuple[int, int]:
+        return fine_grid(topk, plan.tokens_per_split)
 
 
 class IsolationProvider:
@@ -361,7 +390,7 @@ def provider_names() -> tuple[str, ...]:
     launch forced ("auto+pdl", "auto+serial"; also any decode that asks for PDL), and the default decode with one
     stage left out ("auto~no_loads", ...: workbench.bench.isolate; also any Gluon rung)."""
     from .. import registry
-    return (registry.names() + ("flashmla", AUTO_PORTABLE, "auto" + PLAN, "auto" + COMPILED, *LAUNCH_FLOORS)
+    return (registry.names() + tuple(FINE_PROBES) + ("flashmla", AUTO_PORTABLE, "auto" + PLAN, "auto" + COMPILED, *LAUNCH_FLOORS)
             + tuple("auto" + s for s in COMBINE_LAUNCH) + isolate.provider_names("auto"))
 
 
@@ -372,6 +401,8 @@ def make_provider(name: str):
         return FlashMLAProvider()
     if name in registry.names("probe"):
         return ProbeProvider(name)
+    if name in FINE_PROBES:
+        return FineProbeProvider(name)
     if name in LAUNCH_FLOORS:
         return LaunchFloorProvider(name)
     if name == AUTO_PORTABLE:

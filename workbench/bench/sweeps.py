@@ -67,17 +67,18 @@ ODD_HEADS_BATCHES = (8, 64)
 PDL_SHAPES = HEADLINE + (BenchShape(32, 16, 2048), BenchShape(8, 16, 2048), BenchShape(8, 64, 2048),
                          BenchShape(2, 64, 2048), BenchShape(4, 64, 2048))
 PDL_PROVIDERS = ("auto+pdl", "auto+serial")
-# The gather floors timed beside the decodes (the ladder takes every registered probe): the old probe stays so that
-# the history still reads, the new one says what the hardware can gather
-FLOOR_PROBES = ("gather", "gather_async")
+# The gather floors timed beside the decodes: the old probes stay so that the history still reads; "gather_fine"
+# (the "gather" kernel, at most 64 tokens a program: providers.FINE_PROBES) says what the hardware can gather
+FLOOR_PROBES = ("gather", "gather_async", "gather_fine")
 # Where the default kernel's time goes (workbench.bench.isolate): the whole decode, the same with one stage left out,
 # FlashMLA and the gather floors, in one run at the headline shapes
 
 
 def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str, ...], dict | None]]:
     """(shape, providers, modes, forced config) for a named sweep."""
-    # the default kernel beside FlashMLA and both gather floors: "gather" (one Triton loop of synchronous 16-byte
-    # loads, the floor of every published table so far) and "gather_async" (the deepest load path: cp.async rings)
+    # the default kernel beside FlashMLA and the gather floors: "gather" (one Triton loop of synchronous 16-byte
+    # loads, the decode's plan), "gather_async" (cp.async rings, the decode's plan) and "gather_fine" ("gather" with
+    # at most 64 tokens a program: the fastest on the H200)
     fast = ("auto", "flashmla") + FLOOR_PROBES
     if name == "smoke":
         return [(BenchShape(2, 64, 512), ("auto", "flashmla", "simt", "reference"), ("eager", "graph"), None)]
@@ -107,7 +108,7 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
         return plan + [(BenchShape(1, 64, 512), fast, ("graph",), None)]
     if name == "ladder":  # every rung beside FlashMLA and the gather floor, at the headline shapes
         from .. import registry
-        provs = tuple(r.name for r in registry.rungs()) + ("auto_portable", "flashmla") + registry.names("probe")
+        provs = tuple(r.name for r in registry.rungs()) + ("auto_portable", "flashmla") + FLOOR_PROBES
         return [(shape, provs, ("graph",), None) for shape in HEADLINE]
     if name == "forced":  # the configs the autotuner chooses among, each forced, to check its choice
         plan = []
