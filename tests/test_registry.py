@@ -180,7 +180,8 @@ def test_auto_portable_provider_records_what_auto_runs_without_wgmma():
 
 
 # the sweeps auto_kernel's and portable_kernel's docstrings cite for the rule as it stands, and the margins they claim
-RULE_TABLES = ("bench_h200_20261204-0728_crossover.csv", "bench_h200_20261204-0730_heads.csv")
+RULE_TABLES = ("bench_h200_20261204-0728_crossover.csv", "bench_h200_20261204-0730_heads.csv",
+               "bench_h200_20261204-0852_heads.csv")
 # (batch, heads, topk): the pick's time over the fastest Hopper rung's, as auto_kernel's docstring lists them
 HOPPER_MARGINS = {(8, 64, 2048): 1.031, (1, 128, 2048): 1.026}
 # (batch, heads, topk): the pick's time over the fastest portable rung's, as portable_kernel's docstring lists them
