@@ -22,7 +22,8 @@
 #   SANITIZER_FLAGS to each compute-sanitizer, both named in the log's file name (<tool>_<impl>_case-ID_...log);
 #   WS_PROBES=1 runs scripts/ws_protocol_probe.py's variants under racecheck (racecheck_probe_<variant>.log);
 #   every log starts with its command and ends with "# exit <status>" (124: timed out);
-#   NCU="impl=JSON-config ..." profiles each impl once at b64 h16 topk2048 (NCU_HEADS to change the heads);
+#   NCU="impl=JSON-config ..." profiles each impl once at b64 h16 topk2048 (NCU_HEADS to change the heads): its
+#   partial kernel (a name with "partial"; FlashMLA's: "splitkv"), the third launch;
 #   BASELINE=<dir> (BASELINE_COMMIT=<sha>) runs the same sweeps again from an earlier commit's tree, into
 #   $OUT/baseline/, for a same-run comparison (the folder: `git archive <sha> | tar -x -C <dir>`, carried);
 #   NCU_SOURCE=1 also writes each profile's per-SASS-instruction counters (stall samples, executed instructions,
@@ -192,7 +193,8 @@ if [ -n "${BASELINE:-}" ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
 fi
 for item in ${NCU:-}; do
   impl="${item%%=*}"; cfg="${item#*=}"
-  timeout 300 ncu --clock-control none --kernel-name regex:partial --launch-skip 2 --launch-count 1 \
+  kname=partial; [ "$impl" = flashmla ] && kname=splitkv  # FlashMLA's partial: flash_fwd_splitkv_mla_fp8_sparse_kernel
+  timeout 300 ncu --clock-control none --kernel-name "regex:$kname" --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SourceCounters --section MemoryWorkloadAnalysis --print-details all \
     --metrics "$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' long_scoreboard short_scoreboard \
