@@ -30,18 +30,27 @@ def test_script_parses():
 
 def test_ncu_profiles_the_partial_kernel_of_every_split_rung():
     """NCU=impl=... profiles the kernel its --kernel-name regex matches: every split rung's partial kernel, not the
-    combine (portable_ws's kernel was once named without "partial": ncu matched nothing and wrote no profile)."""
+    combine (portable_ws's kernel was once named without "partial": ncu matched nothing and wrote no profile), and
+    for NCU=flashmla=... FlashMLA's partial, not its combine (its kernel names, as ncu listed them on the H200 when
+    the "partial" regex matched none: flash_fwd_splitkv_mla_fp8_sparse_kernel, flash_fwd_mla_combine_kernel)."""
     import re
 
     from workbench import registry
     from workbench.kernels.combine import combine_kernel
     from workbench.lab.resources import _wrapped
-    m = re.search(r"--kernel-name regex:(\S+)", SCRIPT.read_text())
-    assert m, "gpu_session.sh names the profiled kernel by a regex"
+    text = SCRIPT.read_text()
+    assert '--kernel-name "regex:$kname"' in text, "gpu_session.sh names the profiled kernel by a regex"
+    ours = re.search(r"^\s*kname=(\w+);", text, re.M)
+    theirs = re.search(r'\[ "\$impl" = flashmla \] && kname=(\w+)', text)
+    assert ours and theirs
     for name in registry.names("split"):
         fn = list(_wrapped(registry.get(name).jit))[-1].__name__
-        assert re.search(m.group(1), fn), (name, fn)
-    assert not re.search(m.group(1), list(_wrapped(combine_kernel))[-1].__name__)
+        assert re.search(ours.group(1), fn), (name, fn)
+    assert not re.search(ours.group(1), list(_wrapped(combine_kernel))[-1].__name__)
+    assert re.search(theirs.group(1), "flash_fwd_splitkv_mla_fp8_sparse_kernel")
+    assert not re.search(theirs.group(1), "flash_fwd_mla_combine_kernel")
+    assert not re.search(ours.group(1), "flash_fwd_splitkv_mla_fp8_sparse_kernel")  # why FlashMLA needs its own
+
 
 def _fake_gpu(monkeypatch, cap, name):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
