@@ -25,7 +25,9 @@
 # timed in the current headline table; "seed MMA kernel" is the
 # autotuned head-batched Triton kernel the workbench started from (provider "mma"), which is all the
 # batch sweeps have. FlashMLA is the peer; the "gather floor", where a table has it, reads the same
-# bytes and does no math. The optimisation-ladder and forced-config tables are notebook 5's.
+# bytes and does no math ("gather": the probe on the decode's split plan, which the claims below divide by;
+# "gather_fine", the same kernel on at most 64 tokens a program, is the fastest floor measured). The
+# optimisation-ladder and forced-config tables are notebook 5's.
 #
 # Two timing modes: **CUDA-graph replay** is the kernel's own time (what a server that captures
 # graphs sees); **eager** adds the host's launch path and is host-bound below about 32 requests.
@@ -251,7 +253,8 @@ if row.empty:  # a fallback rung is not a default-kernel row: read it from the f
 head.append(claim_row("default share of HBM copy bandwidth, b64 h16 topk2048 (graph)", r, float("nan"),
                       row.frac_hbm.median() if len(row) else float("nan"), ">= 0.65", 0.65))
 if np.isfinite(r["gather_us"]):
-    head.append(claim_row("gather floor vs default, b64 h16 topk2048 (graph)", r, r["gather_us"],
+    head.append(claim_row("gather floor (gather, the decode's plan) vs default, b64 h16 topk2048 (graph)", r,
+                          r["gather_us"],
                           speed(r["gather_us"], r["ours_us"]), "(no goal: the floor)", float("nan")))
 headline = pd.DataFrame(head)
 headline["met"] = np.where(headline.target.notna() & headline.speed_ratio.notna(),

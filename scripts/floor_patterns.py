@@ -8,8 +8,10 @@ tokens a call, chosen four ways, each in the bench's graph replay over 8 rotatio
 - ``l2``: every query of the call reads the same ``topk`` random tokens (1.2 MB at topk 2048), so after the first
   touch the call is served from L2: the probe's own ceiling when DRAM is out of the way.
 
-``--split-tokens N`` launches each probe with its own plan as well: one program a query and N tokens (0: the
-decode's split plan, as the bench runs the probes). A provider ``name@{json}`` runs one forced config.
+``--split-tokens N`` launches each probe on its own grid as well: ceil(topk / N) programs a query, N tokens each
+(0: the decode's split plan, as the bench runs the probes; for "gather_fine", its own capped grid). A provider
+``name@{json}`` runs one forced config (the ``config`` column holds that JSON). A probe that fails to build or run
+is a row with status "error" and its reason, not the end of the run.
 
 Counted bytes are the bench's (584 a token a query), so GB/s compares directly with the published floor rows.
 One CSV, long format, one row a (shape, pattern, provider), with the median, p20 and p80 and the provenance.
@@ -24,7 +26,7 @@ import torch
 
 from workbench.accounting import call_valid_tokens, decode_cost
 from workbench.bench import BenchShape, InputPool, rows_frame
-from workbench.bench.providers import ProbeProvider
+from workbench.bench.providers import FINE_PROBES, make_provider
 from workbench.bench.timing import graph_samples, measure_ceilings, summarize
 from workbench.report.provenance import provenance
 
@@ -49,12 +51,13 @@ def pattern_indices(ix: torch.Tensor, pattern: str, *, pool_tokens: int, block_s
 
 
 def probe_call(name: str, kw: dict, split_tokens: int, config):
-    """One call of probe ``name`` on ``kw``: the bench's ProbeProvider (the decode's split plan) when split_tokens
-    is 0 and no config is forced, else one program a query and ``split_tokens`` tokens (or the decode's plan)."""
+    """One call of probe ``name`` on ``kw``: the bench's provider (the decode's split plan; gather_fine's capped
+    grid) when split_tokens is 0 and no config is forced, else ceil(topk / split_tokens) programs a query of
+    ``split_tokens`` tokens each (or the decode's plan)."""
     if not split_tokens and config is None:
-        return ProbeProvider(name).prepare(kw)
+        return make_provider(name).prepare(kw)
     from workbench import registry
-    spec, ix = registry.get(name), kw["indices"]
+    spec, ix = registry.get(FINE_PROBES.get(name, name)), kw["indices"]
     b, s_q, topk = ix.shape
     if split_tokens:
         num_splits, tps = -(-topk // split_tokens), split_tokens
@@ -94,15 +97,20 @@ def main(argv=None) -> int:
             cost = decode_cost(batch=shape.batch, s_q=shape.s_q, heads=shape.heads, valid_tokens=valid)
             for item, split_tokens in ((i, n) for n in a.split_tokens for i in a.providers):
                 name, _, cfg = item.partition("@")
-                fns = [probe_call(name, kw, split_tokens, json.loads(cfg) if cfg else None) for kw in kws]
-                med, p20, p80 = summarize(graph_samples(fns))
-                rows.append(dict(sweep="floor_patterns", provider=name, kernel=name, mode="graph", pattern=pattern,
-                                 split_tokens=split_tokens, config=cfg or None,
-                                 batch=shape.batch, s_q=shape.s_q, heads=shape.heads, topk=shape.topk,
-                                 block_size=shape.block_size, status="ok", median_us=med, p20_us=p20, p80_us=p80,
-                                 valid_tokens=valid, bytes=cost.bytes, gbps=cost.bytes / (med * 1e-6) / 1e9,
-                                 frac_hbm=cost.bytes / (med * 1e-6) / 1e9 / ceilings["hbm_copy_gbps"],
-                                 **ceilings, **prov))
+                row = dict(sweep="floor_patterns", provider=name, kernel=name, mode="graph", pattern=pattern,
+                           split_tokens=split_tokens, config=cfg or None, batch=shape.batch, s_q=shape.s_q,
+                           heads=shape.heads, topk=shape.topk, block_size=shape.block_size, valid_tokens=valid,
+                           bytes=cost.bytes, **ceilings, **prov)
+                try:
+                    fns = [probe_call(name, kw, split_tokens, json.loads(cfg) if cfg else None) for kw in kws]
+                    med, p20, p80 = summarize(graph_samples(fns))
+                except Exception as e:  # noqa: BLE001 - a probe that does not build or run is a row
+                    rows.append(dict(row, status="error", reason=f"{type(e).__name__}: {e}"[:300]))
+                    print(f"{shape.label:26s} {pattern:10s} {item:52s} error: {rows[-1]['reason']}", flush=True)
+                    continue
+                rows.append(dict(row, status="ok", median_us=med, p20_us=p20, p80_us=p80,
+                                 gbps=cost.bytes / (med * 1e-6) / 1e9,
+                                 frac_hbm=cost.bytes / (med * 1e-6) / 1e9 / ceilings["hbm_copy_gbps"]))
                 r = rows[-1]
                 print(f"{shape.label:26s} {pattern:10s} {item:52s} split={split_tokens:<4d} {med:7.2f} us "
                       f"({p20:.2f}-{p80:.2f}) {r['gbps']:5.0f} GB/s ({r['frac_hbm']:.2f} of copy)", flush=True)

@@ -89,6 +89,7 @@ SLOW_TESTS = (
     "test_plain_plans.py::test_every_inputs_strides_are_in_the_key",
     "test_plan.py::test_plan_reuse_allocates_nothing_interpreted_replay",
     "test_plan.py::test_plan_path_equals_plain_path_bit_for_bit[simt]",
+    "test_gather_fine.py::test_the_provider_reads_exactly_the_selected_words_on_the_capped_grid",
     "test_current_tables.py::test_the_committed_data_names_a_current_table_for_the_headline_and_the_ladder",
 )
 

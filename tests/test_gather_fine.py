@@ -1,14 +1,18 @@
-"""The "gather_fine" floor provider (issue 25): the "gather" probe's kernel on a grid of at most 64 tokens a
-program. Its grid arithmetic is derived by hand here; its sink, on the interpreter, is the xor of exactly the
-selected tokens' words, the same word the decode's plan gives (the probe reads each valid token once whatever the
-grid)."""
+"""The "gather_fine" floor provider (issue 25): the "gather" probe's kernel on a grid of at most FINE_SPLIT_TOKENS
+tokens a program. Its grid arithmetic is derived by hand here; through the provider itself, on the interpreter,
+its sink words are those of an independent reference (test_gather_async.expected_sink: the xor of exactly the
+selected tokens' words, read by the layout's addressing) on the capped grid, for both KV scopes of a call."""
+import numpy as np
 import pytest
 import torch
 
 from workbench import registry
 from workbench.bench import providers, sweeps
-from workbench.bench.providers import FINE_PROBES, FINE_SPLIT_TOKENS, fine_grid, make_provider
+from workbench.bench.providers import FINE_PROBES, FINE_SPLIT_TOKENS, FineProbeProvider, ProbeProvider, fine_grid
 from workbench.format.cases import build_case
+from workbench.report import figures
+
+from test_gather_async import expected_sink
 
 
 @pytest.mark.parametrize("topk,decode_tps,expected", [
@@ -28,31 +32,31 @@ def test_fine_probes_launch_a_registered_probe_and_are_bench_providers():
     assert FINE_PROBES == {"gather_fine": "gather"} and registry.get("gather").kind == "probe"
     assert "gather_fine" in providers.provider_names() and "gather_fine" in sweeps.FLOOR_PROBES
     assert "gather_fine" not in registry.names()  # a plan of a registered probe, not a kernel of its own
+    # the rows do not record the grid: the name and its label carry it
+    assert f"{FINE_SPLIT_TOKENS} tokens a program" in figures.PROVIDER_LABELS["gather_fine"]
     if not torch.cuda.is_available():
         with pytest.raises(providers.Skip):
-            make_provider("gather_fine")
+            providers.make_provider("gather_fine")
 
 
 @pytest.mark.interpreter
-def test_fine_grid_reads_the_same_words_as_the_decode_plan():
-    """The gather kernel's sink words, xor-folded per query, are the same on a coarse plan (2 programs of 24
-    tokens) and on the fine grid of 8 tokens (5 programs): the same tokens read once each, with shuffled pages of
-    61 tokens, a third of the indices -1 or out of range, and a query with none valid."""
-    case = build_case(batch=2, heads=2, topk=40, block_size=61, invalid_frac=0.3, all_invalid_queries=1, seed=3)
-    ix = case.main.indices
-    assert (ix == -1).any() and (ix >= case.main.cache.shape[0] * 61).any()
-    spec = registry.get("gather")
-
-    def folded(num_splits, tps):
-        sink = spec.launch(cache=case.main.cache, indices=ix, num_splits=num_splits, tokens_per_split=tps)
-        assert sink.shape == (2, num_splits)
-        out = torch.zeros(2, dtype=torch.int32)
-        for j in range(num_splits):
-            out ^= sink[:, j].cpu()
-        return out
-
-    coarse = folded(2, 24)
-    n, tps = fine_grid(40, 24, most=8)
-    assert (n, tps) == (5, 8)
-    fine = folded(n, tps)
-    assert coarse[0] != 0 and torch.equal(fine, coarse)
+def test_the_provider_reads_exactly_the_selected_words_on_the_capped_grid(monkeypatch):
+    """Both scopes of a call (shuffled pages of 61 tokens and an extra scope of 69, a third of the indices -1 or
+    out of range, a query with none valid), through FineProbeProvider.prepare with the cap lowered to 8 tokens:
+    each scope's sink is [queries, ceil(topk / 8)] and holds the reference's words; the decode's own plan (the
+    plain ProbeProvider) has other shapes, so a provider that ignored its grid would fail here."""
+    case = build_case(batch=2, heads=2, topk=40, block_size=61, extra_topk=24, extra_block_size=69,
+                      invalid_frac=0.3, all_invalid_queries=1, seed=3)
+    kw = case.kwargs()
+    ix, xix = kw["indices"], kw["extra_indices"]
+    assert (ix == -1).any() and (ix >= kw["cache"].shape[0] * 61).any()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the providers refuse to build without CUDA
+    monkeypatch.setattr(providers, "FINE_SPLIT_TOKENS", 8)
+    fine = FineProbeProvider("gather_fine").prepare(kw)()
+    coarse = ProbeProvider("gather").prepare(kw)()
+    assert [s.shape for s in fine] == [(2, 5), (2, 3)]
+    assert [s.shape for s in coarse] != [s.shape for s in fine]
+    for sink, cache, idx in zip(fine, (kw["cache"], kw["extra_cache"]), (ix, xix)):
+        want = expected_sink(cache, idx, sink.shape[1], 8)
+        assert want.any()
+        np.testing.assert_array_equal(sink.cpu().numpy(), want)

@@ -93,7 +93,7 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     wgmma_ws_h64 took 22.16 us and wgmma_xchg 21.51 (3.02%; the heads sweep of the same call: 22.07 against 21.82,
     1.2%), and b1 h128 topk2048, 2**18, wgmma_xchg 16.03 against wgmma_f16_2cta's 15.62 (2.6%): both on boundaries
     again. In the heads sweep at 0590dbc (data/bench_h200_20261204-0852_heads.csv; kernels and rule unchanged) within
-    0.6% at every shape (b64 h128: wgmma_ws_h64 114.3 us against wgmma_ws_bal's 113.6).
+    0.7% at every shape (b64 h128: wgmma_ws_h64 114.3 us against wgmma_ws_bal's 113.6).
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":

@@ -304,6 +304,8 @@ class ProbeProvider:
 # h16 topk2048 the decode's plan gives "gather" 256 programs of 512 tokens, each with one tile of synchronous loads
 # in flight and an index round trip between tiles; 64 tokens a program gives 2048 programs, many in flight a SM
 # (scripts/floor_patterns.py on the H200: 23.5 us against 32.5 on random indices; data/explore/).
+# The rows do not record the tokens a program and the kernel hash does not cover this module: a new grid is a new
+# provider name, never a new value here (figures.PROVIDER_LABELS says "64 tokens a program"; a test pins both).
 FINE_PROBES = {"gather_fine": "gather"}
 FINE_SPLIT_TOKENS = 64
 
@@ -321,7 +323,7 @@ class FineProbeProvider(ProbeProvider):
         super().__init__(FINE_PROBES[name])
 
     def grid(self, plan, topk: int) -> tuple[int, int]:
-        return fine_grid(topk, plan.tokens_per_split)
+        return fine_grid(topk, plan.tokens_per_split, FINE_SPLIT_TOKENS)
 
 
 class IsolationProvider:
@@ -385,12 +387,14 @@ class LaunchFloorProvider:
 
 
 def provider_names() -> tuple[str, ...]:
-    """Every provider the bench knows: the registered kernels (decodes and probes), FlashMLA, and the default
+    """Every provider the bench knows: the registered kernels (decodes and probes), the probes on a finer grid
+    (FINE_PROBES: "gather_fine"), FlashMLA, and the default
     decode through a plan ("auto+plan"; make_provider takes any decode name with "+plan") or with its combine's
     launch forced ("auto+pdl", "auto+serial"; also any decode that asks for PDL), and the default decode with one
     stage left out ("auto~no_loads", ...: workbench.bench.isolate; also any Gluon rung)."""
     from .. import registry
-    return (registry.names() + tuple(FINE_PROBES) + ("flashmla", AUTO_PORTABLE, "auto" + PLAN, "auto" + COMPILED, *LAUNCH_FLOORS)
+    return (registry.names() + tuple(FINE_PROBES)
+            + ("flashmla", AUTO_PORTABLE, "auto" + PLAN, "auto" + COMPILED, *LAUNCH_FLOORS)
             + tuple("auto" + s for s in COMBINE_LAUNCH) + isolate.provider_names("auto"))
 
 

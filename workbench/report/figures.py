@@ -34,14 +34,15 @@ PROVIDER_LABELS = {
 PROVIDER_ORDER = list(PROVIDER_LABELS)
 PROVIDER_COLORS = {"auto": "#0072B2", "mma": "#56B4E9", "flashmla": "#E69F00", "gather": "#4D4D4D", "simt": "#009E73",
                    "reference": "#CC79A7", "gather_async": "#000000", "auto_portable": "#D55E00",
-                   "gather_fine": "#999999"}
+                   "gather_fine": "#117733"}
 PROVIDER_STYLE = {"gather": dict(linestyle=":", marker="s"), "gather_async": dict(linestyle="-.", marker="v"),
-                  "gather_fine": dict(linestyle=(0, (1, 1)), marker="^"),
+                  "gather_fine": dict(linestyle=(0, (5, 1, 1, 1, 1, 1)), marker="^"),
                   "auto": dict(marker="D", markersize=7)}
 # The default kernel: provider "auto" (registry.auto_kernel: a Gluon rung on sm_90). Tables before 81746ba time the
 # seed as provider "mma"; the figures call that "seed MMA kernel", never the default.
 DEFAULT_PROVIDER = "auto"
-LADDER_FLOORS = ("gather", "gather_async", "gather_fine")  # the floor probes the ladder figures draw as lines, where timed
+# the floor probes the ladder figures draw as lines, where timed
+LADDER_FLOORS = ("gather", "gather_async", "gather_fine")
 DEFAULT_FALLBACK = ("wgmma",)  # what "auto" ran on the H200 before the 4-lane rungs, timed by name in old tables
 # One colour per kernel (optimisation-ladder rungs and the correctness tables' impl column).
 KERNEL_COLORS = {"mma": "#56B4E9", "tile512": "#D55E00", "tile512_bf16dq": "#CC79A7", "tile512_3d": "#8C6D31",
