@@ -26,7 +26,7 @@ import torch
 
 from workbench.accounting import call_valid_tokens, decode_cost
 from workbench.bench import BenchShape, InputPool, rows_frame
-from workbench.bench.providers import FINE_PROBES, make_provider
+from workbench.bench.providers import FINE_PROBES, FINE_SPLIT_TOKENS, fine_grid, make_provider
 from workbench.bench.timing import graph_samples, measure_ceilings, summarize
 from workbench.report.provenance import provenance
 
@@ -65,9 +65,26 @@ def probe_call(name: str, kw: dict, split_tokens: int, config):
         from workbench.decode import sm_count, split_plans
         plan = split_plans(queries=b * s_q, heads=kw["q"].shape[2], indices=[ix], num_sms=sm_count(ix.device))[0]
         num_splits, tps = plan.num_splits, plan.tokens_per_split
+        if name in FINE_PROBES:  # its own capped grid, as its provider plans it
+            num_splits, tps = fine_grid(topk, tps, FINE_SPLIT_TOKENS)
     sink = torch.empty(b * s_q, num_splits, dtype=torch.int32, device=ix.device)
     return lambda: spec.launch(cache=kw["cache"], indices=ix, num_splits=num_splits, tokens_per_split=tps,
                                sink=sink, config=config)
+
+
+def check_providers(p: argparse.ArgumentParser, items) -> None:
+    """Each ``name[@json]`` names a probe (registered, or a FINE_PROBES name) and valid JSON, else an argument error
+    (exit 2, one line) before anything runs."""
+    from workbench import registry
+    known = registry.names("probe") + tuple(FINE_PROBES)
+    for item in items:
+        name, _, cfg = item.partition("@")
+        if name not in known:
+            p.error(f"provider {name!r}: expected one of {known}")
+        try:
+            json.loads(cfg) if cfg else None
+        except json.JSONDecodeError as e:
+            p.error(f"provider {item!r}: its config is not JSON ({e})")
 
 
 def main(argv=None) -> int:
@@ -80,6 +97,7 @@ def main(argv=None) -> int:
     p.add_argument("--patterns", nargs="+", default=list(PATTERNS), choices=PATTERNS)
     p.add_argument("--csv", required=True)
     a = p.parse_args(argv)
+    check_providers(p, a.providers)
     if not torch.cuda.is_available():
         print("floor_patterns: needs a CUDA GPU", file=sys.stderr)
         return 2

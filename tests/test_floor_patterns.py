@@ -1,6 +1,7 @@
 """scripts/floor_patterns.py: its four index patterns, derived by hand on a small call, and its one-line refusal
 without a GPU."""
 import importlib.util
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,9 @@ def test_random_is_the_bench_indices_and_sorted_the_same_set_in_address_order(ix
     assert pattern(ix, "random") is ix
     s = pattern(ix, "sorted")
     assert s.shape == ix.shape and s.is_contiguous()
-    assert torch.equal(s, torch.sort(ix, dim=-1).values)
+    for b in range(3):
+        for q in range(2):  # each query's own indices, duplicates included, nothing moved between queries
+            assert Counter(s[b, q].tolist()) == Counter(ix[b, q].tolist())
     assert (s[..., 1:] >= s[..., :-1]).all()
 
 
@@ -56,3 +59,29 @@ def test_without_a_gpu_it_exits_2_in_one_line(capsys, tmp_path):
     assert fp.main(["--csv", str(tmp_path / "x.csv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["floor_patterns: needs a CUDA GPU"] and not (tmp_path / "x.csv").exists()
+
+
+@pytest.mark.parametrize("item,message", [
+    pytest.param("gather_slow", "provider 'gather_slow'", id="unknown-name"),
+    pytest.param('gather_async@{"BLOCK_T": 32', "not JSON", id="bad-json"),
+])
+def test_a_wrong_provider_is_an_argument_error_before_anything_runs(item, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        fp.main(["--csv", str(tmp_path / "x.csv"), "--providers", item])
+    assert e.value.code == 2 and message in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
+
+
+def test_a_forced_config_of_gather_fine_keeps_its_capped_grid(monkeypatch):
+    """probe_call on the decode's plan (split_tokens 0) with a forced config: gather runs the decode's grid,
+    gather_fine the capped one (2048 tokens: 32 programs of 64 a query)."""
+    from types import SimpleNamespace
+
+    from workbench import registry
+    seen = {}
+    spec = SimpleNamespace(launch=lambda **kw: seen.setdefault("grid", (kw["num_splits"], kw["tokens_per_split"])))
+    monkeypatch.setattr(registry, "get", lambda name: seen.setdefault("kernel", name) and spec)
+    kw = dict(q=torch.zeros(1, 1, 16, 8), indices=torch.zeros(1, 1, 2048, dtype=torch.int32), cache=None)
+    fp.probe_call("gather_fine", kw, 0, {"BLOCK_T": 32})()
+    assert seen.pop("grid") == (32, 64) and seen.pop("kernel") == "gather"
+    fp.probe_call("gather", kw, 0, {"BLOCK_T": 32})()
+    assert seen.pop("grid")[1] > 64  # the decode's plan for one query: far fewer, longer programs

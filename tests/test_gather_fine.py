@@ -39,6 +39,13 @@ def test_fine_probes_launch_a_registered_probe_and_are_bench_providers():
             providers.make_provider("gather_fine")
 
 
+def test_the_bench_times_gather_fine_through_its_own_provider(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the providers refuse to build without CUDA
+    p = providers.make_provider("gather_fine")
+    assert type(p) is FineProbeProvider and p.is_probe and p.spec is registry.get("gather")
+    assert type(providers.make_provider("gather")) is ProbeProvider
+
+
 @pytest.mark.interpreter
 def test_the_provider_reads_exactly_the_selected_words_on_the_capped_grid(monkeypatch):
     """Both scopes of a call (shuffled pages of 61 tokens and an extra scope of 69, a third of the indices -1 or
