@@ -26,7 +26,7 @@ import torch
 
 from workbench.accounting import call_valid_tokens, decode_cost
 from workbench.bench import BenchShape, InputPool, rows_frame
-from workbench.bench.providers import FINE_PROBES, FINE_SPLIT_TOKENS, fine_grid, make_provider
+from workbench.bench.providers import FINE_PROBES, ProbeProvider, make_provider
 from workbench.bench.timing import graph_samples, measure_ceilings, summarize
 from workbench.report.provenance import provenance
 
@@ -51,25 +51,12 @@ def pattern_indices(ix: torch.Tensor, pattern: str, *, pool_tokens: int, block_s
 
 
 def probe_call(name: str, kw: dict, split_tokens: int, config):
-    """One call of probe ``name`` on ``kw``: the bench's provider (the decode's split plan; gather_fine's capped
-    grid) when split_tokens is 0 and no config is forced, else ceil(topk / split_tokens) programs a query of
-    ``split_tokens`` tokens each (or the decode's plan)."""
-    if not split_tokens and config is None:
-        return make_provider(name).prepare(kw)
-    from workbench import registry
-    spec, ix = registry.get(FINE_PROBES.get(name, name)), kw["indices"]
-    b, s_q, topk = ix.shape
-    if split_tokens:
-        num_splits, tps = -(-topk // split_tokens), split_tokens
-    else:
-        from workbench.decode import sm_count, split_plans
-        plan = split_plans(queries=b * s_q, heads=kw["q"].shape[2], indices=[ix], num_sms=sm_count(ix.device))[0]
-        num_splits, tps = plan.num_splits, plan.tokens_per_split
-        if name in FINE_PROBES:  # its own capped grid, as its provider plans it
-            num_splits, tps = fine_grid(topk, tps, FINE_SPLIT_TOKENS)
-    sink = torch.empty(b * s_q, num_splits, dtype=torch.int32, device=ix.device)
-    return lambda: spec.launch(cache=kw["cache"], indices=ix, num_splits=num_splits, tokens_per_split=tps,
-                               sink=sink, config=config)
+    """One call of probe ``name`` on ``kw`` through the bench's provider: the decode's split plan (gather_fine: its
+    capped grid) when split_tokens is 0, else ceil(topk / split_tokens) programs a query of ``split_tokens`` tokens
+    each; ``config`` forced, or None (autotuned)."""
+    provider = (ProbeProvider(FINE_PROBES.get(name, name), tokens_per_program=split_tokens) if split_tokens
+                else make_provider(name))
+    return provider.prepare(kw, config)
 
 
 def check_providers(p: argparse.ArgumentParser, items) -> None:

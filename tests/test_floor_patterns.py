@@ -80,8 +80,13 @@ def test_a_forced_config_of_gather_fine_keeps_its_capped_grid(monkeypatch):
     seen = {}
     spec = SimpleNamespace(launch=lambda **kw: seen.setdefault("grid", (kw["num_splits"], kw["tokens_per_split"])))
     monkeypatch.setattr(registry, "get", lambda name: seen.setdefault("kernel", name) and spec)
-    kw = dict(q=torch.zeros(1, 1, 16, 8), indices=torch.zeros(1, 1, 2048, dtype=torch.int32), cache=None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the providers refuse to build without CUDA
+    cache = torch.zeros(4, 64, 1, 584, dtype=torch.uint8)  # the layout's shape; the stub launch reads nothing
+    kw = dict(q=torch.zeros(1, 1, 16, 8), indices=torch.zeros(1, 1, 2048, dtype=torch.int32), cache=cache)
     fp.probe_call("gather_fine", kw, 0, {"BLOCK_T": 32})()
     assert seen.pop("grid") == (32, 64) and seen.pop("kernel") == "gather"
     fp.probe_call("gather", kw, 0, {"BLOCK_T": 32})()
     assert seen.pop("grid")[1] > 64  # the decode's plan for one query: far fewer, longer programs
+    seen.clear()
+    fp.probe_call("gather_fine", kw, 256, None)()  # its own grid asked for: exactly that, of its kernel
+    assert seen.pop("grid") == (8, 256) and seen.pop("kernel") == "gather"

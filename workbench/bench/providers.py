@@ -269,18 +269,22 @@ class ProbeProvider:
     """A registered probe (the gather floor): the decode's bytes and indices, no output to check.
 
     Its split plan is the default one (16-token granule, two waves), as every published floor row used; the
-    Gluon rungs plan whole 64-token tiles and one or two waves, so the floor's grid is not theirs."""
+    Gluon rungs plan whole 64-token tiles and one or two waves, so the floor's grid is not theirs.
+    ``tokens_per_program`` (scripts/floor_patterns.py) replaces that plan by programs of exactly that many tokens."""
 
     is_probe = True
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, tokens_per_program: int | None = None):
         from .. import registry
-        self.name, self.spec = name, registry.get(name)
+        self.name, self.spec, self.tokens_per_program = name, registry.get(name), tokens_per_program
         if not torch.cuda.is_available():
             raise Skip("no CUDA GPU")
 
     def grid(self, plan, topk: int) -> tuple[int, int]:
-        """(programs a query, tokens a program) for one scope of ``topk`` indices: the decode's plan."""
+        """(programs a query, tokens a program) for one scope of ``topk`` indices: the decode's plan, or
+        ``tokens_per_program`` tokens each."""
+        if self.tokens_per_program:
+            return -(-topk // self.tokens_per_program), self.tokens_per_program
         return plan.num_splits, plan.tokens_per_split
 
     def prepare(self, kw: dict, config=None):

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..bench.sweeps import FLOOR_PROBES
+
 THEME = dict(style="whitegrid", context="notebook", palette="colorblind")
 PROVIDER_LABELS = {
     "auto": "workbench default (auto)",
@@ -41,8 +43,7 @@ PROVIDER_STYLE = {"gather": dict(linestyle=":", marker="s"), "gather_async": dic
 # The default kernel: provider "auto" (registry.auto_kernel: a Gluon rung on sm_90). Tables before 81746ba time the
 # seed as provider "mma"; the figures call that "seed MMA kernel", never the default.
 DEFAULT_PROVIDER = "auto"
-# the floor probes the ladder figures draw as lines, where timed
-LADDER_FLOORS = ("gather", "gather_async", "gather_fine")
+LADDER_FLOORS = FLOOR_PROBES  # the floor probes the ladder figures draw as lines (those the sweeps time), where timed
 DEFAULT_FALLBACK = ("wgmma",)  # what "auto" ran on the H200 before the 4-lane rungs, timed by name in old tables
 # One colour per kernel (optimisation-ladder rungs and the correctness tables' impl column).
 KERNEL_COLORS = {"mma": "#56B4E9", "tile512": "#D55E00", "tile512_bf16dq": "#CC79A7", "tile512_3d": "#8C6D31",
