@@ -118,11 +118,16 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=16, tokens=32 * 2048) == "wgmma_ws"  # from 65536 tokens up
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "wgmma_ws"  # the biggest h16 calls
     assert registry.resolve("auto", "cuda", heads=8, tokens=4 * 2048 + 1) == "wgmma_f16"  # padded to 16 heads
-    # 17-32 heads: the 16-head groups up to 4096 tokens, else wgmma_f16
+    # 17-32 heads: the 16-head groups up to 4096 tokens, wgmma_f16 below 16384, then the 32-head portable block up to
+    # 131072, then wgmma_f16 again (one split, no combine, from b128 topk2048)
     assert registry.resolve("auto", "cuda", heads=32, tokens=4096) == "wgmma_f16_2cta"
     assert registry.resolve("auto", "cuda", heads=32, tokens=4097) == "wgmma_f16"
-    assert registry.resolve("auto", "cuda", heads=20, tokens=64 * 2048) == "wgmma_f16"
-    assert registry.resolve("auto", "cuda", heads=32, tokens=64 * 2048) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=32, tokens=16383) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=17, tokens=16384) == "portable_ws_h32t"
+    assert registry.resolve("auto", "cuda", heads=20, tokens=64 * 2048) == "portable_ws_h32t"
+    assert registry.resolve("auto", "cuda", heads=32, tokens=64 * 2048) == "portable_ws_h32t"
+    assert registry.resolve("auto", "cuda", heads=32, tokens=64 * 2048 + 1) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=24, tokens=128 * 2048) == "wgmma_f16"
     # 33-63 heads: as 64 heads (one 64-head block), so the same boundaries in tokens as at h64
     for h in (33, 40, 48, 63):
         assert registry.resolve("auto", "cuda", heads=h, tokens=4095) == "wgmma_f16_2cta", h
@@ -186,7 +191,7 @@ RULE_TABLES = ("bench_h200_20261204-0728_crossover.csv", "bench_h200_20261204-07
 HOPPER_MARGINS = {(8, 64, 2048): 1.031, (1, 128, 2048): 1.026}
 # (batch, heads, topk): the pick's time over the fastest portable rung's, as portable_kernel's docstring lists them
 PORTABLE_MARGINS = {(1, 128, 2048): 1.055, (2, 64, 2048): 1.035, (1, 64, 2048): 1.019}
-HOPPER = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal")
+HOPPER = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal", "portable_ws_h32t")
 PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32t")
 
 

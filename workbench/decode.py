@@ -122,7 +122,8 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     sm_scale: a positive real (Python or numpy scalar, or 0-dim tensor); default 512**-0.5.
     impl: "auto" (default: the fastest kernel for this device and call size, from the crossover sweeps; on sm_90 a
     Gluon rung that passes every GPU check: "wgmma_xchg" for small calls, "wgmma_f16_2cta" / "wgmma_f16" at 17-32
-    heads, the warp-specialised "wgmma_ws" at <= 16 heads from 65536 selected tokens up and the 64-head block
+    heads outside 16384-131072 selected tokens and the 32-head "portable_ws_h32t" inside, the warp-specialised
+    "wgmma_ws" at <= 16 heads from 65536 selected tokens up and the 64-head block
     "wgmma_ws_h64" for large calls at 33 heads and more; on sm_100/sm_120 the portable warp-specialised
     "portable_ws" at <= 16 heads or small calls, else "portable_ws_h32t" (32-head groups; also at <= 16 heads
     from 8192 tokens); below sm_90
@@ -218,6 +219,7 @@ class Workspace:
     part_out: torch.Tensor | None     # [b*s_q, h, s_total, 512] fp32 (split kinds; None for fused)
     part_lse: torch.Tensor | None     # [b*s_q, h, s_total] fp32
     splits: tuple[SplitPlan, ...]     # one per scope (split kinds)
+    direct: bool = False              # one split in all and a kernel that writes out and lse itself: no combine
 
 
 def allocate_workspace(spec, q, scopes) -> Workspace:
@@ -231,6 +233,8 @@ def allocate_workspace(spec, q, scopes) -> Workspace:
                                num_sms=sm_count(q.device), waves=spec.split_waves,
                                granule=spec.split_granule))
     s_total = sum(p.num_splits for p in splits)
+    if spec.direct and s_total == 1:  # no combine: no partials (KernelSpec.direct)
+        return Workspace(out, lse, None, None, splits, direct=True)
     part_out = torch.empty(b * s_q, h, s_total, MODEL1.d, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(b * s_q, h, s_total, dtype=torch.float32, device=q.device)
     return Workspace(out, lse, part_out, part_lse, splits)
@@ -245,7 +249,8 @@ class LaunchStage:
 
 
 def launch_stages(spec, *, q, scopes, attn_sink, sm_scale, config, work: Workspace) -> tuple[LaunchStage, ...]:
-    """The launches of one decode, in order: one fused launch, or a partial per scope and the combine.
+    """The launches of one decode, in order: one fused launch, or a partial per scope and the combine, or (a
+    ``direct`` workspace: one split in all) one partial launch that writes out and lse itself.
 
     The plain path runs them; a plan runs them once under ``capture_launches`` to bind each launch, so both
     paths share one launch sequence.
@@ -257,6 +262,12 @@ def launch_stages(spec, *, q, scopes, attn_sink, sm_scale, config, work: Workspa
             spec.launch, q=q, cache=cache, indices=indices, topk_length=topk_length, extra_cache=extra_cache,
             extra_indices=extra_indices, extra_topk_length=extra_topk_length, attn_sink=attn_sink,
             sm_scale=sm_scale, out=work.out, lse=work.lse, config=config)),)
+    if work.direct:
+        ((c, ix, tl_),), (split,) = scopes, work.splits
+        return (LaunchStage(("q",) + SCOPE_INPUTS[0] + ("attn_sink",), partial(
+            spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=work.out, part_lse=work.lse,
+            split_offset=0, num_splits=1, tokens_per_split=split.tokens_per_split, sm_scale=sm_scale, config=config,
+            direct=True, attn_sink=attn_sink)),)
     stages = []
     offset = 0
     for names, (c, ix, tl_), split in zip(SCOPE_INPUTS, scopes, work.splits):

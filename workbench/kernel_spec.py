@@ -33,6 +33,9 @@ class KernelSpec:
     split_granule: int = 16                 # split kinds: tokens per split are a multiple of this
     interpretable: bool = True              # False: GPU only (Gluon); CPU tests skip it, the GPU checks cover it
     pdl: bool = False                       # split kinds: the combine is a programmatic dependent launch (sm_90)
+    direct: bool = False                    # split kinds: a call of one split in all runs no combine: its launch
+    # takes direct=True, the call's out and lse as part_out and part_lse, and attn_sink, and writes what the combine
+    # would have (the Gluon rungs: gluon_common.epilogue_args)
     rung: int | None = None                 # position on the optimisation ladder (None: not a rung)
     prediction: str = ""                    # written before it was measured: what should move
 

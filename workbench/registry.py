@@ -40,6 +40,10 @@ def decode_impls() -> tuple[str, ...]:
 # auto_kernel's thresholds, from the crossover sweeps (data/*_crossover.csv; the numbers: docs/decisions.md). A
 # "head-token" is one head's score for one selected token: heads * tokens, the QK work of a call
 TWO_BLOCK_MAX_TOKENS_H64 = 4096      # 17-32 heads (from older h64 crossovers)
+H32_MIN_TOKENS_SM90 = 16384          # 17-32 heads: from b8 topk2048 the portable 32-head block (rung 24) beats the
+                                     # 16-head groups (the heads sweep at 0590dbc; data/explore/..._h32_hopper.csv)
+H32_MAX_TOKENS_SM90 = 131072         # up to b64 topk2048: at b128 wgmma_f16 runs one split with no combine
+                                     # (KernelSpec.direct; data/explore/explore_h200_20261204-1150_direct.csv)
 HEAD_BLOCK = 64                      # 33-63 heads run as one 64-head block, so auto counts them as 64
 WS_MIN_TOKENS_H16 = 65536            # <= 16 heads: from b32 topk2048 the warp-specialised kernel wins
 XCHG_MAX_TOKENS_H16 = 8192           # <= 16 heads (one 16-head group): up to b4 topk2048 the bf16 rung wins
@@ -59,7 +63,8 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS, "wgmma_xchg" below XCHG_BELOW_HEAD_TOKENS, "wgmma_ws_h64"
     from there, with 33-63 heads counted as HEAD_BLOCK (they run padded to one 64-head block; 65-127 heads count as
     themselves, though they run padded to 128: no count between 64 and 128 was timed); at 17-32 heads
-    "wgmma_f16_2cta" up to TWO_BLOCK_MAX_TOKENS_H64 tokens, else "wgmma_f16". Any other GPU: :func:`portable_kernel`.
+    "wgmma_f16_2cta" up to TWO_BLOCK_MAX_TOKENS_H64 tokens, "portable_ws_h32t" (one 32-head block, mma.sync) from
+    H32_MIN_TOKENS_SM90 to H32_MAX_TOKENS_SM90 tokens, else "wgmma_f16". Any other GPU: :func:`portable_kernel`.
     Why: derived from a crossover sweep of 48 shapes (data/archive/bench_h200_20261202-1506_crossover.csv) and, for
     33-63 heads and the xchg boundary, from the crossover and heads sweeps at e5db711
     (data/archive/bench_h200_20261203-0630_crossover.csv, data/archive/bench_h200_20261203-0632_heads.csv): there
@@ -103,6 +108,8 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
             return "wgmma_xchg"
         return "wgmma_ws" if tokens >= WS_MIN_TOKENS_H16 else "wgmma_f16"
     if heads <= 32:
+        if H32_MIN_TOKENS_SM90 <= tokens <= H32_MAX_TOKENS_SM90:
+            return "portable_ws_h32t"
         return "wgmma_f16_2cta" if tokens <= TWO_BLOCK_MAX_TOKENS_H64 else "wgmma_f16"
     work = max(heads, HEAD_BLOCK) * tokens
     if work < TWO_BLOCK_BELOW_HEAD_TOKENS:

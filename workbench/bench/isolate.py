@@ -101,7 +101,7 @@ def isolated_launches(kw: dict, *, impl: str, variant: str, config=None):
     work = allocate_workspace(spec, q, scopes)
     stages = launch_stages(spec, q=q, scopes=scopes, attn_sink=kw.get("attn_sink"), sm_scale=sm_scale,
                            config=config, work=work)
-    if variant == "no_combine":
+    if variant == "no_combine" and not work.direct:  # a direct call (one split) has no combine to drop
         stages = stages[:-1]
 
     def run():

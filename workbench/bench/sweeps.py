@@ -124,7 +124,7 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
     if name == "crossover":  # where the Gluon kernel starts to beat the best Triton rung ("auto" picks by it)
         # up to b128: the 64-head block (wgmma_ws_h64) fills the SMs only at large calls
         return [(BenchShape(b, h, k), CROSSOVER_PROVIDERS, ("graph",), None)
-                for k in (512, 2048) for h in (16, 64, 128) for b in (1, 2, 4, 8, 16, 32, 64, 128)]
+                for k in (512, 2048) for h in (16, 32, 64, 128) for b in (1, 2, 4, 8, 16, 32, 64, 128)]
     if name == "heads":
         return [(BenchShape(b, h, 2048), fast + CROSSOVER_PROVIDERS, ("graph",), None)
                 for b in ODD_HEADS_BATCHES for h in ODD_HEADS]

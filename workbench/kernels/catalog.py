@@ -27,7 +27,7 @@ SPLIT_SIGNATURE = dict(
 # no multiple_of hint: typed plainly, the lab would compile narrower loads than run
 GLUON_SIGNATURE = {**{k: t for k, t in SPLIT_SIGNATURE.items()
                       if k not in ("cache_f8", "cache_bf16", "TOKENS_BUCKET", "QUERIES_BUCKET")},
-                   "stride_page": "i64:16"}
+                   "stride_page": "i64:16", "sink_ptr": "*fp32", "stride_sink": "i32"}
 # runtime arguments of the fused SIMT baseline: both scopes (the extra one's prefixed x_), the sink, out and lse
 SIMT_SIGNATURE = dict(
     **Q_SIGNATURE, **{f"{p}{k}": t for p in ("", "x_") for k, t in SCOPE_SIGNATURE.items()}, TOPK="i32",
@@ -91,6 +91,7 @@ def _wgmma(name, rung, summary, prediction, *, allowed=wgmma.ALLOWED, split_wave
     options = {"maxnreg": maxnreg} if maxnreg else {}
     return register(KernelSpec(
         name=name, kind="split", rung=rung, interpretable=False, split_waves=split_waves, summary=summary, pdl=True,
+        direct=True,
         # whole 64-token tiles: b1 h64 topk512, 18.3 us at 16-token splits, 14.5 at 64 (rung 6, the 4-lane build)
         split_granule=64,
         prediction=prediction, jit=wgmma.wgmma_partial_kernel, config_cls=TiledConfig, allowed=allowed,
@@ -136,7 +137,7 @@ def _wgmma_ws(name, rung, summary, prediction, **fixed):
     options = {"maxnreg": wgmma_ws.register_cap(4, fixed["PRODUCER_WARPS"])}
     return register(KernelSpec(
         name=name, kind="split", rung=rung, interpretable=False, split_waves=1, summary=summary, pdl=True,
-        split_granule=64, prediction=prediction, jit=wgmma_ws.ws_partial_kernel, config_cls=TiledConfig,
+        direct=True, split_granule=64, prediction=prediction, jit=wgmma_ws.ws_partial_kernel, config_cls=TiledConfig,
         allowed=allowed, launch=lambda **kw: wgmma_ws.launch_ws_partial(**kw, allowed=allowed, name=name, **options,
                                                                         **fixed),
         config_space=tuple(wgmma_ws.CONFIG_SPACE),
@@ -154,10 +155,11 @@ _wgmma_ws("wgmma_ws", 13, "wgmma_f16 warp-specialised at 16 heads: a producer pa
           NUM_BUFS=3, PRODUCER_WARPS=8, PRODUCER_REGS=152)
 
 def _block(module, launch, jit, *, name, rung, summary, prediction, split_waves=1, split_granule=64,
-           allowed=None, config_space=None, maxnreg=None):
+           allowed=None, config_space=None, maxnreg=None, direct=False):
     """A rung of a Gluon kernel with a module of its own, in one block per program: its head group, register cap
     from the module (ALLOWED, CONFIG_SPACE, MAXNREG, estimate_shared_bytes) unless given, its switches from
-    module.SWITCHES, its launcher (module.launch_*) called with the rung's name, configs, cap and switches."""
+    module.SWITCHES, its launcher (module.launch_*) called with the rung's name, configs, cap and switches; direct:
+    its launcher writes a call of one split itself (KernelSpec.direct)."""
     allowed = allowed or module.ALLOWED
     config_space = tuple(config_space or module.CONFIG_SPACE)
     maxnreg = maxnreg or module.MAXNREG
@@ -165,7 +167,7 @@ def _block(module, launch, jit, *, name, rung, summary, prediction, split_waves=
     first = config_space[0]
     return register(KernelSpec(
         name=name, kind="split", rung=rung, interpretable=False, split_waves=split_waves,
-        split_granule=split_granule, pdl=True, summary=summary, prediction=prediction,
+        split_granule=split_granule, pdl=True, direct=direct, summary=summary, prediction=prediction,
         launch=lambda **kw: launch(**kw, name=name, allowed=allowed, maxnreg=maxnreg, switches=switches),
         jit=jit, config_cls=TiledConfig, allowed=allowed, config_space=config_space, fixed_meta=switches,
         shared_model=lambda c: module.estimate_shared_bytes(c, **switches),
@@ -185,7 +187,7 @@ _block(wgmma_ws_h64, wgmma_ws_h64.launch_ws_h64_partial, wgmma_ws_h64.ws_h64_par
                    "A 64-head group in wgmma_ws's two partitions spilled (lab) and ran 1.8-3x slower than wgmma_f16 "
                    "(data/explore/explore_h200_20261202-1309_ws64.csv); with FlashMLA's unequal register shares (lab: "
                    "76 B of spill stores, no serialised wgmma) expect b64 h128 topk2048 at 80-100 us (wgmma_f16: 130, "
-                   "FlashMLA: 87) and b64 h64 at 45-55 us (auto: 74)"))
+                   "FlashMLA: 87) and b64 h64 at 45-55 us (auto: 74)"), direct=True)
 _block(wgmma_ws_bal, wgmma_ws_bal.launch_ws_bal_partial, wgmma_ws_bal.ws_bal_partial_kernel,
        name="wgmma_ws_bal", rung=16,
        summary=("wgmma_ws_h64 with equal consumer warpgroups: each scores half of every 64-token tile (half of QK), "
@@ -195,7 +197,7 @@ _block(wgmma_ws_bal, wgmma_ws_bal.launch_ws_bal_partial, wgmma_ws_bal.ws_bal_par
                    "samples, 3x the PV warpgroup's MMA work), the PV warpgroup waits 76% of its samples. Balanced, "
                    "each warpgroup carries 2 of the tile's 4 MMA units instead of 3, plus one swap of the maxima a "
                    "tile: expect the loop ~25% shorter, b64 h128 topk2048 at 85-95 us (rung 15: 113) and b64 h64 at "
-                   "55-60 us (68)"))
+                   "55-60 us (68)"), direct=True)
 _block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws_partial_kernel,
        name="portable_ws", rung=14,
        summary=("wgmma_ws's schedule from instructions sm_120 has: a producer partition (4 warps) gathers and "

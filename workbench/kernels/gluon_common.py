@@ -23,7 +23,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
 from ..format.layout import layout_of
-from .common import e4m3_bf16x2_asm, layout_constexprs
+from .common import e4m3_bf16x2_asm, layout_constexprs, sink_args
 
 # the cache layout's constants the Gluon kernels declare (common.layout_constexprs)
 LAYOUT_KEYS = ("D_NOPE", "D_ROPE", "TILE", "DATA_BYTES", "SCALE_BYTES")
@@ -67,6 +67,15 @@ def cache_constexprs(cache: torch.Tensor) -> dict:
     bs = cache.shape[1]
     bs_shift = bs.bit_length() - 1 if bs & (bs - 1) == 0 else -1
     return dict(BS_SHIFT=bs_shift, **layout_constexprs(layout_of(cache), LAYOUT_KEYS))
+
+
+def epilogue_args(*, part_lse: torch.Tensor, direct: bool, attn_sink) -> dict:
+    """The epilogue's arguments of a Gluon partial launch. direct: the call has one split in all and no combine runs,
+    so the launch was given the call's out and lse as its part_out and part_lse, and writes them as the combine
+    would (the sink applied; :func:`store_partial`); else the sink is not read (part_lse stands in for it)."""
+    if not direct:
+        return dict(sink_ptr=part_lse, stride_sink=0, HAS_SINK=False, DIRECT=False)
+    return dict(**sink_args(attn_sink, part_lse), HAS_SINK=attn_sink is not None, DIRECT=True, s_total=1)
 
 
 # ----------------------------------------------------------------------------- gathers
@@ -422,35 +431,76 @@ def not_finite(l_i):
 
 
 @gluon.jit
+def split_lse2(m_i, l_i):
+    """(live, the split's base-2 LSE m + log2(l)) per head; a NaN sum is live (its LSE NaN), never dropped by the
+    combine as an empty split."""
+    live = l_i != 0
+    return live, gl.where(live, m_i + gl.log2(l_i), float("-inf"))
+
+
+@gluon.jit
+def direct_factor(lse2, live, heads, H, sink_ptr, stride_sink, HAS_SINK: gl.constexpr):
+    """A call of one split with no combine (DIRECT): (lse, f) per head, what the combine would make of that one
+    split, in its own operations: lse (natural log; +inf for an empty row) and the factor its normalised output is
+    multiplied by (the sink's 1/(1+exp(sink - lse)) with HAS_SINK, else 1; 0 for an empty row)."""
+    lse = gl.where(live, lse2 * 0.6931471805599453, float("inf"))
+    if HAS_SINK:
+        sink = gl.load(sink_ptr + heads * stride_sink, mask=heads < H, other=0.0)
+        f = gl.where(live, 1.0 / (1.0 + gl.exp(sink - lse)), 0.0)
+    else:
+        f = gl.where(live, 1.0, 0.0)
+    return lse, f
+
+
+@gluon.jit
+def store_lse(lse2, live, pid_q, heads, H, S_Q, part_lse_ptr, slot, sink_ptr, stride_sink, HAS_SINK: gl.constexpr,
+              DIRECT: gl.constexpr):
+    """The split's base-2 LSE into its partial slot (``slot`` [BLOCK_H]); DIRECT: the call's lse [b, h, s_q] (natural
+    log, part_lse_ptr is lse) instead."""
+    if DIRECT:
+        lse, f = direct_factor(lse2, live, heads, H, sink_ptr, stride_sink, HAS_SINK)
+        gl.store(part_lse_ptr + ((pid_q // S_Q) * H + heads) * S_Q + pid_q % S_Q, lse, mask=heads < H)
+    else:
+        gl.store(part_lse_ptr + slot, lse2, mask=heads < H)
+
+
+@gluon.jit
 def store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pid_h, split, split_offset, s_total,
-                  H, BLOCK_H: gl.constexpr, D: gl.constexpr):
+                  H, S_Q, sink_ptr, stride_sink, BLOCK_H: gl.constexpr, D: gl.constexpr, HAS_SINK: gl.constexpr,
+                  DIRECT: gl.constexpr):
     """The epilogue: the split's normalised output acc / l * out_mult (acc: O^T [D, BLOCK_H] fp32) and its
-    base-2 LSE m + log2(l) into the partial buffers."""
+    base-2 LSE m + log2(l) into the partial buffers. DIRECT (a call of one split): the call's out (bf16, times the
+    sink's factor; part_out_ptr is out) and lse instead, as the combine would write them."""
     NW: gl.constexpr = gl.num_warps()
     OL: gl.constexpr = acc.type.layout
     OUT: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, NW], [0, 1])  # [D, BLOCK_H], coalesced along d
-    live = l_i != 0  # a NaN sum is live: written as NaN, never dropped by the combine as an empty split
+    live, lse2 = split_lse2(m_i, l_i)
     inv_l = gl.where(live, out_mult / l_i, 0.0)
-    lse2 = gl.where(live, m_i + gl.log2(l_i), float("-inf"))
     heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=l_i.type.layout)
     slot = (pid_q * H + heads) * s_total + split_offset + split  # [BLOCK_H]
-    gl.store(part_lse_ptr + slot, lse2, mask=heads < H)
+    store_lse(lse2, live, pid_q, heads, H, S_Q, part_lse_ptr, slot, sink_ptr, stride_sink, HAS_SINK, DIRECT)
     out = gl.convert_layout(acc * gl.expand_dims(gl.convert_layout(inv_l, gl.SliceLayout(0, OL)), 0), OUT)
     oh = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, OUT))
     od = gl.arange(0, D, layout=gl.SliceLayout(1, OUT))
     oslot = (pid_q * H + oh) * s_total + split_offset + split
     live_o = gl.convert_layout(live, gl.SliceLayout(0, OUT))
-    # an empty split writes only its -inf LSE; the combine never reads its out
-    gl.store(part_out_ptr + gl.expand_dims(oslot.to(gl.int64) * D, 0) + gl.expand_dims(od, 1), out,
-             mask=gl.expand_dims((oh < H) & live_o, 0))
+    ptrs = part_out_ptr + gl.expand_dims(oslot.to(gl.int64) * D, 0) + gl.expand_dims(od, 1)
+    if DIRECT:  # every row written, an empty one as zeros (the factor is 0)
+        _, f = direct_factor(lse2, live, heads, H, sink_ptr, stride_sink, HAS_SINK)
+        out = out * gl.expand_dims(gl.convert_layout(f, gl.SliceLayout(0, OUT)), 0)
+        gl.store(ptrs, out.to(gl.bfloat16), mask=gl.expand_dims(oh < H, 0))
+    else:  # an empty split writes only its -inf LSE; the combine never reads its out
+        gl.store(ptrs, out, mask=gl.expand_dims((oh < H) & live_o, 0))
 
 
 @gluon.jit
-def store_half(acc, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, BLOCK_H: gl.constexpr, D: gl.constexpr,
-               HALF: gl.constexpr):
+def store_half(acc, m_i, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink,
+               BLOCK_H: gl.constexpr, D: gl.constexpr, HALF: gl.constexpr, HAS_SINK: gl.constexpr,
+               DIRECT: gl.constexpr):
     """acc / l * out_mult (acc: O[:, HALF*D/2 : (HALF+1)*D/2] of the head group) into the partial buffer, from the
     wgmma layout (each thread's two adjacent columns: whole 32-byte sectors). A split with no valid token (l 0)
-    writes nothing: the combine never reads it."""
+    writes nothing: the combine never reads it. DIRECT (a call of one split; m_i is read only then): into the call's
+    out (bf16, times the sink's factor; part_out_ptr is out), every row, as the combine would write it."""
     DH: gl.constexpr = D // 2
     OL: gl.constexpr = acc.type.layout
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, OL))
@@ -459,5 +509,10 @@ def store_half(acc, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, BLOCK
     heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, OL))
     cols = HALF * DH + gl.arange(0, DH, layout=gl.SliceLayout(0, OL))
     rows = (slot0 + heads.to(gl.int64) * s_total) * D
-    gl.store(part_out_ptr + gl.expand_dims(rows, 1) + gl.expand_dims(cols, 0), out,
-             mask=gl.expand_dims((heads < H) & live, 1))
+    ptrs = part_out_ptr + gl.expand_dims(rows, 1) + gl.expand_dims(cols, 0)
+    if DIRECT:
+        _, lse2 = split_lse2(gl.convert_layout(m_i, gl.SliceLayout(1, OL)), l_o)
+        _, f = direct_factor(lse2, live, heads, H, sink_ptr, stride_sink, HAS_SINK)
+        gl.store(ptrs, (out * gl.expand_dims(f, 1)).to(gl.bfloat16), mask=gl.expand_dims(heads < H, 1))
+    else:
+        gl.store(ptrs, out, mask=gl.expand_dims((heads < H) & live, 1))

@@ -40,7 +40,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from .common import cdiv, head_group, launch, split_args
 from .configs import TiledConfig
 from .gluon_common import (F16_OUT_MULT, bf16_scale_pairs, bf16x4_to_f16, cache_constexprs, dequant_words,
-                           dequant_words_f16, f16_scale_pairs, launch_dependents, load_idx, load_q, load_tile,
+                           dequant_words_f16, epilogue_args, f16_scale_pairs, launch_dependents, load_idx, load_q, load_tile,
                            not_finite, qk_scale, require_sm90, scale_q_per_head, softmax_step, store_partial)
 
 ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(64,), num_warps=(8,), num_stages=(1,))
@@ -69,7 +69,8 @@ def wgmma_partial_kernel(
     stride_ib, stride_is,
     topk_len_ptr, stride_tl,  # [b] int32, any stride (read only when HAS_TOPK_LEN)
     part_out_ptr,     # [b*s_q, h, s_total, 512] fp32
-    part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2
+    part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2 (DIRECT: out [b, s_q, h, 512] bf16 and lse [b, h, s_q] fp32)
+    sink_ptr, stride_sink,  # [h] fp32, any stride (read only when DIRECT and HAS_SINK)
     sm_scale_log2,
     H, S_Q, TOPK, split_offset, tokens_per_split, s_total,
     HAS_TOPK_LEN: gl.constexpr,
@@ -79,6 +80,8 @@ def wgmma_partial_kernel(
     K_BUFFERS: gl.constexpr,           # 2: PV of one tile overlaps the next tile's store; 1: half the shared memory
     F16: gl.constexpr,                 # 1: K, q and P in f16 (K by the hardware e4m3x2 -> f16x2 convert), bf16 rerun
     LEAVE_OUT: gl.constexpr = 0,       # measurement only: stages dropped from the loop (LEAVE_OUT_BITS); wrong output
+    HAS_SINK: gl.constexpr = False,
+    DIRECT: gl.constexpr = False,      # one split in all: write out and lse as the combine would (epilogue_args)
 ):
     KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16  # the MMA operands' type: K, q, P
     D: gl.constexpr = D_NOPE + D_ROPE
@@ -128,7 +131,7 @@ def wgmma_partial_kernel(
                 HAS_TOPK_LEN, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, K_BUFFERS,
                 0, LEAVE_OUT)
     store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pid_h, split, split_offset, s_total,
-                  H, BLOCK_H, D)
+                  H, S_Q, sink_ptr, stride_sink, BLOCK_H, D, HAS_SINK, DIRECT)
 
 
 @gluon.jit
@@ -296,8 +299,10 @@ def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
 
 
 def launch_wgmma_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
-                         tokens_per_split, sm_scale, name, allowed=ALLOWED, config=None, maxnreg=None, **switches):
-    """Run the Gluon partial kernel for one KV scope into splits [split_offset, split_offset+num_splits).
+                         tokens_per_split, sm_scale, name, allowed=ALLOWED, config=None, maxnreg=None, direct=False,
+                         attn_sink=None, **switches):
+    """Run the Gluon partial kernel for one KV scope into splits [split_offset, split_offset+num_splits) (direct:
+    part_out and part_lse are the call's out and lse, see gluon_common.epilogue_args).
 
     name, allowed: the registered rung's name and config table; maxnreg: ptxas's register cap (None: no cap);
     switches: the rung's constexprs (K_BUFFERS, F16; LEAVE_OUT for a measurement).
@@ -308,6 +313,7 @@ def launch_wgmma_partial(*, q, cache, indices, topk_length, part_out, part_lse, 
     args = split_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
                       part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
                       sm_scale=sm_scale)
+    args.update(epilogue_args(part_lse=part_lse, direct=direct, attn_sink=attn_sink))
     grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
     launch(wgmma_partial_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H,
                                             BLOCK_T=cfg.BLOCK_T, num_warps=NUM_WARPS, maxnreg=maxnreg, **switches))

@@ -31,8 +31,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .common import cdiv, launch, split_args
 from .configs import TiledConfig
-from .gluon_common import (F16_OUT_MULT, cache_constexprs, launch_dependents, load_q, not_finite, produce_k_tiles,
-                           qk_scale, require_sm90, scale_q_per_head, softmax_step, store_partial)
+from .gluon_common import (F16_OUT_MULT, cache_constexprs, epilogue_args, launch_dependents, load_q, not_finite,
+                           produce_k_tiles, qk_scale, require_sm90, scale_q_per_head, softmax_step, store_partial)
 
 # 16 heads with one consumer warpgroup. (64 heads in two consumer warpgroups spilled and ran 1.8-3x slower than
 # wgmma_f16: data/explore/explore_h200_20261202-1309_ws64.csv; the 64-head kernel is wgmma_ws_h64's three partitions)
@@ -62,7 +62,8 @@ def ws_partial_kernel(
     stride_ib, stride_is,
     topk_len_ptr, stride_tl,  # [b] int32, any stride (read only when HAS_TOPK_LEN)
     part_out_ptr,     # [b*s_q, h, s_total, 512] fp32
-    part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2
+    part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2 (DIRECT: out [b, s_q, h, 512] bf16 and lse [b, h, s_q] fp32)
+    sink_ptr, stride_sink,  # [h] fp32, any stride (read only when DIRECT and HAS_SINK)
     sm_scale_log2,
     H, S_Q, TOPK, split_offset, tokens_per_split, s_total,
     HAS_TOPK_LEN: gl.constexpr,
@@ -73,6 +74,8 @@ def ws_partial_kernel(
     PRODUCER_WARPS: gl.constexpr,      # warps of the producer partition (gathers and dequant)
     PRODUCER_REGS: gl.constexpr,       # its registers per thread (setmaxnreg); the consumer gets the rest
     LEAVE_OUT: gl.constexpr = 0,       # measurement only: gluon_common.LEAVE_OUT_BITS; wrong output
+    HAS_SINK: gl.constexpr = False,
+    DIRECT: gl.constexpr = False,      # one split in all: write out and lse as the combine would (epilogue_args)
 ):
     KT: gl.constexpr = gl.float16  # the MMA operands' type: K, q, P (bf16 in the rerun)
     D: gl.constexpr = D_NOPE + D_ROPE
@@ -128,7 +131,7 @@ def ws_partial_kernel(
                               num_tokens, idx_row, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T,
                               BS_SHIFT, NUM_BUFS, PRODUCER_WARPS, PRODUCER_REGS, 0, LEAVE_OUT)
     store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pid_h, split, split_offset, s_total,
-                  H, BLOCK_H, D)
+                  H, S_Q, sink_ptr, stride_sink, BLOCK_H, D, HAS_SINK, DIRECT)
 
 
 @gluon.jit
@@ -213,8 +216,10 @@ def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
 
 
 def launch_ws_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
-                      tokens_per_split, sm_scale, name, allowed=ALLOWED, config=None, maxnreg=None, **switches):
-    """Run the warp-specialised partial kernel for one KV scope into splits [split_offset, split_offset+num_splits).
+                      tokens_per_split, sm_scale, name, allowed=ALLOWED, config=None, maxnreg=None, direct=False,
+                      attn_sink=None, **switches):
+    """Run the warp-specialised partial kernel for one KV scope into splits [split_offset, split_offset+num_splits)
+    (direct: part_out and part_lse are the call's out and lse, see gluon_common.epilogue_args).
 
     name, allowed: the registered rung's name and config table; switches: its constexprs (NUM_BUFS, PRODUCER_WARPS,
     PRODUCER_REGS; LEAVE_OUT for a measurement); maxnreg: the block's register cap per thread (None:
@@ -226,6 +231,7 @@ def launch_ws_partial(*, q, cache, indices, topk_length, part_out, part_lse, spl
     args = split_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
                       part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
                       sm_scale=sm_scale)
+    args.update(epilogue_args(part_lse=part_lse, direct=direct, attn_sink=attn_sink))
     grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
     launch(ws_partial_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H, BLOCK_T=cfg.BLOCK_T,
                                          num_warps=cfg.num_warps,

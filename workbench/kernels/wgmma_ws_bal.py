@@ -31,8 +31,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .common import cdiv, launch, split_args
 from .configs import TiledConfig
-from .gluon_common import (F16_OUT_MULT, cache_constexprs, launch_dependents, load_q, not_finite,
-                           produce_k_tiles_in_halves, qk_scale, require_sm90, scale_q_per_head, store_half)
+from .gluon_common import (F16_OUT_MULT, cache_constexprs, epilogue_args, launch_dependents, load_q, not_finite,
+                           produce_k_tiles_in_halves, qk_scale, require_sm90, scale_q_per_head, split_lse2,
+                           store_half, store_lse)
 
 ALLOWED = dict(BLOCK_H=(64,), BLOCK_T=(64,), num_warps=(4,), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=64, BLOCK_T=64, num_warps=4)]
@@ -62,7 +63,8 @@ def ws_bal_partial_kernel(
     stride_ib, stride_is,
     topk_len_ptr, stride_tl,  # [b] int32, any stride (read only when HAS_TOPK_LEN)
     part_out_ptr,     # [b*s_q, h, s_total, 512] fp32
-    part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2
+    part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2 (DIRECT: out [b, s_q, h, 512] bf16 and lse [b, h, s_q] fp32)
+    sink_ptr, stride_sink,  # [h] fp32, any stride (read only when DIRECT and HAS_SINK)
     sm_scale_log2,
     H, S_Q, TOPK, split_offset, tokens_per_split, s_total,
     HAS_TOPK_LEN: gl.constexpr,
@@ -72,6 +74,8 @@ def ws_bal_partial_kernel(
     NUM_BUFS: gl.constexpr,            # K tiles in the ring (each as two half slots)
     CONSUMER_REGS: gl.constexpr,       # registers per thread of each consumer warpgroup (setmaxnreg)
     LEAVE_OUT: gl.constexpr = 0,       # measurement only: gluon_common.LEAVE_OUT_BITS; wrong output
+    HAS_SINK: gl.constexpr = False,
+    DIRECT: gl.constexpr = False,      # one split in all: write out and lse as the combine would (epilogue_args)
 ):
     KT: gl.constexpr = gl.float16  # the MMA operands' type: K, q, P (bf16 in the rerun)
     D: gl.constexpr = D_NOPE + D_ROPE
@@ -110,8 +114,8 @@ def ws_bal_partial_kernel(
 
     _pass(q_smem, k_smem, valid_smem, p_smem, max_smem, lsum_smem, qexp_smem, full, empty, sync, start, end, q_row,
           stride_qh, pid_h, H, sm_scale_log2, cache_u8, stride_page, block_size, num_tokens, idx_row, part_out_ptr,
-          part_lse_ptr, slot0, s_total, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT,
-          NUM_BUFS, CONSUMER_REGS, 1, LEAVE_OUT)
+          part_lse_ptr, slot0, s_total, pid_q, S_Q, sink_ptr, stride_sink, D_NOPE, D_ROPE, TILE, DATA_BYTES,
+          SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, CONSUMER_REGS, 1, LEAVE_OUT, HAS_SINK, DIRECT)
     # the row sums the consumers left in shared memory (the partitions have joined)
     l_all = lsum_smem.index(0).load(gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
     l_all += lsum_smem.index(1).load(l_all.type.layout)
@@ -122,8 +126,8 @@ def ws_bal_partial_kernel(
                          p_smem._reinterpret(gl.bfloat16, [4, BLOCK_H, HT], P_SMEM), max_smem, lsum_smem, qexp_smem,
                          full, empty, sync, start, end, q_row, stride_qh, pid_h, H, sm_scale_log2, cache_u8,
                          stride_page, block_size, num_tokens, idx_row, part_out_ptr, part_lse_ptr, slot0, s_total,
-                         D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS,
-                         CONSUMER_REGS, 0, LEAVE_OUT)
+                         pid_q, S_Q, sink_ptr, stride_sink, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H,
+                         BLOCK_T, BS_SHIFT, NUM_BUFS, CONSUMER_REGS, 0, LEAVE_OUT, HAS_SINK, DIRECT)
 
 
 @gluon.jit
@@ -146,10 +150,11 @@ def _init_barriers(full, empty, sync, NUM_BUFS: gl.constexpr, AGAIN: gl.constexp
 @gluon.jit
 def _pass(q_smem, k_smem, valid_smem, p_smem, max_smem, lsum_smem, qexp_smem, full, empty, sync, start, end, q_row,
           stride_qh, pid_h, H, sm_scale_log2, cache_u8, stride_page, block_size, num_tokens, idx_row, part_out_ptr,
-          part_lse_ptr, slot0, s_total, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr,
-          DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr,
-          BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr, CONSUMER_REGS: gl.constexpr, F16: gl.constexpr,
-          LEAVE_OUT: gl.constexpr):
+          part_lse_ptr, slot0, s_total, pid_q, S_Q, sink_ptr, stride_sink, D_NOPE: gl.constexpr,
+          D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr,
+          BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr,
+          CONSUMER_REGS: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr, HAS_SINK: gl.constexpr,
+          DIRECT: gl.constexpr):
     """One pass over the split in the three partitions (F16: the f16 pass, which also signals the combine's
     launch; else the bf16 rerun). The producer is the default partition: it gets the registers the consumers
     leave and carries the kernel's own values across the pass, so the consumers have CONSUMER_REGS for their
@@ -161,19 +166,21 @@ def _pass(q_smem, k_smem, valid_smem, p_smem, max_smem, lsum_smem, qexp_smem, fu
                                      BS_SHIFT, NUM_BUFS, F16, LEAVE_OUT, True)),
         (_consumer, (q_smem, k_smem, valid_smem, p_smem, max_smem, lsum_smem, qexp_smem, full, empty, sync, start,
                      end, q_row, stride_qh, pid_h, H, sm_scale_log2, part_out_ptr, part_lse_ptr, slot0, s_total,
-                     BLOCK_H, BLOCK_T, D, NUM_BUFS, F16, LEAVE_OUT, 0)),
+                     pid_q, S_Q, sink_ptr, stride_sink, BLOCK_H, BLOCK_T, D, NUM_BUFS, F16, LEAVE_OUT, 0, HAS_SINK,
+                     DIRECT)),
         (_consumer, (q_smem, k_smem, valid_smem, p_smem, max_smem, lsum_smem, qexp_smem, full, empty, sync, start,
                      end, q_row, stride_qh, pid_h, H, sm_scale_log2, part_out_ptr, part_lse_ptr, slot0, s_total,
-                     BLOCK_H, BLOCK_T, D, NUM_BUFS, F16, LEAVE_OUT, 1)),
+                     pid_q, S_Q, sink_ptr, stride_sink, BLOCK_H, BLOCK_T, D, NUM_BUFS, F16, LEAVE_OUT, 1, HAS_SINK,
+                     DIRECT)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
 @gluon.jit
 def _consumer(q_smem, k_smem, valid_smem, p_smem, max_smem, lsum_smem, qexp_smem, full, empty, sync, start, end,
-              q_row, stride_qh, pid_h, H, sm_scale_log2, part_out_ptr, part_lse_ptr, slot0, s_total,
-              BLOCK_H: gl.constexpr,
-              BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr,
-              LEAVE_OUT: gl.constexpr, WG: gl.constexpr):
+              q_row, stride_qh, pid_h, H, sm_scale_log2, part_out_ptr, part_lse_ptr, slot0, s_total, pid_q, S_Q,
+              sink_ptr, stride_sink, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr,
+              NUM_BUFS: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr, WG: gl.constexpr,
+              HAS_SINK: gl.constexpr, DIRECT: gl.constexpr):
     """Consumer warpgroup WG (0 or 1): half of q into q_smem, then per full slot the scores of its half of the
     tokens, the swapped maxima, its P, and O[:, WG*D/2 :] += P V over the whole tile; then its half of the split's
     normalised output into the partial buffer (and, the first, the split's LSE); both row sums stay in lsum_smem
@@ -273,12 +280,13 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, max_smem, lsum_smem, qexp_smem
     mbarrier.wait(done, 0)
     l_i = lsum_smem.index(0).load(ROW) + lsum_smem.index(1).load(ROW)
     # F16: a non-finite row sum makes this half non-finite too, and the bf16 pass writes it again
-    store_half(acc, l_i, F16_OUT_MULT if F16 else 1.0, part_out_ptr, slot0, pid_h, H, s_total, BLOCK_H, D, WG)
-    if WG == 0:  # the split's base-2 LSE
-        live = l_i != 0  # a NaN sum is live: written as NaN, never dropped by the combine as an empty split
+    store_half(acc, m_i, l_i, F16_OUT_MULT if F16 else 1.0, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr,
+               stride_sink, BLOCK_H, D, WG, HAS_SINK, DIRECT)
+    if WG == 0:  # the split's LSE
+        live, lse2 = split_lse2(m_i, l_i)
         heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROW)
-        gl.store(part_lse_ptr + slot0 + heads * s_total, gl.where(live, m_i + gl.log2(l_i), float("-inf")),
-                 mask=heads < H)
+        store_lse(lse2, live, pid_q, heads, H, S_Q, part_lse_ptr, slot0 + heads * s_total, sink_ptr, stride_sink,
+                  HAS_SINK, DIRECT)
 
 
 def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
@@ -288,9 +296,10 @@ def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
 
 def launch_ws_bal_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
                           tokens_per_split, sm_scale, name, allowed=ALLOWED, config=None, maxnreg=MAXNREG,
-                          switches=SWITCHES, LEAVE_OUT=0):
+                          switches=SWITCHES, LEAVE_OUT=0, direct=False, attn_sink=None):
     """Run the balanced three-partition partial kernel for one KV scope into splits
-    [split_offset, split_offset+num_splits).
+    [split_offset, split_offset+num_splits) (direct: part_out and part_lse are the call's out and lse, see
+    gluon_common.epilogue_args).
 
     name, allowed: the registered rung's name and config table; switches: its constexprs (SWITCHES); LEAVE_OUT:
     stages to drop, for a measurement (workbench.bench.isolate)."""
@@ -300,6 +309,7 @@ def launch_ws_bal_partial(*, q, cache, indices, topk_length, part_out, part_lse,
     args = split_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
                       part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
                       sm_scale=sm_scale)
+    args.update(epilogue_args(part_lse=part_lse, direct=direct, attn_sink=attn_sink))
     grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
     launch(ws_bal_partial_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H,
                                              BLOCK_T=cfg.BLOCK_T, num_warps=cfg.num_warps, maxnreg=maxnreg,

@@ -36,9 +36,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .common import cdiv, launch, split_args
 from .configs import TiledConfig
-from .gluon_common import (F16_OUT_MULT, cache_constexprs, launch_dependents, load_q, not_finite,
+from .gluon_common import (F16_OUT_MULT, cache_constexprs, epilogue_args, launch_dependents, load_q, not_finite,
                            produce_k_tiles_in_halves, qk_scale, require_sm90, scale_q_per_head, softmax_step,
-                           store_half)
+                           split_lse2, store_half, store_lse)
 
 ALLOWED = dict(BLOCK_H=(64,), BLOCK_T=(64,), num_warps=(4,), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=64, BLOCK_T=64, num_warps=4)]
@@ -49,11 +49,11 @@ MAXNREG = 168  # 65,536 registers over the block's 12 warps, rounded down to a m
 
 
 def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, **_switches) -> int:
-    """Shared bytes of one block (sm_90 lab: 205,704 B): q (1 KB/head), NUM_BUFS 16-bit K tiles (1 KB/token) and P
+    """Shared bytes of one block (sm_90 lab: 205,960 B): q (1 KB/head), NUM_BUFS 16-bit K tiles (1 KB/token) and P
     (2 B/token/head), then six small arrays each taken as a whole 128 B or more: the valid bytes, the rescale
-    factors, the final row sums, and the three groups of mbarriers."""
+    factors, the final row sums and maxima, and the three groups of mbarriers."""
     t, h = c.BLOCK_T, c.BLOCK_H
-    small = (NUM_BUFS * t, 4 * h, 4 * h, 8 * NUM_BUFS, 8 * NUM_BUFS, 8 * 3)
+    small = (NUM_BUFS * t, 4 * h, 8 * h, 8 * NUM_BUFS, 8 * NUM_BUFS, 8 * 3)
     return 1024 * h + NUM_BUFS * 1024 * t + 2 * t * h + sum(-(-b // 128) * 128 for b in small)
 
 
@@ -67,7 +67,8 @@ def ws_h64_partial_kernel(
     stride_ib, stride_is,
     topk_len_ptr, stride_tl,  # [b] int32, any stride (read only when HAS_TOPK_LEN)
     part_out_ptr,     # [b*s_q, h, s_total, 512] fp32
-    part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2
+    part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2 (DIRECT: out [b, s_q, h, 512] bf16 and lse [b, h, s_q] fp32)
+    sink_ptr, stride_sink,  # [h] fp32, any stride (read only when DIRECT and HAS_SINK)
     sm_scale_log2,
     H, S_Q, TOPK, split_offset, tokens_per_split, s_total,
     HAS_TOPK_LEN: gl.constexpr,
@@ -79,6 +80,8 @@ def ws_h64_partial_kernel(
     PRODUCER_WARPS: gl.constexpr,      # warps of the producer partition
     PRODUCER_REGS: gl.constexpr,       # and its registers per thread; the softmax warpgroup gets the rest
     LEAVE_OUT: gl.constexpr = 0,       # measurement only: gluon_common.LEAVE_OUT_BITS; wrong output
+    HAS_SINK: gl.constexpr = False,
+    DIRECT: gl.constexpr = False,      # one split in all: write out and lse as the combine would (epilogue_args)
 ):
     KT: gl.constexpr = gl.float16  # the MMA operands' type: K, q, P (bf16 in the rerun)
     D: gl.constexpr = D_NOPE + D_ROPE
@@ -98,7 +101,7 @@ def ws_h64_partial_kernel(
     valid_smem = gl.allocate_shared_memory(gl.int8, [NUM_BUFS, BLOCK_T], FLAT)
     p_smem = gl.allocate_shared_memory(KT, [BLOCK_H, BLOCK_T], P_SMEM)      # P [heads, tokens] for the PV warpgroup
     alpha_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], FLAT)     # the tile's rescale factors
-    lsum_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], FLAT)      # the final row sums
+    lsum_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT)   # the final row sums and maxima
     full = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
     sync = gl.allocate_shared_memory(gl.int64, [3, 1], mbarrier.MBarrierLayout())  # p_full, p_empty, done
@@ -115,8 +118,9 @@ def ws_h64_partial_kernel(
 
     m_i, l_i, acc = _pass(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, start, end,
                           q_row, stride_qh, pid_h, H, sm_scale_log2, cache_u8, stride_page, block_size, num_tokens,
-                          idx_row, part_out_ptr, slot0, s_total, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES,
-                          BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PV_REGS, PRODUCER_WARPS, PRODUCER_REGS, 1, LEAVE_OUT)
+                          idx_row, part_out_ptr, slot0, s_total, sink_ptr, stride_sink, D_NOPE, D_ROPE, TILE,
+                          DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PV_REGS, PRODUCER_WARPS,
+                          PRODUCER_REGS, 1, LEAVE_OUT, HAS_SINK, DIRECT)
     bad = not_finite(l_i)  # a token outside the f16 window makes some row sum non-finite
     out_mult = gl.where(bad, 1.0, F16_OUT_MULT)
     if bad:  # rare: the split again with bf16 operands in the same three partitions; each rewrites its half
@@ -125,15 +129,16 @@ def ws_h64_partial_kernel(
                               k_smem._reinterpret(gl.bfloat16, [NUM_BUFS, BLOCK_T, D], K_SMEM), valid_smem,
                               p_smem._reinterpret(gl.bfloat16, [BLOCK_H, BLOCK_T], P_SMEM), alpha_smem, lsum_smem,
                               full, empty, sync, start, end, q_row, stride_qh, pid_h, H, sm_scale_log2, cache_u8,
-                              stride_page, block_size, num_tokens, idx_row, part_out_ptr, slot0, s_total, D_NOPE,
-                              D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PV_REGS,
-                              PRODUCER_WARPS, PRODUCER_REGS, 0, LEAVE_OUT)
-    store_half(acc, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, BLOCK_H, D, 0)
-    # the split's base-2 LSE, from the softmax warpgroup's row statistics
-    live = l_i != 0  # a NaN sum is live: written as NaN, never dropped by the combine as an empty split
+                              stride_page, block_size, num_tokens, idx_row, part_out_ptr, slot0, s_total, sink_ptr,
+                              stride_sink, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT,
+                              NUM_BUFS, PV_REGS, PRODUCER_WARPS, PRODUCER_REGS, 0, LEAVE_OUT, HAS_SINK, DIRECT)
+    store_half(acc, m_i, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink, BLOCK_H, D, 0,
+               HAS_SINK, DIRECT)
+    # the split's LSE, from the softmax warpgroup's row statistics
+    live, lse2 = split_lse2(m_i, l_i)
     heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=l_i.type.layout)
-    gl.store(part_lse_ptr + slot0 + heads * s_total, gl.where(live, m_i + gl.log2(l_i), float("-inf")),
-             mask=heads < H)
+    store_lse(lse2, live, pid_q, heads, H, S_Q, part_lse_ptr, slot0 + heads * s_total, sink_ptr, stride_sink,
+              HAS_SINK, DIRECT)
 
 
 @gluon.jit
@@ -156,10 +161,11 @@ def _init_barriers(full, empty, sync, NUM_BUFS: gl.constexpr, AGAIN: gl.constexp
 @gluon.jit
 def _pass(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, start, end, q_row, stride_qh,
           pid_h, H, sm_scale_log2, cache_u8, stride_page, block_size, num_tokens, idx_row, part_out_ptr, slot0,
-          s_total, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
-          SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr,
-          NUM_BUFS: gl.constexpr, PV_REGS: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-          F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
+          s_total, sink_ptr, stride_sink, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr,
+          DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr,
+          BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr, PV_REGS: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+          PRODUCER_REGS: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr, HAS_SINK: gl.constexpr,
+          DIRECT: gl.constexpr):
     """One pass over the split in the three partitions (F16: the f16 pass, which also signals the combine's
     launch; else the bf16 rerun); returns the softmax warpgroup's (m_i, l_i, O[:, :D/2])."""
     D: gl.constexpr = D_NOPE + D_ROPE
@@ -168,7 +174,8 @@ def _pass(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem, full, empty
                               end, q_row, stride_qh, pid_h, H, sm_scale_log2, BLOCK_H, BLOCK_T, D, NUM_BUFS, F16,
                               LEAVE_OUT)),
         (_pv_warpgroup, (k_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, start, end, part_out_ptr, slot0,
-                         pid_h, H, s_total, BLOCK_H, BLOCK_T, D, NUM_BUFS, F16, LEAVE_OUT)),
+                         pid_h, H, s_total, sink_ptr, stride_sink, BLOCK_H, BLOCK_T, D, NUM_BUFS, F16, LEAVE_OUT,
+                         HAS_SINK, DIRECT)),
         (produce_k_tiles_in_halves, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens,
                                      idx_row, start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T,
                                      BS_SHIFT, NUM_BUFS, F16, LEAVE_OUT)),
@@ -187,7 +194,7 @@ def _softmax_warpgroup(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem
                        D: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
     """q into q_smem (with F16 scaled per head, as wgmma_f16), then per full slot: S = q K^T, the online softmax,
     P and the rescale factors to the PV warpgroup, O[:, :D/2] += P V[:, :D/2] with P from shared memory; returns
-    (m_i, l_i, O[:, :D/2]). The final l_i also goes to lsum_smem for the PV warpgroup."""
+    (m_i, l_i, O[:, :D/2]). The final l_i and m_i also go to lsum_smem for the PV warpgroup."""
     KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16
     DH: gl.constexpr = D // 2
     SL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -249,7 +256,8 @@ def _softmax_warpgroup(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     if F16:  # the combine's launch overlaps the epilogue (and a bf16 pass, if one follows)
         launch_dependents()
-    lsum_smem.store(l_i)
+    lsum_smem.index(0).store(l_i)
+    lsum_smem.index(1).store(m_i)
     gl.thread_barrier()
     mbarrier.arrive(sync.index(2))
     return m_i, l_i, acc
@@ -257,8 +265,9 @@ def _softmax_warpgroup(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem
 
 @gluon.jit
 def _pv_warpgroup(k_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, start, end, part_out_ptr, slot0, pid_h,
-                  H, s_total, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr,
-                  F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
+                  H, s_total, sink_ptr, stride_sink, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr,
+                  NUM_BUFS: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr, HAS_SINK: gl.constexpr,
+                  DIRECT: gl.constexpr):
     """Per tile: O[:, D/2:] rescaled by the softmax warpgroup's factors, += P V[:, D/2:]; then this half of the
     split's normalised output into the partial buffer."""
     DH: gl.constexpr = D // 2
@@ -280,9 +289,11 @@ def _pv_warpgroup(k_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, star
         mbarrier.arrive(empty.index(buf))
         i += 1
     mbarrier.wait(sync.index(2), 0)
-    l_i = lsum_smem.load(ROW)
+    l_i = lsum_smem.index(0).load(ROW)
+    m_i = lsum_smem.index(1).load(ROW)
     # F16: a non-finite row sum makes this half non-finite too, and the bf16 pass writes it again
-    store_half(acc, l_i, F16_OUT_MULT if F16 else 1.0, part_out_ptr, slot0, pid_h, H, s_total, BLOCK_H, D, 1)
+    store_half(acc, m_i, l_i, F16_OUT_MULT if F16 else 1.0, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr,
+               stride_sink, BLOCK_H, D, 1, HAS_SINK, DIRECT)
 
 
 def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
@@ -292,8 +303,9 @@ def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
 
 def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
                           tokens_per_split, sm_scale, name, allowed=ALLOWED, config=None, maxnreg=MAXNREG,
-                          switches=SWITCHES, LEAVE_OUT=0):
-    """Run the three-partition partial kernel for one KV scope into splits [split_offset, split_offset+num_splits).
+                          switches=SWITCHES, LEAVE_OUT=0, direct=False, attn_sink=None):
+    """Run the three-partition partial kernel for one KV scope into splits [split_offset, split_offset+num_splits)
+    (direct: part_out and part_lse are the call's out and lse, see gluon_common.epilogue_args).
 
     name, allowed: the registered rung's name and config table; switches: its constexprs (SWITCHES); LEAVE_OUT:
     stages to drop, for a measurement (workbench.bench.isolate)."""
@@ -303,6 +315,7 @@ def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse,
     args = split_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
                       part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
                       sm_scale=sm_scale)
+    args.update(epilogue_args(part_lse=part_lse, direct=direct, attn_sink=attn_sink))
     grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
     launch(ws_h64_partial_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H,
                                              BLOCK_T=cfg.BLOCK_T, num_warps=cfg.num_warps, maxnreg=maxnreg,

@@ -1,0 +1,127 @@
+"""A call of one split with no combine (``KernelSpec.direct``): when the decode takes that path, what reaches the
+launch, and on the GPU that every Gluon rung writes out and lse bit for bit as its own partial-and-combine path
+does (the combine kernel is the independent reference: the same partial kernel, its fp32 partials merged apart)."""
+import dataclasses
+
+import pytest
+import torch
+
+from workbench import decode, registry
+from workbench.bench import isolate
+from workbench.format.cases import CATALOGUE, build_case
+
+
+def _recording_spec(calls, direct=True):
+    """tile512's spec with a launch that only records its keywords (and direct as asked)."""
+    return dataclasses.replace(registry.get("tile512"), direct=direct, launch=lambda **kw: calls.append(kw))
+
+
+def _stages(spec, case, attn_sink=None):
+    kw = case.kwargs()
+    scopes = decode.decode_scopes(kw["cache"], kw["indices"], kw.get("topk_length"), kw.get("extra_cache"),
+                                  kw.get("extra_indices"), kw.get("extra_topk_length"))
+    work = decode.allocate_workspace(spec, kw["q"], scopes)
+    return work, decode.launch_stages(spec, q=kw["q"], scopes=scopes, attn_sink=attn_sink, sm_scale=0.1,
+                                      config=None, work=work)
+
+
+def test_one_split_runs_one_launch_into_out_and_lse():
+    """topk 48 in tile512's 16-token granule would be 3 splits; at a granule of 64 it is one split in all."""
+    calls = []
+    spec = dataclasses.replace(_recording_spec(calls), split_granule=64)
+    case = build_case(batch=2, s_q=2, heads=16, topk=48, seed=5)
+    sink = torch.linspace(-1.0, 1.0, 32)[::2]  # strided: the launch gets it as it is
+    work, stages = _stages(spec, case, attn_sink=sink)
+    assert work.direct and work.part_out is None and work.part_lse is None
+    assert len(stages) == 1 and stages[0].inputs == ("q", "cache", "indices", "topk_length", "attn_sink")
+    stages[0].run()
+    (kw,) = calls
+    assert kw["part_out"] is work.out and kw["part_lse"] is work.lse and kw["attn_sink"] is sink
+    assert kw["direct"] is True and kw["num_splits"] == 1 and kw["split_offset"] == 0
+    assert kw["tokens_per_split"] == 64
+
+
+@pytest.mark.parametrize("what", ["two-splits", "extra-scope", "kernel-without-direct"])
+def test_otherwise_the_partials_and_the_combine(what):
+    calls = []
+    spec = _recording_spec(calls, direct=what != "kernel-without-direct")
+    spec = dataclasses.replace(spec, split_granule=64 if what != "two-splits" else 16)
+    extra = dict(extra_topk=8, extra_block_size=2) if what == "extra-scope" else {}
+    case = build_case(batch=2, heads=16, topk=48, seed=5, **extra)
+    work, stages = _stages(spec, case)
+    assert not work.direct and work.part_lse.shape[-1] == sum(s.num_splits for s in work.splits)
+    assert (work.part_lse.shape[-1] == 1) is (what == "kernel-without-direct")
+    assert len(stages) == len(work.splits) + 1  # a partial per scope, then the combine
+    for stage in stages[:-1]:
+        stage.run()
+    assert all("direct" not in kw and kw["part_lse"] is work.part_lse for kw in calls)
+
+
+def test_the_hopper_rungs_write_directly_and_the_triton_ones_do_not():
+    direct = {n for n in registry.names("split") if registry.get(n).direct}
+    assert direct == {n for n in registry.names("split") if isolate.is_gluon(registry.get(n))}
+    assert {"wgmma_ws", "wgmma_ws_h64", "wgmma_f16"} <= direct
+    assert not direct & {"tile512", "mma", "portable_ws", "portable_ws_h32t"}
+
+
+def test_no_combine_of_a_direct_call_keeps_its_one_launch(monkeypatch):
+    """isolate's "no_combine" drops the last stage only when there is a combine."""
+    calls = []
+    spec = dataclasses.replace(_recording_spec(calls), split_granule=64)
+    monkeypatch.setattr(isolate, "is_gluon", lambda s: True)
+    monkeypatch.setattr(decode, "resolve_call", lambda **kw: (spec, 0.1), raising=True)
+    case = build_case(batch=2, heads=16, topk=48, seed=5)
+    isolate.isolated_launches(case.kwargs(), impl="tile512", variant="no_combine")()
+    assert len(calls) == 1 and calls[0]["direct"] is True
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+
+def _bits(t):
+    return t.contiguous().view(torch.int16 if t.dtype == torch.bfloat16 else torch.int32)
+
+
+def _run(spec, kw):
+    scopes = decode.decode_scopes(kw["cache"], kw["indices"], kw.get("topk_length"))
+    work = decode.allocate_workspace(spec, kw["q"], scopes)
+    for stage in decode.launch_stages(spec, q=kw["q"], scopes=scopes, attn_sink=kw.get("attn_sink"),
+                                      sm_scale=kw["sm_scale"], config=None, work=work):
+        stage.run()
+    return work, work.out, work.lse
+
+
+# one-scope catalogue entries of at most 64 tokens (one split at a granule of 64): sinks of every kind, s_q 2 and
+# 3, all-invalid queries, scale bytes outside the f16 window (the bf16 second pass), NaN in unselected pages
+ONE_SPLIT = [e for e in CATALOGUE if e.spec["topk"] <= 64 and not e.spec.get("extra_topk")]
+GLUON = [n for n in registry.names("split") if registry.get(n).direct]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl", GLUON)
+@pytest.mark.parametrize("entry", ONE_SPLIT, ids=lambda e: e.id)
+def test_direct_is_the_combine_bit_for_bit(impl, entry):
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip(f"{impl} is a Gluon kernel for sm_90")
+    case = entry.build("cuda")
+    kw = {**case.kwargs(), "sm_scale": case.sm_scale}
+    spec = registry.get(impl)
+    work, out, lse = _run(spec, kw)
+    assert work.direct
+    _, ref_out, ref_lse = _run(dataclasses.replace(spec, direct=False), kw)
+    assert torch.equal(_bits(out), _bits(ref_out)) and torch.equal(_bits(lse), _bits(ref_lse))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl, heads, batch", [("wgmma_ws", 16, 128), ("wgmma_ws_h64", 128, 64)],
+                         ids=["ws-b128-h16", "ws_h64-b64-h128"])
+def test_direct_at_a_benchmark_shape(impl, heads, batch):
+    """The shapes the change is for: one split because the calls fill the SMs (topk 2048, pages of 256)."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip(f"{impl} is a Gluon kernel for sm_90")
+    case = build_case(batch=batch, heads=heads, topk=2048, block_size=256, sink=True, seed=11, device="cuda")
+    kw = {**case.kwargs(), "sm_scale": case.sm_scale}
+    spec = registry.get(impl)
+    work, out, lse = _run(spec, kw)
+    assert work.direct
+    _, ref_out, ref_lse = _run(dataclasses.replace(spec, direct=False), kw)
+    assert torch.equal(_bits(out), _bits(ref_out)) and torch.equal(_bits(lse), _bits(ref_lse))
