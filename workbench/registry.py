@@ -98,7 +98,17 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     wgmma_ws_h64 took 22.16 us and wgmma_xchg 21.51 (3.02%; the heads sweep of the same call: 22.07 against 21.82,
     1.2%), and b1 h128 topk2048, 2**18, wgmma_xchg 16.03 against wgmma_f16_2cta's 15.62 (2.6%): both on boundaries
     again. In the heads sweep at 0590dbc (data/bench_h200_20261204-0852_heads.csv; kernels and rule unchanged) within
-    0.7% at every shape (b64 h128: wgmma_ws_h64 114.3 us against wgmma_ws_bal's 113.6).
+    0.7% at every shape (b64 h128: wgmma_ws_h64 114.3 us against wgmma_ws_bal's 113.6). At 695bc42 (a call of one
+    split runs no combine, KernelSpec.direct; the 32-head band from the heads sweep at 0590dbc and
+    data/explore/explore_h200_20261204-0839_h32_hopper.csv) the crossover sweep times 32 heads too
+    (data/bench_h200_20261204-1125_crossover.csv, data/bench_h200_20261204-1123_heads.csv): the heads sweep within
+    0.7% at every shape; the crossover within 2.0% at every shape but five: b128 h32 topk512 13.4% (the band runs
+    portable_ws_h32t, 37.29 us, where wgmma_f16 runs one split with no combine, 32.87: tokens alone cannot see that
+    128 queries make one split, b32 topk2048 has the same tokens and two), b128 h64 topk512 4.0% (wgmma_ws_h64 41.47
+    against wgmma_f16's 39.89, both one split), b16 h32 topk512 3.0% (wgmma_f16 14.05 against wgmma_xchg's 13.65), b2
+    h64 topk2048 2.9% (wgmma_xchg 16.97 against wgmma_f16_2cta's 16.49, on the 2**18 boundary again) and b128 h128
+    topk512 2.3% (wgmma_ws_h64 75.99 against wgmma_ws_bal's 74.30). The next rule should take the query count (one
+    split or not), not tokens alone (docs/decisions.md).
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
@@ -148,7 +158,13 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     tile512's 21.48), b2 h64 3.5% (portable_ws 23.06 against tile512's 22.29) and b1 h64 1.8% (portable_ws 16.56
     against rung 20's 16.26) (docs/decisions.md). In the heads sweep at 0590dbc
     (data/bench_h200_20261204-0852_heads.csv; kernels and rule unchanged) the pick is the fastest portable rung at
-    every shape."""
+    every shape. In the sweeps at 695bc42 (data/bench_h200_20261204-1125_crossover.csv, which times 32 heads for the
+    first time, and data/bench_h200_20261204-1123_heads.csv; the portable kernels and this rule unchanged) the 32-head
+    rows show the 2**18 boundary wrong at 32 heads: b4 h32 topk2048 (exactly 2**18) runs portable_ws in 23.78 us
+    against portable_ws_h32t's 15.97 (1.49x), b16 h32 topk512 18.67 against portable_ws_h32q's 14.06 (1.33x);
+    elsewhere within 1.2% (b1 h64 topk2048 1.2%, b4 h64 topk512 0.6%) and the heads sweep the fastest at every
+    shape. At 32 heads portable_ws runs two 16-head groups, each gathering every token: the next rule should start
+    the 32-head kernel below 2**18 there (docs/decisions.md)."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
     if heads <= 16:

@@ -57,7 +57,8 @@ def fig_production(rows, panels, *, batches=None):
     import matplotlib.pyplot as plt
     batches = sorted(set(batches if batches is not None else rows["batch"]))
     modes = ["graph", "eager"]
-    fig, axes = plt.subplots(2, len(panels), figsize=(4.6 * len(panels), 6.2), squeeze=False, sharex=True)
+    # wide panels: the legend of every provider (floors included) takes a fixed width on the right
+    fig, axes = plt.subplots(2, len(panels), figsize=(5.6 * len(panels), 6.2), squeeze=False, sharex=True)
     for r, mode in enumerate(modes):
         for c, (sweep, h, title) in enumerate(panels):
             ax = axes[r, c]
