@@ -179,7 +179,15 @@ if len(pdl_rows):
                                granule=spec.split_granule).num_splits for k in topks)
 
     ab["splits a row"] = [splits_a_row(r) for r in ab.itertuples()]
-    ab["auto launches"] = ["" if n != n else "pdl" if pdl_by_splits(int(n)) else "serial" for n in ab["splits a row"]]
+    def launches(r, n):  # what auto's combine does at HEAD; a direct kernel's one split runs no combine
+        if n != n:
+            return ""
+        spec = registered.get(r.kernel)
+        if spec is not None and spec.direct and n == 1 and not r.extra_topk:
+            return "no combine (one split)"
+        return "pdl" if pdl_by_splits(int(n)) else "serial"
+
+    ab["auto launches"] = [launches(r, n) for r, n in zip(ab.itertuples(), ab["splits a row"])]
     ab["pdl / serial"] = ab["auto+pdl"] / ab["auto+serial"]
     ab["source"], ab["git_commit"], ab["stale"] = pdl_src, str(pdl_rows.git_commit.iloc[0])[:7], \
         bool(pdl_rows.stale.fillna(True).any())

@@ -75,6 +75,53 @@ def test_no_combine_of_a_direct_call_keeps_its_one_launch(monkeypatch):
     assert len(calls) == 1 and calls[0]["direct"] is True
 
 
+def test_the_pdl_ab_skips_a_call_with_no_combine(monkeypatch):
+    """The bench's "+pdl" / "+serial" pair times nothing different where a direct kernel runs one split."""
+    from workbench.bench import providers
+    spec = registry.get("wgmma_ws_h64")  # direct, and asks for PDL
+    monkeypatch.setattr(decode, "resolve_call", lambda **kw: (spec, 0.1))
+    p = providers.CombineLaunchProvider("auto", "+pdl")
+    with pytest.raises(providers.Skip, match="one split"):
+        p.prepare(build_case(batch=2, heads=16, topk=48, seed=5).kwargs())  # 48 tokens: one 64-token split
+    # 200 tokens on the interpreter's 4 SMs: 2 queries want 2 splits each, of 128 tokens
+    assert callable(p.prepare(build_case(batch=2, heads=16, topk=200, seed=5).kwargs()))
+
+
+@pytest.mark.parametrize("output_slots", [False, True], ids=["plan_decode", "plain-path"])
+@pytest.mark.parametrize("sink", [False, True], ids=["no-sink", "sink"])
+@pytest.mark.parametrize("impl", ["wgmma_ws", "wgmma_ws_h64", "wgmma_f16", "wgmma_ws_bal"])
+def test_a_plan_binds_the_direct_launch(monkeypatch, impl, sink, output_slots):
+    """A plan of a one-split call on a Gluon rung (its launch recorded, not run: the sm_90 check patched away):
+    one launch, whose part_out and part_lse are the call's out and lse (plan buffers, or the per-call output slots),
+    whose sink is the user's attn_sink (else lse stands in, unread), with one split."""
+    import importlib
+
+    from workbench import plan as plan_mod
+    jit = registry.get(impl).jit
+    module = importlib.import_module(getattr(jit, "fn", jit).__module__)
+    monkeypatch.setattr(module, "require_sm90", lambda q, name: None)
+    case = build_case(batch=2, s_q=2, heads=16, topk=48, sink=sink, seed=7)
+    user = {name: None for name in decode.INPUT_NAMES}
+    user.update({k: v for k, v in case.kwargs().items() if k in user})
+    plan = plan_mod.build_plan(user, sm_scale=case.sm_scale, impl=impl, config=None, output_slots=output_slots)
+    (launch,) = plan.launches
+    args = launch.fixed
+    slots = {name: (index, view) for name, index, view in launch.slots}
+    assert plan.part_out is None and plan.part_lse is None and args["s_total"] == 1 and args["DIRECT"] is True and args["HAS_SINK"] is sink
+    assert launch.grid[1] == 1
+    lse_slot = plan_mod.INPUT_INDEX["lse"] if output_slots else None
+    if output_slots:
+        assert slots["part_out_ptr"][0] == plan_mod.INPUT_INDEX["out"] and slots["part_lse_ptr"][0] == lse_slot
+    else:
+        assert args["part_out_ptr"] is plan.out and args["part_lse_ptr"] is plan.lse
+    if sink:
+        assert slots["sink_ptr"][0] == plan_mod.INPUT_INDEX["attn_sink"]
+    elif output_slots:
+        assert slots["sink_ptr"][0] == lse_slot
+    else:
+        assert args["sink_ptr"] is plan.lse
+
+
 # ------------------------------------------------------------------------------------------------ GPU
 
 def _bits(t):
@@ -90,7 +137,7 @@ def _run(spec, kw):
     return work, work.out, work.lse
 
 
-# one-scope catalogue entries of at most 64 tokens (one split at a granule of 64): sinks of every kind, s_q 2 and
+# one-scope catalogue entries of at most 64 tokens (one split at a granule of 64): finite and -inf sinks, s_q 2 and
 # 3, all-invalid queries, scale bytes outside the f16 window (the bf16 second pass), NaN in unselected pages
 ONE_SPLIT = [e for e in CATALOGUE if e.spec["topk"] <= 64 and not e.spec.get("extra_topk")]
 GLUON = [n for n in registry.names("split") if registry.get(n).direct]

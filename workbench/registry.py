@@ -93,19 +93,20 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     rungs' code and this rule unchanged) within 2.2% at every shape but b2 h64 topk2048, 2**18 head-tokens, where
     wgmma_xchg took 16.65 us and wgmma_f16_2cta 16.17 (3.006%, just over issue 25's 3%; the seventh run in a row that
     shape goes to wgmma_f16_2cta or ties); the next: b32 h64 topk512 and b128 h128 topk2048, 2.1% each. In those at
-    f78a059 (data/bench_h200_20261204-0728_crossover.csv, data/archive/bench_h200_20261204-0730_heads.csv; the Hopper
+    f78a059 (data/archive/bench_h200_20261204-0728_crossover.csv, data/archive/bench_h200_20261204-0730_heads.csv; the Hopper
     rungs' code and this rule unchanged) within 2.0% at every shape but b8 h64 topk2048, 2**20 head-tokens, where
     wgmma_ws_h64 took 22.16 us and wgmma_xchg 21.51 (3.02%; the heads sweep of the same call: 22.07 against 21.82,
     1.2%), and b1 h128 topk2048, 2**18, wgmma_xchg 16.03 against wgmma_f16_2cta's 15.62 (2.6%): both on boundaries
-    again. In the heads sweep at 0590dbc (data/bench_h200_20261204-0852_heads.csv; kernels and rule unchanged) within
+    again. In the heads sweep at 0590dbc (data/archive/bench_h200_20261204-0852_heads.csv; kernels and rule unchanged) within
     0.7% at every shape (b64 h128: wgmma_ws_h64 114.3 us against wgmma_ws_bal's 113.6). At 695bc42 (a call of one
     split runs no combine, KernelSpec.direct; the 32-head band from the heads sweep at 0590dbc and
     data/explore/explore_h200_20261204-0839_h32_hopper.csv) the crossover sweep times 32 heads too
     (data/bench_h200_20261204-1125_crossover.csv, data/bench_h200_20261204-1123_heads.csv): the heads sweep within
-    0.7% at every shape; the crossover within 2.0% at every shape but five: b128 h32 topk512 13.4% (the band runs
+    0.7% at every shape; the crossover within 2.0% at every shape but five (two over 3%): b128 h32 topk512 13.4% (the band runs
     portable_ws_h32t, 37.29 us, where wgmma_f16 runs one split with no combine, 32.87: tokens alone cannot see that
-    128 queries make one split, b32 topk2048 has the same tokens and two), b128 h64 topk512 4.0% (wgmma_ws_h64 41.47
-    against wgmma_f16's 39.89, both one split), b16 h32 topk512 3.0% (wgmma_f16 14.05 against wgmma_xchg's 13.65), b2
+    128 queries make one split; b32 topk2048 has the same tokens, four splits, and goes to portable_ws_h32t, 36.34
+    against wgmma_f16's 36.93), b128 h64 topk512 4.0% (wgmma_ws_h64 41.47
+    against wgmma_f16's 39.89, both one split), b16 h32 topk512 2.95% (wgmma_f16 14.05 against wgmma_xchg's 13.65), b2
     h64 topk2048 2.9% (wgmma_xchg 16.97 against wgmma_f16_2cta's 16.49, on the 2**18 boundary again) and b128 h128
     topk512 2.3% (wgmma_ws_h64 75.99 against wgmma_ws_bal's 74.30). The next rule should take the query count (one
     split or not), not tokens alone (docs/decisions.md).
@@ -149,7 +150,7 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     21.24) and at every larger call (b64 topk2048 62.2 against 58.5, the heads sweep 62.3 against 57.6; b128 topk2048
     116.4 against 104.8). Rung 24 took b64 topk2048 in 57.0 us in the A/B, level with portable_ws, so at this commit
     rung 23's band of 8192-16384 tokens became a threshold, which the sweeps at this commit test. In the sweeps at
-    f78a059, which run this rule (data/bench_h200_20261204-0728_crossover.csv,
+    f78a059, which run this rule (data/archive/bench_h200_20261204-0728_crossover.csv,
     data/archive/bench_h200_20261204-0730_heads.csv), the threshold holds at every 16-head shape: rung 24 wins from
     b4 topk2048 (13.75 us against portable_ws's 17.59) to b128 topk2048 (103.02 against 103.83) and portable_ws
     below 8192 tokens (b8 topk512: 9.23 against 9.67). Above
@@ -157,7 +158,7 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     at every shape but three calls of one or two rows at topk 2048: b1 h128 5.4% (portable_ws 22.64 us against
     tile512's 21.48), b2 h64 3.5% (portable_ws 23.06 against tile512's 22.29) and b1 h64 1.8% (portable_ws 16.56
     against rung 20's 16.26) (docs/decisions.md). In the heads sweep at 0590dbc
-    (data/bench_h200_20261204-0852_heads.csv; kernels and rule unchanged) the pick is the fastest portable rung at
+    (data/archive/bench_h200_20261204-0852_heads.csv; kernels and rule unchanged) the pick is the fastest portable rung at
     every shape. In the sweeps at 695bc42 (data/bench_h200_20261204-1125_crossover.csv, which times 32 heads for the
     first time, and data/bench_h200_20261204-1123_heads.csv; the portable kernels and this rule unchanged) the 32-head
     rows show the 2**18 boundary wrong at 32 heads: b4 h32 topk2048 (exactly 2**18) runs portable_ws in 23.78 us

@@ -183,11 +183,24 @@ class CombineLaunchProvider(WorkbenchProvider):
                                impl=self.impl)  # the kernel the decode will run, as decode picks it
         if not spec.pdl:
             raise Skip(f"{self.impl} runs {spec.name} here, whose combine is never a programmatic dependent launch")
+        if spec.direct and _splits_in_all(spec, kw) == 1:
+            raise Skip(f"{self.impl} runs {spec.name} here in one split, which writes out itself: no combine")
 
         def run():
             with combine_launch(self.pdl):
                 return sparse_mla_decode(**kw, impl=self.impl, config=config)
         return run
+
+
+def _splits_in_all(spec, kw: dict) -> int:
+    """The splits a split kernel's call has over all its KV scopes, as decode plans them (one, with a ``direct``
+    kernel: no combine runs, :class:`workbench.kernel_spec.KernelSpec`)."""
+    from ..decode import sm_count, split_plans
+    q = kw["q"]
+    indices = [kw["indices"]] + ([kw["extra_indices"]] if kw.get("extra_indices") is not None else [])
+    return sum(p.num_splits for p in split_plans(queries=q.shape[0] * q.shape[1], heads=q.shape[2], indices=indices,
+                                                 num_sms=sm_count(q.device), waves=spec.split_waves,
+                                                 granule=spec.split_granule))
 
 
 def _plan_key(kw: dict, config) -> tuple:
