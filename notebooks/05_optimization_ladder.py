@@ -179,11 +179,11 @@ if len(pdl_rows):
                                granule=spec.split_granule).num_splits for k in topks)
 
     ab["splits a row"] = [splits_a_row(r) for r in ab.itertuples()]
-    def launches(r, n):  # what auto's combine does at HEAD; a direct kernel's one split runs no combine
+    def launches(r, n):  # what auto's combine does at HEAD; a direct kernel's one split (in all) runs no combine
         if n != n:
             return ""
         spec = registered.get(r.kernel)
-        if spec is not None and spec.direct and n == 1 and not r.extra_topk:
+        if spec is not None and spec.direct and n == 1:
             return "no combine (one split)"
         return "pdl" if pdl_by_splits(int(n)) else "serial"
 

@@ -129,12 +129,22 @@ def _bits(t):
 
 
 def _run(spec, kw):
+    """One decode through decode's own pieces: (workspace, out, lse)."""
     scopes = decode.decode_scopes(kw["cache"], kw["indices"], kw.get("topk_length"))
     work = decode.allocate_workspace(spec, kw["q"], scopes)
     for stage in decode.launch_stages(spec, q=kw["q"], scopes=scopes, attn_sink=kw.get("attn_sink"),
                                       sm_scale=kw["sm_scale"], config=None, work=work):
         stage.run()
     return work, work.out, work.lse
+
+
+def _assert_direct_is_the_combine(impl, case):
+    """``impl`` runs ``case`` as one split with no combine, bit for bit as the same kernel with its combine."""
+    spec = registry.get(impl)
+    work, out, lse = _run(spec, case.kwargs())
+    assert work.direct
+    _, ref_out, ref_lse = _run(dataclasses.replace(spec, direct=False), case.kwargs())
+    assert torch.equal(_bits(out), _bits(ref_out)) and torch.equal(_bits(lse), _bits(ref_lse))
 
 
 # one-scope catalogue entries of at most 64 tokens (one split at a granule of 64): finite and -inf sinks, s_q 2 and
@@ -149,13 +159,7 @@ GLUON = [n for n in registry.names("split") if registry.get(n).direct]
 def test_direct_is_the_combine_bit_for_bit(impl, entry):
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip(f"{impl} is a Gluon kernel for sm_90")
-    case = entry.build("cuda")
-    kw = {**case.kwargs(), "sm_scale": case.sm_scale}
-    spec = registry.get(impl)
-    work, out, lse = _run(spec, kw)
-    assert work.direct
-    _, ref_out, ref_lse = _run(dataclasses.replace(spec, direct=False), kw)
-    assert torch.equal(_bits(out), _bits(ref_out)) and torch.equal(_bits(lse), _bits(ref_lse))
+    _assert_direct_is_the_combine(impl, entry.build("cuda"))
 
 
 @pytest.mark.gpu
@@ -165,10 +169,5 @@ def test_direct_at_a_benchmark_shape(impl, heads, batch):
     """The shapes the change is for: one split because the calls fill the SMs (topk 2048, pages of 256)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip(f"{impl} is a Gluon kernel for sm_90")
-    case = build_case(batch=batch, heads=heads, topk=2048, block_size=256, sink=True, seed=11, device="cuda")
-    kw = {**case.kwargs(), "sm_scale": case.sm_scale}
-    spec = registry.get(impl)
-    work, out, lse = _run(spec, kw)
-    assert work.direct
-    _, ref_out, ref_lse = _run(dataclasses.replace(spec, direct=False), kw)
-    assert torch.equal(_bits(out), _bits(ref_out)) and torch.equal(_bits(lse), _bits(ref_lse))
+    _assert_direct_is_the_combine(impl, build_case(batch=batch, heads=heads, topk=2048, block_size=256, sink=True,
+                                                   seed=11, device="cuda"))
