@@ -485,7 +485,7 @@ def store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pi
     oslot = (pid_q * H + oh) * s_total + split_offset + split
     live_o = gl.convert_layout(live, gl.SliceLayout(0, OUT))
     ptrs = part_out_ptr + gl.expand_dims(oslot.to(gl.int64) * D, 0) + gl.expand_dims(od, 1)
-    if DIRECT:  # every row written, an empty one as zeros (the factor is 0)
+    if DIRECT:  # every row written; an empty one times the factor 0: zeros, or NaN where acc is NaN (as the reference)
         _, f = direct_factor(lse2, live, heads, H, sink_ptr, stride_sink, HAS_SINK)
         out = out * gl.expand_dims(gl.convert_layout(f, gl.SliceLayout(0, OUT)), 0)
         gl.store(ptrs, out.to(gl.bfloat16), mask=gl.expand_dims(oh < H, 0))
