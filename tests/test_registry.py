@@ -126,8 +126,10 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=17, tokens=16384) == "portable_ws_h32t"
     assert registry.resolve("auto", "cuda", heads=20, tokens=64 * 2048) == "portable_ws_h32t"
     assert registry.resolve("auto", "cuda", heads=32, tokens=64 * 2048) == "portable_ws_h32t"
-    assert registry.resolve("auto", "cuda", heads=32, tokens=64 * 2048 + 1) == "wgmma_f16"
-    assert registry.resolve("auto", "cuda", heads=24, tokens=128 * 2048) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=32, tokens=128 * 2048) == "portable_ws_h32t"  # queries unknown
+    assert registry.resolve("auto", "cuda", heads=32, tokens=128 * 512, queries=88) == "portable_ws_h32t"
+    assert registry.resolve("auto", "cuda", heads=24, tokens=128 * 512, queries=89) == "wgmma_f16"  # one split
+    assert registry.resolve("auto", "cuda", heads=32, tokens=128 * 2048, queries=128) == "wgmma_f16"
     # 33-63 heads: as 64 heads (one 64-head block), so the same boundaries in tokens as at h64
     for h in (33, 40, 48, 63):
         assert registry.resolve("auto", "cuda", heads=h, tokens=4095) == "wgmma_f16_2cta", h
@@ -211,7 +213,7 @@ def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
     misses16 = set()
     for (b, h, k), g in df.groupby(["batch", "heads", "topk"]):
         t = g.groupby("provider").median_us.median()
-        pick = registry.auto_kernel("sm_90", heads=h, tokens=b * k)
+        pick = registry.auto_kernel("sm_90", heads=h, tokens=b * k, queries=b)
         margin = HOPPER_MARGINS.get((b, h, k), 1.020)
         assert t[pick] <= margin * t[list(HOPPER)].min(), (b, h, k, pick, t[list(HOPPER)].idxmin())
         pp = registry.portable_kernel("sm_120", heads=h, tokens=b * k)

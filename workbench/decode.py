@@ -198,7 +198,7 @@ def resolve_call(q, cache, indices, *, sm_scale, attn_sink, topk_length, extra_c
                       extra_cache=extra_cache, extra_indices=extra_indices, extra_topk_length=extra_topk_length)
     b, s_q, heads, _ = q.shape
     topk_all = indices.shape[2] + (extra_indices.shape[2] if extra_indices is not None else 0)
-    spec = registry.get(registry.resolve(impl, q.device, heads=heads, tokens=b * s_q * topk_all))
+    spec = registry.get(registry.resolve(impl, q.device, heads=heads, tokens=b * s_q * topk_all, queries=b * s_q))
     return spec, MODEL1.d ** -0.5 if sm_scale is None else float(sm_scale)
 
 
@@ -222,6 +222,19 @@ class Workspace:
     direct: bool = False              # one split in all and a kernel that writes out and lse itself: no combine
 
 
+def call_splits(spec, q, scopes) -> tuple[SplitPlan, ...]:
+    """The split plans of a call of split kernel ``spec`` (one per KV scope), as its decode runs them."""
+    b, s_q, h, _ = q.shape
+    return tuple(split_plans(queries=b * s_q, heads=h, indices=[ix for _, ix, _ in scopes], num_sms=sm_count(q.device),
+                             waves=spec.split_waves, granule=spec.split_granule))
+
+
+def runs_direct(spec, splits) -> bool:
+    """Whether a call with these split plans runs no combine: one split in all, on a kernel that writes out and lse
+    itself then (KernelSpec.direct)."""
+    return spec.direct and sum(p.num_splits for p in splits) == 1
+
+
 def allocate_workspace(spec, q, scopes) -> Workspace:
     """Allocate the outputs (and split scratch) of one decode with kernel ``spec`` over ``scopes``."""
     b, s_q, h, _ = q.shape
@@ -229,12 +242,10 @@ def allocate_workspace(spec, q, scopes) -> Workspace:
     lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
     if spec.kind != "split":
         return Workspace(out, lse, None, None, ())
-    splits = tuple(split_plans(queries=b * s_q, heads=h, indices=[ix for _, ix, _ in scopes],
-                               num_sms=sm_count(q.device), waves=spec.split_waves,
-                               granule=spec.split_granule))
-    s_total = sum(p.num_splits for p in splits)
-    if spec.direct and s_total == 1:  # no combine: no partials (KernelSpec.direct)
+    splits = call_splits(spec, q, scopes)
+    if runs_direct(spec, splits):  # no combine: no partials
         return Workspace(out, lse, None, None, splits, direct=True)
+    s_total = sum(p.num_splits for p in splits)
     part_out = torch.empty(b * s_q, h, s_total, MODEL1.d, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(b * s_q, h, s_total, dtype=torch.float32, device=q.device)
     return Workspace(out, lse, part_out, part_lse, splits)
@@ -262,20 +273,19 @@ def launch_stages(spec, *, q, scopes, attn_sink, sm_scale, config, work: Workspa
             spec.launch, q=q, cache=cache, indices=indices, topk_length=topk_length, extra_cache=extra_cache,
             extra_indices=extra_indices, extra_topk_length=extra_topk_length, attn_sink=attn_sink,
             sm_scale=sm_scale, out=work.out, lse=work.lse, config=config)),)
-    if work.direct:
-        ((c, ix, tl_),), (split,) = scopes, work.splits
-        return (LaunchStage(("q",) + SCOPE_INPUTS[0] + ("attn_sink",), partial(
-            spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=work.out, part_lse=work.lse,
-            split_offset=0, num_splits=1, tokens_per_split=split.tokens_per_split, sm_scale=sm_scale, config=config,
-            direct=True, attn_sink=attn_sink)),)
+    # a direct call's one partial launch writes out and lse and reads the sink: no combine follows
+    part_out, part_lse = (work.out, work.lse) if work.direct else (work.part_out, work.part_lse)
+    direct = dict(direct=True, attn_sink=attn_sink) if work.direct else {}
     stages = []
     offset = 0
     for names, (c, ix, tl_), split in zip(SCOPE_INPUTS, scopes, work.splits):
-        stages.append(LaunchStage(("q",) + names, partial(
-            spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=work.part_out, part_lse=work.part_lse,
+        stages.append(LaunchStage(("q",) + names + (("attn_sink",) if work.direct else ()), partial(
+            spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,
             split_offset=offset, num_splits=split.num_splits, tokens_per_split=split.tokens_per_split,
-            sm_scale=sm_scale, config=config)))
+            sm_scale=sm_scale, config=config, **direct)))
         offset += split.num_splits
+    if work.direct:
+        return tuple(stages)
     stages.append(LaunchStage(("attn_sink",), partial(
         launch_combine, part_out=work.part_out, part_lse=work.part_lse, attn_sink=attn_sink, out=work.out,
         lse=work.lse, pinned=INTERPRET or config is not None, pdl=combine_pdl(spec, work.part_lse.shape[-1]))))

@@ -42,8 +42,10 @@ def decode_impls() -> tuple[str, ...]:
 TWO_BLOCK_MAX_TOKENS_H64 = 4096      # 17-32 heads (from older h64 crossovers)
 H32_MIN_TOKENS_SM90 = 16384          # 17-32 heads: from b8 topk2048 the portable 32-head block (rung 24) beats the
                                      # 16-head groups (the heads sweep at 0590dbc; data/explore/..._h32_hopper.csv)
-H32_MAX_TOKENS_SM90 = 131072         # up to b64 topk2048: at b128 wgmma_f16 runs one split with no combine
-                                     # (KernelSpec.direct; data/explore/explore_h200_20261204-1150_direct.csv)
+ONE_SPLIT_MIN_QUERIES_SM90 = 89     # 17-32 heads: from 89 queries a 64-head block's split plan on 132 SMs is one
+                                    # split (decode.plan_splits, waves 1), and wgmma_f16 runs it with no combine
+                                    # (KernelSpec.direct): b128 topk512 32.87 us against rung 24's 37.29
+                                    # (data/bench_h200_20261204-1125_crossover.csv)
 HEAD_BLOCK = 64                      # 33-63 heads run as one 64-head block, so auto counts them as 64
 WS_MIN_TOKENS_H16 = 65536            # <= 16 heads: from b32 topk2048 the warp-specialised kernel wins
 XCHG_MAX_TOKENS_H16 = 8192           # <= 16 heads (one 16-head group): up to b4 topk2048 the bf16 rung wins
@@ -55,7 +57,7 @@ PORTABLE_H32_MIN_TOKENS_H16 = 8192  # off Hopper, <= 16 heads: from b4 topk2048 
                                     # its heads padding, beats portable_ws's split plan
 
 
-def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
+def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None = None) -> str:
     """What "auto" runs on a GPU of ``capability`` ("sm_90", ...) for a call of this size (a pure rule).
 
     On sm_90: at <= 16 heads (padded to one 16-head group) "wgmma_xchg" up to XCHG_MAX_TOKENS_H16 tokens,
@@ -63,8 +65,9 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
     "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS, "wgmma_xchg" below XCHG_BELOW_HEAD_TOKENS, "wgmma_ws_h64"
     from there, with 33-63 heads counted as HEAD_BLOCK (they run padded to one 64-head block; 65-127 heads count as
     themselves, though they run padded to 128: no count between 64 and 128 was timed); at 17-32 heads
+    "wgmma_f16" from ONE_SPLIT_MIN_QUERIES_SM90 queries (b * s_q; None: not known, never taken), else
     "wgmma_f16_2cta" up to TWO_BLOCK_MAX_TOKENS_H64 tokens, "portable_ws_h32t" (one 32-head block, mma.sync) from
-    H32_MIN_TOKENS_SM90 to H32_MAX_TOKENS_SM90 tokens, else "wgmma_f16". Any other GPU: :func:`portable_kernel`.
+    H32_MIN_TOKENS_SM90 tokens, else "wgmma_f16". Any other GPU: :func:`portable_kernel`.
     Why: derived from a crossover sweep of 48 shapes (data/archive/bench_h200_20261202-1506_crossover.csv) and, for
     33-63 heads and the xchg boundary, from the crossover and heads sweeps at e5db711
     (data/archive/bench_h200_20261203-0630_crossover.csv, data/archive/bench_h200_20261203-0632_heads.csv): there
@@ -119,7 +122,9 @@ def auto_kernel(capability: str, *, heads: int, tokens: int) -> str:
             return "wgmma_xchg"
         return "wgmma_ws" if tokens >= WS_MIN_TOKENS_H16 else "wgmma_f16"
     if heads <= 32:
-        if H32_MIN_TOKENS_SM90 <= tokens <= H32_MAX_TOKENS_SM90:
+        if queries is not None and queries >= ONE_SPLIT_MIN_QUERIES_SM90:
+            return "wgmma_f16"
+        if tokens >= H32_MIN_TOKENS_SM90:
             return "portable_ws_h32t"
         return "wgmma_f16_2cta" if tokens <= TWO_BLOCK_MAX_TOKENS_H64 else "wgmma_f16"
     work = max(heads, HEAD_BLOCK) * tokens
@@ -168,14 +173,14 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     the 32-head kernel below 2**18 there (docs/decisions.md)."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
-    if heads <= 16:
+    if heads <= 32:  # at 17-32 heads portable_ws runs two 16-head groups: the same tokens threshold as one
         return "portable_ws_h32t" if tokens >= PORTABLE_H32_MIN_TOKENS_H16 else "portable_ws"
     if heads * tokens <= PORTABLE_WS_MAX_HEAD_TOKENS:
         return "portable_ws"
     return "portable_ws_h32t"
 
 
-def resolve(impl: str, device, *, heads: int, tokens: int) -> str:
+def resolve(impl: str, device, *, heads: int, tokens: int, queries: int | None = None) -> str:
     """The kernel "auto" stands for on ``device``: :func:`auto_kernel` for its GPU; "tile512" on the CPU or
     under the interpreter. A named kernel is returned unchanged."""
     if impl != AUTO:
@@ -187,7 +192,7 @@ def resolve(impl: str, device, *, heads: int, tokens: int) -> str:
     if dev.type != "cuda" or INTERPRET:
         return "tile512"
     major, minor = torch.cuda.get_device_capability(dev)
-    return auto_kernel(f"sm_{major}{minor}", heads=heads, tokens=tokens)
+    return auto_kernel(f"sm_{major}{minor}", heads=heads, tokens=tokens, queries=queries)
 
 
 def compiled_kernels() -> tuple[str, ...]:

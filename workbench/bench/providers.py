@@ -178,29 +178,20 @@ class CombineLaunchProvider(WorkbenchProvider):
         self.impl, self.name, self.pdl = impl, impl + suffix, COMBINE_LAUNCH[suffix]
 
     def prepare(self, kw: dict, config=None):
-        from ..decode import INPUT_NAMES, combine_launch, resolve_call
+        from ..decode import INPUT_NAMES, call_splits, combine_launch, decode_scopes, resolve_call, runs_direct
         spec, _ = resolve_call(**{k: kw.get(k) for k in INPUT_NAMES}, sm_scale=kw.get("sm_scale"),
                                impl=self.impl)  # the kernel the decode will run, as decode picks it
         if not spec.pdl:
             raise Skip(f"{self.impl} runs {spec.name} here, whose combine is never a programmatic dependent launch")
-        if spec.direct and _splits_in_all(spec, kw) == 1:
+        if runs_direct(spec, call_splits(spec, kw["q"], decode_scopes(kw["cache"], kw["indices"], None,
+                                                                        kw.get("extra_cache"),
+                                                                        kw.get("extra_indices")))):
             raise Skip(f"{self.impl} runs {spec.name} here in one split, which writes out itself: no combine")
 
         def run():
             with combine_launch(self.pdl):
                 return sparse_mla_decode(**kw, impl=self.impl, config=config)
         return run
-
-
-def _splits_in_all(spec, kw: dict) -> int:
-    """The splits a split kernel's call has over all its KV scopes, as decode plans them (one, with a ``direct``
-    kernel: no combine runs, :class:`workbench.kernel_spec.KernelSpec`)."""
-    from ..decode import sm_count, split_plans
-    q = kw["q"]
-    indices = [kw["indices"]] + ([kw["extra_indices"]] if kw.get("extra_indices") is not None else [])
-    return sum(p.num_splits for p in split_plans(queries=q.shape[0] * q.shape[1], heads=q.shape[2], indices=indices,
-                                                 num_sms=sm_count(q.device), waves=spec.split_waves,
-                                                 granule=spec.split_granule))
 
 
 def _plan_key(kw: dict, config) -> tuple:
@@ -464,7 +455,8 @@ def kernel_of(provider: str, shape) -> str:
     from .. import registry
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return registry.resolve("auto", device, heads=shape.heads,
-                            tokens=shape.batch * shape.s_q * (shape.topk + shape.extra_topk))
+                            tokens=shape.batch * shape.s_q * (shape.topk + shape.extra_topk),
+                            queries=shape.batch * shape.s_q)
 
 
 def config_columns(provider: str, config) -> dict:

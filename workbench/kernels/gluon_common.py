@@ -456,12 +456,14 @@ def direct_factor(lse2, live, heads, H, sink_ptr, stride_sink, HAS_SINK: gl.cons
 def store_lse(lse2, live, pid_q, heads, H, S_Q, part_lse_ptr, slot, sink_ptr, stride_sink, HAS_SINK: gl.constexpr,
               DIRECT: gl.constexpr):
     """The split's base-2 LSE into its partial slot (``slot`` [BLOCK_H]); DIRECT: the call's lse [b, h, s_q] (natural
-    log, part_lse_ptr is lse) instead."""
+    log, part_lse_ptr is lse) instead. Returns direct_factor's factor with DIRECT (else lse2, for no one)."""
     if DIRECT:
         lse, f = direct_factor(lse2, live, heads, H, sink_ptr, stride_sink, HAS_SINK)
         gl.store(part_lse_ptr + ((pid_q // S_Q) * H + heads) * S_Q + pid_q % S_Q, lse, mask=heads < H)
+        return f
     else:
         gl.store(part_lse_ptr + slot, lse2, mask=heads < H)
+        return lse2
 
 
 @gluon.jit
@@ -478,7 +480,7 @@ def store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pi
     inv_l = gl.where(live, out_mult / l_i, 0.0)
     heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=l_i.type.layout)
     slot = (pid_q * H + heads) * s_total + split_offset + split  # [BLOCK_H]
-    store_lse(lse2, live, pid_q, heads, H, S_Q, part_lse_ptr, slot, sink_ptr, stride_sink, HAS_SINK, DIRECT)
+    f = store_lse(lse2, live, pid_q, heads, H, S_Q, part_lse_ptr, slot, sink_ptr, stride_sink, HAS_SINK, DIRECT)
     out = gl.convert_layout(acc * gl.expand_dims(gl.convert_layout(inv_l, gl.SliceLayout(0, OL)), 0), OUT)
     oh = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, OUT))
     od = gl.arange(0, D, layout=gl.SliceLayout(1, OUT))
@@ -486,7 +488,6 @@ def store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pi
     live_o = gl.convert_layout(live, gl.SliceLayout(0, OUT))
     ptrs = part_out_ptr + gl.expand_dims(oslot.to(gl.int64) * D, 0) + gl.expand_dims(od, 1)
     if DIRECT:  # every row written; an empty one times the factor 0: zeros, or NaN where acc is NaN (as the reference)
-        _, f = direct_factor(lse2, live, heads, H, sink_ptr, stride_sink, HAS_SINK)
         out = out * gl.expand_dims(gl.convert_layout(f, gl.SliceLayout(0, OUT)), 0)
         gl.store(ptrs, out.to(gl.bfloat16), mask=gl.expand_dims(oh < H, 0))
     else:  # an empty split writes only its -inf LSE; the combine never reads its out
