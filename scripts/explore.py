@@ -5,7 +5,9 @@ For a quick A/B of a new rung before it goes into a published sweep (the publish
 ``python -m workbench bench --sweep ...``): ``python scripts/explore.py wgmma_f16_2cta wgmma_ws gather``.
 Configs: ``provider@{"BLOCK_H": 16, ...}`` (JSON) times one forced config. ``--ws-variant NAME:K=V[,K=V]``
 registers, for this run only, a rung of the warp-specialised kernel with wgmma_ws's switches so changed (e.g.
-``ws_nb2:NUM_BUFS=2``), to be named among the providers.
+``ws_nb2:NUM_BUFS=2``), to be named among the providers. ``--spec-variant NAME:BASE:FIELD=0|1`` registers a copy of
+kernel BASE with a boolean KernelSpec field so set (e.g. ``f16_2cta_ps:wgmma_f16_2cta:two_scopes=0``: the same
+kernel, a launch per KV scope), for a same-run A/B of a decode path.
 """
 import argparse
 import json
@@ -24,9 +26,13 @@ def main(argv=None) -> int:
     p.add_argument("--csv", default=None)
     p.add_argument("--ws-variant", action="append", default=[], metavar="NAME:K=V[,K=V]",
                    help="register a wgmma_ws rung with these switches changed (repeatable)")
+    p.add_argument("--spec-variant", action="append", default=[], metavar="NAME:BASE:FIELD=0|1",
+                   help="register kernel BASE again as NAME with a boolean KernelSpec field changed (repeatable)")
     a = p.parse_args(argv)
     for v in a.ws_variant:
         register_ws_variant(p, v)
+    for v in a.spec_variant:
+        register_spec_variant(p, v)
     shapes = [BenchShape(*map(int, s.split(","))) for s in a.shape] or list(HEADLINE)
     ceilings, pool, prov, cache = measure_ceilings("cuda"), InputPool("cuda"), provenance(), {}
     rows = []
@@ -67,6 +73,24 @@ def register_ws_variant(p: argparse.ArgumentParser, text: str) -> None:
         p.error(f"--ws-variant {text!r}: switches are {sorted(base)}"
                 + (f", not {sorted(unknown)}" if unknown else ""))
     catalog._wgmma_ws(name, None, f"exploratory: wgmma_ws with {switches}", "exploratory", **{**base, **changed})
+
+
+def register_spec_variant(p: argparse.ArgumentParser, text: str) -> None:
+    """NAME:BASE:FIELD=0|1 -> a registered copy of kernel BASE with that boolean KernelSpec field set."""
+    import dataclasses
+
+    from workbench import registry
+    from workbench.kernel_spec import register
+    try:
+        name, base, assignment = text.split(":")
+        field, value = assignment.split("=")
+        spec = registry.get(base)
+    except (ValueError, KeyError) as e:
+        p.error(f"--spec-variant {text!r}: expected NAME:BASE:FIELD=0|1 with BASE a registered kernel ({e})")
+    flags = [f.name for f in dataclasses.fields(spec) if isinstance(getattr(spec, f.name), bool)]
+    if field not in flags or value not in ("0", "1") or name in registry.names():
+        p.error(f"--spec-variant {text!r}: FIELD is one of {flags}, the value 0 or 1, and NAME a new name")
+    register(dataclasses.replace(spec, name=name, rung=None, **{field: value == "1"}))
 
 
 if __name__ == "__main__":

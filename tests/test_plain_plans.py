@@ -279,14 +279,15 @@ def test_calls_a_plan_cannot_serve_take_the_plain_path():
 
 @pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
 def test_a_refused_plan_is_remembered_and_the_plain_path_runs():
-    """The fused kernel cannot bind one cache passed as both scopes (a plan_decode ValueError): the plain path runs
-    those calls, and the refusal is kept, so the second call does not try to plan again."""
+    """The fused kernel cannot bind topk_length stored at indices' data_ptr (a plan_decode ValueError: no argument
+    name tells them apart): the plain path runs those calls, and the refusal is kept, so the second call does not
+    try to plan again."""
     kw = tiny(extra_topk=16).kwargs()
-    kw.update(extra_cache=kw["cache"], extra_indices=kw["indices"].clone())
+    kw.update(topk_length=kw["indices"].view(-1)[: kw["q"].shape[0]])
     for n in (1, 2):
         out, lse = wb.sparse_mla_decode(**kw, impl="simt")
         assert PLANS.stats()["bypassed"] == {"refused": n} and counts() == (0, 0)
-    assert PLANS.stats()["last_refusal"].startswith("ValueError: cache and extra_cache: share data_ptr")
+    assert PLANS.stats()["last_refusal"].startswith("ValueError: indices and topk_length: share data_ptr")
     check_against_reference(out, lse, kw, "refused")
 
 

@@ -356,14 +356,25 @@ def test_plan_refuses_a_tensor_sm_scale():
 
 
 @pytest.mark.interpreter  # CPU tensors: runs only where Triton interprets
-def test_inputs_sharing_a_pointer_in_one_launch_are_ambiguous():
-    """The fused kernel reads both scopes in one launch: one cache for both is refused; split kernels take it."""
+def test_one_tensor_for_both_scopes_binds_by_the_argument_names():
+    """The fused kernel reads both scopes in one launch; with one cache passed for both, the kernel's x_ names say
+    which argument is the extra scope's, so each binds to its own input (a later call may pass two caches)."""
     kw = hostile_case().kwargs()
     kw.update(extra_cache=kw["cache"])
     kw.update(extra_indices=kw["indices"][:, :, :16].contiguous())
-    with pytest.raises(ValueError, match="cache and extra_cache: share data_ptr"):
-        wb.plan_decode(**kw, impl="simt")
+    (launch,) = wb.plan_decode(**kw, impl="simt").launches
+    slots = {arg: index for arg, index, _ in launch.slots}
+    assert slots["cache_u8"] == wb.decode.INPUT_NAMES.index("cache")
+    assert slots["x_cache_u8"] == wb.decode.INPUT_NAMES.index("extra_cache")
     assert wb.plan_decode(**kw, impl="tile512").launches[1].slots[1][1] == wb.decode.INPUT_NAMES.index("extra_cache")
+
+
+def test_inputs_sharing_a_pointer_in_one_launch_with_no_name_to_tell_are_ambiguous():
+    """Two inputs of one scope on one pointer (indices as topk_length's storage): refused, with the reason."""
+    kw = hostile_case().kwargs()
+    kw.update(topk_length=kw["indices"].view(-1)[: kw["q"].shape[0]])
+    with pytest.raises(ValueError, match="indices and topk_length: share data_ptr"):
+        wb.plan_decode(**kw, impl="simt")
 
 
 # ---- host cost ---------------------------------------------------------------------------------------------

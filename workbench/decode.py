@@ -260,8 +260,9 @@ class LaunchStage:
 
 
 def launch_stages(spec, *, q, scopes, attn_sink, sm_scale, config, work: Workspace) -> tuple[LaunchStage, ...]:
-    """The launches of one decode, in order: one fused launch, or a partial per scope and the combine, or (a
-    ``direct`` workspace: one split in all) one partial launch that writes out and lse itself.
+    """The launches of one decode, in order: one fused launch, or a partial per scope (one over both scopes for a
+    ``two_scopes`` kernel) and the combine, or (a ``direct`` workspace: one split in all) one partial launch that
+    writes out and lse itself.
 
     The plain path runs them; a plan runs them once under ``capture_launches`` to bind each launch, so both
     paths share one launch sequence.
@@ -278,6 +279,14 @@ def launch_stages(spec, *, q, scopes, attn_sink, sm_scale, config, work: Workspa
     direct = dict(direct=True, attn_sink=attn_sink) if work.direct else {}
     stages = []
     offset = 0
+    if spec.two_scopes and len(scopes) == 2:  # one partial launch over both scopes, so no launch waits on another
+        ((c, ix, tl_), (xc, xix, xtl)), (split, xsplit) = scopes, work.splits
+        stages.append(LaunchStage(("q",) + SCOPE_INPUTS[0] + SCOPE_INPUTS[1], partial(
+            spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,
+            split_offset=0, num_splits=split.num_splits, tokens_per_split=split.tokens_per_split, sm_scale=sm_scale,
+            config=config, extra_cache=xc, extra_indices=xix, extra_topk_length=xtl,
+            extra_num_splits=xsplit.num_splits, extra_tokens_per_split=xsplit.tokens_per_split, **direct)))
+        scopes = ()  # (a direct workspace never has two scopes: each has a split at least)
     for names, (c, ix, tl_), split in zip(SCOPE_INPUTS, scopes, work.splits):
         stages.append(LaunchStage(("q",) + names + (("attn_sink",) if work.direct else ()), partial(
             spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,

@@ -36,6 +36,9 @@ class KernelSpec:
     direct: bool = False                    # split kinds: a call of one split in all runs no combine: its launch
     # takes direct=True, the call's out and lse as part_out and part_lse, and attn_sink, and writes what the combine
     # would have (the Gluon rungs: gluon_common.epilogue_args)
+    two_scopes: bool = False                # split kinds: a call with an extra scope runs one partial launch over both
+    # (its launch takes extra_cache, extra_indices, extra_topk_length, extra_num_splits, extra_tokens_per_split; the
+    # extra scope's splits follow the first's), not one launch per scope
     rung: int | None = None                 # position on the optimisation ladder (None: not a rung)
     prediction: str = ""                    # written before it was measured: what should move
 

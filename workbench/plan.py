@@ -410,8 +410,9 @@ def bind_slots(kernel, args: dict, scope: dict, buffers: set) -> tuple:
     """Which tensor arguments of one launch come from a user input: ((argument, input index, view), ...).
 
     A tensor argument is matched by data_ptr against the user inputs this launch's stage reads (``scope``, with
-    out and lse for an ``output_slots`` plan); cache_views share their cache's data_ptr. Anything else must be a
-    plan buffer, or the plan would replay a stale temporary.
+    out and lse for an ``output_slots`` plan); cache_views share their cache's data_ptr. Where two inputs share it
+    (one tensor passed as cache and extra_cache, say), the argument's name tells: a launcher names the extra
+    scope's arguments ``x_``. Anything else must be a plan buffer, or the plan would replay a stale temporary.
     """
     slots = []
     for arg, value in args.items():
@@ -419,6 +420,8 @@ def bind_slots(kernel, args: dict, scope: dict, buffers: set) -> tuple:
             continue
         ptr = value.data_ptr()
         owners = [name for name, t in scope.items() if t.data_ptr() == ptr]
+        if len(owners) > 1:
+            owners = [name for name in owners if name.startswith("extra_") == arg.startswith("x_")] or owners
         if len(owners) > 1:
             raise ValueError(f"{' and '.join(owners)}: share data_ptr {ptr:#x}, and {_kernel_name(kernel)} reads "
                              f"them in one launch, so a plan cannot tell which one its argument {arg!r} is; "

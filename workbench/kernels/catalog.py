@@ -28,6 +28,10 @@ SPLIT_SIGNATURE = dict(
 GLUON_SIGNATURE = {**{k: t for k, t in SPLIT_SIGNATURE.items()
                       if k not in ("cache_f8", "cache_bf16", "TOKENS_BUCKET", "QUERIES_BUCKET")},
                    "stride_page": "i64:16", "sink_ptr": "*fp32", "stride_sink": "i32"}
+# wgmma's kernel also takes the extra scope (x_), read when it runs both scopes in one launch (KernelSpec.two_scopes)
+WGMMA_SIGNATURE = {**GLUON_SIGNATURE, **{f"x_{k}": GLUON_SIGNATURE[k] for k in SCOPE_SIGNATURE if k in GLUON_SIGNATURE},
+                   "X_TOPK": "i32", "x_tokens_per_split": "i32", "splits_1": "i32", "bs_shift": "i32",
+                   "x_bs_shift": "i32"}
 # runtime arguments of the fused SIMT baseline: both scopes (the extra one's prefixed x_), the sink, out and lse
 SIMT_SIGNATURE = dict(
     **Q_SIGNATURE, **{f"{p}{k}": t for p in ("", "x_") for k, t in SCOPE_SIGNATURE.items()}, TOPK="i32",
@@ -77,11 +81,11 @@ register(KernelSpec(
                                   **c.meta())))
 
 
-def _gluon_lab_constexprs(fixed):
+def _gluon_lab_constexprs(fixed, **more):
     """Every constexpr of a lab compile of a Gluon rung: pages of 256 tokens (BS_SHIFT=8), as every benchmark shape
-    has them, and the rung's switches."""
+    has them, and the rung's switches (and ``more``: a kernel's own, at their values for one scope)."""
     return lambda c: dict(HAS_TOPK_LEN=False, BS_SHIFT=8, **layout_constexprs(keys=gluon_common.LAYOUT_KEYS), **fixed,
-                          **c.meta())
+                          **more, **c.meta())
 
 
 def _wgmma(name, rung, summary, prediction, *, allowed=wgmma.ALLOWED, split_waves=1, maxnreg=None, **fixed):
@@ -91,14 +95,15 @@ def _wgmma(name, rung, summary, prediction, *, allowed=wgmma.ALLOWED, split_wave
     options = {"maxnreg": maxnreg} if maxnreg else {}
     return register(KernelSpec(
         name=name, kind="split", rung=rung, interpretable=False, split_waves=split_waves, summary=summary, pdl=True,
-        direct=True,
+        direct=True, two_scopes=True,
         # whole 64-token tiles: b1 h64 topk512, 18.3 us at 16-token splits, 14.5 at 64 (rung 6, the 4-lane build)
         split_granule=64,
         prediction=prediction, jit=wgmma.wgmma_partial_kernel, config_cls=TiledConfig, allowed=allowed,
         launch=lambda **kw: wgmma.launch_wgmma_partial(**kw, allowed=allowed, name=name, **options, **fixed),
         config_space=tuple(c for c in wgmma.CONFIG_SPACE if c.BLOCK_H in allowed["BLOCK_H"]), fixed_meta=fixed,
         shared_model=lambda c: wgmma.estimate_shared_bytes(c, **fixed), check_configs=checks,
-        compile_options=options, lab_signature=GLUON_SIGNATURE, lab_constexprs=_gluon_lab_constexprs(fixed)))
+        compile_options=options, lab_signature=WGMMA_SIGNATURE,
+        lab_constexprs=_gluon_lab_constexprs(fixed, TWO_SCOPES=False, X_HAS_TOPK_LEN=False)))
 
 
 # split_waves=1: one 150-205 KB block per SM, so one wave, and half the fp32 partials the combine reads

@@ -61,12 +61,30 @@ def require_sm90(q: torch.Tensor, name: str) -> None:
                            "(it does not run under TRITON_INTERPRET)")
 
 
+BS_SHIFT_RUNTIME = gl.constexpr(-2)  # load_tile's BS_SHIFT for power-of-two pages whose log2 is a runtime value
+
+
+def page_shift(cache: torch.Tensor) -> int:
+    """log2 of a cache's page size where it is a power of two, else -1."""
+    bs = cache.shape[1]
+    return bs.bit_length() - 1 if bs & (bs - 1) == 0 else -1
+
+
 def cache_constexprs(cache: torch.Tensor) -> dict:
     """The constexprs a cache fixes: its layout's (LAYOUT_KEYS) and BS_SHIFT, log2 of a power-of-two page size
     (the gathers then shift and mask) or -1 (they divide)."""
-    bs = cache.shape[1]
-    bs_shift = bs.bit_length() - 1 if bs & (bs - 1) == 0 else -1
-    return dict(BS_SHIFT=bs_shift, **layout_constexprs(layout_of(cache), LAYOUT_KEYS))
+    return dict(BS_SHIFT=page_shift(cache), **layout_constexprs(layout_of(cache), LAYOUT_KEYS))
+
+
+def two_scope_constexprs(cache: torch.Tensor, extra_cache: torch.Tensor) -> dict:
+    """cache_constexprs of one launch over two scopes: their common BS_SHIFT, BS_SHIFT_RUNTIME where both page
+    sizes are powers of two but differ (the kernel picks each split's shift at run time), else -1 (divisions). The
+    two caches must share a layout: one kernel's constexprs describe both."""
+    own, other = cache_constexprs(cache), cache_constexprs(extra_cache)
+    if {k: v for k, v in own.items() if k != "BS_SHIFT"} != {k: v for k, v in other.items() if k != "BS_SHIFT"}:
+        raise ValueError(f"extra_cache: one launch takes both scopes only in the same layout, got {own} and {other}")
+    a, b = own["BS_SHIFT"], other["BS_SHIFT"]
+    return dict(own, BS_SHIFT=a if a == b else (BS_SHIFT_RUNTIME.value if min(a, b) >= 0 else -1))
 
 
 def epilogue_args(*, part_lse: torch.Tensor, direct: bool, attn_sink) -> dict:
@@ -89,12 +107,14 @@ def load_idx(idx_row, t0, end, BLOCK_T: gl.constexpr, ROWS: gl.constexpr):
 @gluon.jit
 def load_tile(cache_w, cache_d, cache_u8, idx, t0, end, num_tokens, stride_page, block_size, g, g3, w3,
               D_NOPE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, W: gl.constexpr,
-              BLOCK_T: gl.constexpr, ROWS: gl.constexpr, BS_SHIFT: gl.constexpr):
+              BLOCK_T: gl.constexpr, ROWS: gl.constexpr, BS_SHIFT: gl.constexpr, bs_shift=0):
     """Issue one tile's loads: (words [BLOCK_T, G, W] int32 = 4 fp8 each, rope [BLOCK_T, G, W] int64, scale bytes
     [BLOCK_T, G] u8, valid [BLOCK_T]). The rope comes in the words' layout, group G-1 only: two bf16 pairs each,
     the ones that group's outputs must become. Invalid tokens load as zero, so NaN in an unselected page never
     enters a dot. Group G-1 of the words reads the first rope bytes and the pad scale byte: both are replaced.
-    cache_w and cache_d are the cache's bytes as int32 and int64.
+    cache_w and cache_d are the cache's bytes as int32 and int64. BS_SHIFT: log2 of a power-of-two page size,
+    BS_SHIFT_RUNTIME (power-of-two pages of log2 ``bs_shift``, a runtime value: two scopes' in one launch) or -1
+    (any page size: divisions).
     """
     offs = t0 + gl.arange(0, BLOCK_T, layout=ROWS)
     valid = (offs < end) & (idx >= 0) & (idx < num_tokens)
@@ -102,6 +122,9 @@ def load_tile(cache_w, cache_d, cache_u8, idx, t0, end, num_tokens, stride_page,
     if BS_SHIFT >= 0:  # power-of-two pages: every lane of a warp splits the same 8 indices, so keep it cheap
         page = (safe >> BS_SHIFT).to(gl.int64)
         off = (safe & ((1 << BS_SHIFT) - 1)).to(gl.int64)
+    elif BS_SHIFT == BS_SHIFT_RUNTIME:  # as cheap: a shift and a mask by a register
+        page = (safe >> bs_shift).to(gl.int64)
+        off = (safe & ((1 << bs_shift) - 1)).to(gl.int64)
     else:
         page = (safe.to(gl.uint32) // block_size.to(gl.uint32)).to(gl.int64)
         off = (safe.to(gl.uint32) % block_size.to(gl.uint32)).to(gl.int64)

@@ -37,11 +37,12 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma, warpgroup_mma_init,
                                                               warpgroup_mma_wait)
 
-from .common import cdiv, head_group, launch, split_args
+from .common import cdiv, head_group, launch, scope_args, split_args
 from .configs import TiledConfig
 from .gluon_common import (F16_OUT_MULT, bf16_scale_pairs, bf16x4_to_f16, cache_constexprs, dequant_words,
                            dequant_words_f16, epilogue_args, f16_scale_pairs, launch_dependents, load_idx, load_q, load_tile,
-                           not_finite, qk_scale, require_sm90, scale_q_per_head, softmax_step, store_partial)
+                           not_finite, page_shift, qk_scale, require_sm90, scale_q_per_head, softmax_step, store_partial,
+                           two_scope_constexprs)
 
 ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(64,), num_warps=(8,), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=bh, BLOCK_T=64, num_warps=8) for bh in ALLOWED["BLOCK_H"]]
@@ -68,6 +69,13 @@ def wgmma_partial_kernel(
     idx_ptr,          # [b, s_q, topk] int32
     stride_ib, stride_is,
     topk_len_ptr, stride_tl,  # [b] int32, any stride (read only when HAS_TOPK_LEN)
+    # the extra scope (TWO_SCOPES: splits [splits_1, grid) read it; else scope 1's arguments stand in, unread)
+    x_cache_u8, x_stride_page, x_block_size, x_num_tokens,
+    x_idx_ptr,        # [b, s_q, x_topk] int32
+    x_stride_ib, x_stride_is,
+    x_topk_len_ptr, x_stride_tl,  # [b] int32 (read only when X_HAS_TOPK_LEN)
+    X_TOPK, x_tokens_per_split, splits_1,
+    bs_shift, x_bs_shift,  # log2 of each scope's page size (read only when BS_SHIFT == BS_SHIFT_RUNTIME)
     part_out_ptr,     # [b*s_q, h, s_total, 512] fp32
     part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2 (DIRECT: out [b, s_q, h, 512] bf16 and lse [b, h, s_q] fp32)
     sink_ptr, stride_sink,  # [h] fp32, any stride (read only when DIRECT and HAS_SINK)
@@ -82,6 +90,8 @@ def wgmma_partial_kernel(
     LEAVE_OUT: gl.constexpr = 0,       # measurement only: stages dropped from the loop (LEAVE_OUT_BITS); wrong output
     HAS_SINK: gl.constexpr = False,
     DIRECT: gl.constexpr = False,      # one split in all: write out and lse as the combine would (epilogue_args)
+    TWO_SCOPES: gl.constexpr = False,  # both KV scopes in this one launch: no second partial launch to wait for
+    X_HAS_TOPK_LEN: gl.constexpr = False,
 ):
     KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16  # the MMA operands' type: K, q, P
     D: gl.constexpr = D_NOPE + D_ROPE
@@ -104,8 +114,10 @@ def wgmma_partial_kernel(
     m_i, l_i, acc = split_pass(
         pid_h, split, pid_q, q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, q_ptr, stride_qb, stride_qs,
         stride_qh, cache_u8, stride_page, block_size, num_tokens, idx_ptr, stride_ib, stride_is, topk_len_ptr,
-        stride_tl, sm_scale_log2, H, S_Q, TOPK, tokens_per_split, HAS_TOPK_LEN, D_NOPE, D_ROPE, TILE, DATA_BYTES,
-        SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, K_BUFFERS, F16, LEAVE_OUT)
+        stride_tl, sm_scale_log2, H, S_Q, TOPK, tokens_per_split, HAS_TOPK_LEN, x_cache_u8, x_stride_page,
+        x_block_size, x_num_tokens, x_idx_ptr, x_stride_ib, x_stride_is, x_topk_len_ptr, x_stride_tl, X_TOPK,
+        x_tokens_per_split, splits_1, bs_shift, x_bs_shift, X_HAS_TOPK_LEN, TWO_SCOPES, D_NOPE, D_ROPE, TILE,
+        DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, K_BUFFERS, F16, LEAVE_OUT)
     # the combine, when launched as a programmatic dependent (decode.combine_pdl), may be scheduled once every block
     # is here: its launch overlaps this epilogue (and a bf16 pass, if one follows), and it waits
     # (griddepcontrol.wait) for the whole grid before reading the partials. Here, not at the kernel's start: waiting
@@ -128,8 +140,10 @@ def wgmma_partial_kernel(
                 pt_smem._reinterpret(gl.bfloat16, pt_smem.shape, pt_smem.layout), valid_smem, alpha_smem, q_ptr + z,
                 stride_qb, stride_qs, stride_qh, cache_u8 + z, stride_page, block_size, num_tokens, idx_ptr + z,
                 stride_ib, stride_is, topk_len_ptr, stride_tl, sm_scale_log2, H, S_Q, TOPK, tokens_per_split,
-                HAS_TOPK_LEN, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, K_BUFFERS,
-                0, LEAVE_OUT)
+                HAS_TOPK_LEN, x_cache_u8 + z, x_stride_page, x_block_size, x_num_tokens, x_idx_ptr + z, x_stride_ib,
+                x_stride_is, x_topk_len_ptr, x_stride_tl, X_TOPK, x_tokens_per_split, splits_1, bs_shift, x_bs_shift,
+                X_HAS_TOPK_LEN, TWO_SCOPES, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T,
+                BS_SHIFT, K_BUFFERS, 0, LEAVE_OUT)
     store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pid_h, split, split_offset, s_total,
                   H, S_Q, sink_ptr, stride_sink, BLOCK_H, D, HAS_SINK, DIRECT)
 
@@ -138,20 +152,40 @@ def wgmma_partial_kernel(
 def split_pass(pid_h, split, pid_q, q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, q_ptr, stride_qb,
                stride_qs, stride_qh, cache_u8, stride_page, block_size, num_tokens, idx_ptr, stride_ib, stride_is,
                topk_len_ptr, stride_tl, sm_scale_log2, H, S_Q, TOPK, tokens_per_split, HAS_TOPK_LEN: gl.constexpr,
-               D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
-               SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr,
-               K_BUFFERS: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
+               x_cache_u8, x_stride_page, x_block_size, x_num_tokens, x_idx_ptr, x_stride_ib, x_stride_is,
+               x_topk_len_ptr, x_stride_tl, X_TOPK, x_tokens_per_split, splits_1, bs_shift, x_bs_shift,
+               X_HAS_TOPK_LEN: gl.constexpr, TWO_SCOPES: gl.constexpr, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr,
+               TILE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr,
+               BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, K_BUFFERS: gl.constexpr, F16: gl.constexpr,
+               LEAVE_OUT: gl.constexpr):
     """One pass over the block's split (:func:`attend`), from its program ids and the kernel's arguments alone, so a
-    second pass keeps nothing of the first live across its loop."""
+    second pass keeps nothing of the first live across its loop. TWO_SCOPES: splits from splits_1 on are the
+    extra scope's, whose arguments replace scope 1's as scalars, so one copy of the loop serves both."""
     bi = pid_q // S_Q
     si = pid_q % S_Q
     end_all = TOPK
     if HAS_TOPK_LEN:
         end_all = gl.minimum(gl.load(topk_len_ptr + bi * stride_tl), TOPK)
+    if TWO_SCOPES:
+        x_end_all = X_TOPK
+        if X_HAS_TOPK_LEN:
+            x_end_all = gl.minimum(gl.load(x_topk_len_ptr + bi * x_stride_tl), X_TOPK)
+        extra = split >= splits_1
+        split = gl.where(extra, split - splits_1, split)
+        end_all = gl.where(extra, x_end_all, end_all)
+        tokens_per_split = gl.where(extra, x_tokens_per_split, tokens_per_split)
+        cache_u8 = gl.where(extra, x_cache_u8, cache_u8)
+        stride_page = gl.where(extra, x_stride_page, stride_page)
+        block_size = gl.where(extra, x_block_size, block_size)
+        num_tokens = gl.where(extra, x_num_tokens, num_tokens)
+        idx_ptr = gl.where(extra, x_idx_ptr, idx_ptr)
+        stride_ib = gl.where(extra, x_stride_ib, stride_ib)
+        stride_is = gl.where(extra, x_stride_is, stride_is)
+        bs_shift = gl.where(extra, x_bs_shift, bs_shift)
     start = split * tokens_per_split
     end = gl.minimum(start + tokens_per_split, end_all)
     return attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, q_ptr + bi * stride_qb + si * stride_qs,
-                  stride_qh, pid_h, H, sm_scale_log2, cache_u8, stride_page, block_size, num_tokens,
+                  stride_qh, pid_h, H, sm_scale_log2, cache_u8, stride_page, block_size, bs_shift, num_tokens,
                   idx_ptr + bi * stride_ib + si * stride_is, start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES,
                   BLOCK_H, BLOCK_T, BS_SHIFT, K_BUFFERS, F16, LEAVE_OUT)
 
@@ -166,7 +200,7 @@ def opaque_zero():
 
 @gluon.jit
 def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, q_row, stride_qh, pid_h, H, sm_scale_log2,
-           cache_u8, stride_page, block_size, num_tokens, idx_row, start, end, D_NOPE: gl.constexpr,
+           cache_u8, stride_page, block_size, bs_shift, num_tokens, idx_row, start, end, D_NOPE: gl.constexpr,
            D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr,
            BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, K_BUFFERS: gl.constexpr,
            F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
@@ -214,7 +248,7 @@ def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, q_row, strid
     idx = load_idx(idx_row, start, end, BLOCK_T, ROWS)
     words, rope, sbyte, valid = load_tile(cache_w, cache_d, cache_u8, idx, start, end, num_tokens, stride_page,
                                           block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS,
-                                          BS_SHIFT)
+                                          BS_SHIFT, bs_shift)
     idx = load_idx(idx_row, start + BLOCK_T, end, BLOCK_T, ROWS)
     # q while the first tile's bytes are in flight; stored before the loop's first barrier, which the QK follows
     q = load_q(q_row, stride_qh, pid_h, H, BLOCK_H, D, QL)
@@ -261,7 +295,7 @@ def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, q_row, strid
         if not LEAVE_OUT & 1:  # (no loads: every tile reuses the first tile's bytes)
             words, rope, sbyte, valid = load_tile(cache_w, cache_d, cache_u8, idx, t0 + BLOCK_T, end, num_tokens,
                                                   stride_page, block_size, g, g3, w3, D_NOPE, DATA_BYTES,
-                                                  SCALE_BYTES, W, BLOCK_T, ROWS, BS_SHIFT)
+                                                  SCALE_BYTES, W, BLOCK_T, ROWS, BS_SHIFT, bs_shift)
             idx = load_idx(idx_row, t0 + 2 * BLOCK_T, end, BLOCK_T, ROWS)
         fence_async_shared()
         gl.thread_barrier()
@@ -300,9 +334,12 @@ def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
 
 def launch_wgmma_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
                          tokens_per_split, sm_scale, name, allowed=ALLOWED, config=None, maxnreg=None, direct=False,
-                         attn_sink=None, **switches):
+                         attn_sink=None, extra_cache=None, extra_indices=None, extra_topk_length=None,
+                         extra_num_splits=0, extra_tokens_per_split=0, **switches):
     """Run the Gluon partial kernel for one KV scope into splits [split_offset, split_offset+num_splits) (direct:
-    part_out and part_lse are the call's out and lse, see gluon_common.epilogue_args).
+    part_out and part_lse are the call's out and lse, see gluon_common.epilogue_args); with extra_cache, for both
+    scopes in one launch: the extra scope's extra_num_splits splits of extra_tokens_per_split tokens follow the
+    first's.
 
     name, allowed: the registered rung's name and config table; maxnreg: ptxas's register cap (None: no cap);
     switches: the rung's constexprs (K_BUFFERS, F16; LEAVE_OUT for a measurement).
@@ -314,6 +351,15 @@ def launch_wgmma_partial(*, q, cache, indices, topk_length, part_out, part_lse, 
                       part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
                       sm_scale=sm_scale)
     args.update(epilogue_args(part_lse=part_lse, direct=direct, attn_sink=attn_sink))
-    grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
-    launch(wgmma_partial_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H,
-                                            BLOCK_T=cfg.BLOCK_T, num_warps=NUM_WARPS, maxnreg=maxnreg, **switches))
+    two = extra_cache is not None
+    if two and direct:
+        raise ValueError("direct: a launch over two scopes has two splits at least, so a combine")
+    x = (extra_cache, extra_indices, extra_topk_length) if two else (cache, indices, topk_length)  # else unread
+    args.update(scope_args("x_", *x, views=("cache_u8",)), X_TOPK=x[1].shape[2],
+                x_tokens_per_split=extra_tokens_per_split if two else tokens_per_split, splits_1=num_splits,
+                bs_shift=page_shift(cache), x_bs_shift=page_shift(x[0]), TWO_SCOPES=two,
+                X_HAS_TOPK_LEN=two and extra_topk_length is not None)
+    constexprs = two_scope_constexprs(cache, extra_cache) if two else cache_constexprs(cache)
+    grid = (cdiv(h, cfg.BLOCK_H), num_splits + (extra_num_splits if two else 0), b * s_q)
+    launch(wgmma_partial_kernel, grid, dict(**args, **constexprs, BLOCK_H=cfg.BLOCK_H, BLOCK_T=cfg.BLOCK_T,
+                                            num_warps=NUM_WARPS, maxnreg=maxnreg, **switches))

@@ -1,0 +1,186 @@
+"""A call with an extra KV scope on a ``two_scopes`` kernel (the rungs of ``kernels/wgmma.py``): one partial launch
+over both scopes, then the combine. On the CPU, what reaches that launch and how a plan binds it; on the GPU, that
+the one launch writes the same out and lse bit for bit as a launch per scope (the same kernel's per-scope path is
+the independent reference: each split reads the same tokens, into the same partial slot)."""
+import dataclasses
+import importlib
+
+import pytest
+import torch
+
+from workbench import decode, registry
+from workbench.format.cases import CATALOGUE, build_case
+from workbench.kernels import common, gluon_common, wgmma
+
+WGMMA_RUNGS = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta")
+
+
+def _scopes(kw):
+    return decode.decode_scopes(kw["cache"], kw["indices"], kw.get("topk_length"), kw.get("extra_cache"),
+                                kw.get("extra_indices"), kw.get("extra_topk_length"))
+
+
+def _stages(spec, kw):
+    scopes = _scopes(kw)
+    work = decode.allocate_workspace(spec, kw["q"], scopes)
+    return work, decode.launch_stages(spec, q=kw["q"], scopes=scopes, attn_sink=kw.get("attn_sink"),
+                                      sm_scale=0.1, config=None, work=work)
+
+
+def test_the_wgmma_rungs_and_only_they_take_both_scopes_in_one_launch():
+    assert {n for n in registry.names("split") if registry.get(n).two_scopes} == set(WGMMA_RUNGS)
+
+
+@pytest.mark.parametrize("two_scopes", [True, False], ids=["one-launch", "a-launch-per-scope"])
+def test_an_extra_scope_is_one_partial_launch_then_the_combine(two_scopes):
+    calls = []
+    spec = dataclasses.replace(registry.get("tile512"), two_scopes=two_scopes, launch=lambda **kw: calls.append(kw))
+    case = build_case(batch=2, heads=16, topk=40, block_size=61, extra_topk=24, extra_block_size=2,
+                      extra_topk_length=True, seed=3)
+    kw = case.kwargs()
+    work, stages = _stages(spec, kw)
+    (s1, s2) = work.splits
+    assert s1.num_splits > 1 and s2.num_splits > 1  # tile512's 16-token granule: both scopes split
+    assert len(stages) == (2 if two_scopes else 3) and stages[-1].inputs == ("attn_sink",)
+    for stage in stages[:-1]:
+        stage.run()
+    if two_scopes:
+        assert stages[0].inputs == ("q", "cache", "indices", "topk_length", "extra_cache", "extra_indices",
+                                    "extra_topk_length")
+        (c,) = calls
+        assert c["cache"] is kw["cache"] and c["extra_cache"] is kw["extra_cache"]
+        assert c["extra_indices"] is kw["extra_indices"] and c["extra_topk_length"] is kw["extra_topk_length"]
+        assert (c["split_offset"], c["num_splits"], c["tokens_per_split"]) == (0, s1.num_splits, s1.tokens_per_split)
+        assert (c["extra_num_splits"], c["extra_tokens_per_split"]) == (s2.num_splits, s2.tokens_per_split)
+    else:
+        assert [c["split_offset"] for c in calls] == [0, s1.num_splits]
+        assert all("extra_cache" not in c for c in calls)
+    assert work.part_lse.shape[-1] == s1.num_splits + s2.num_splits
+
+
+def _recorded_launch(monkeypatch, case, impl="wgmma_f16", **splits):
+    """The one launch wgmma's launcher makes for ``case`` (recorded, not run: its sm_90 check patched away)."""
+    monkeypatch.setattr(wgmma, "require_sm90", lambda q, name: None)
+    kw = case.kwargs()
+    s = dict(num_splits=3, tokens_per_split=64, extra_num_splits=2, extra_tokens_per_split=64) | splits
+    b, s_q, h, _ = kw["q"].shape
+    total = s["num_splits"] + s["extra_num_splits"]
+    part_out = torch.empty(b * s_q, h, total, 512)
+    part_lse = torch.empty(b * s_q, h, total)
+    with common.capture_launches() as records:
+        registry.get(impl).launch(q=kw["q"], cache=kw["cache"], indices=kw["indices"],
+                                  topk_length=kw.get("topk_length"), part_out=part_out, part_lse=part_lse,
+                                  split_offset=0, sm_scale=0.1, extra_cache=kw["extra_cache"],
+                                  extra_indices=kw["extra_indices"], extra_topk_length=kw.get("extra_topk_length"),
+                                  **s)
+    ((_, grid, args),) = records
+    return kw, grid, args
+
+
+@pytest.mark.parametrize("pages, shift, runtime", [((256, 64), gluon_common.BS_SHIFT_RUNTIME.value, (8, 6)),
+                                                   ((64, 64), 6, (6, 6)), ((61, 64), -1, (-1, 6)),
+                                                   ((2, 61), -1, (1, -1))],
+                         ids=["pow2-differ", "pow2-same", "odd-and-pow2", "pow2-and-odd"])
+def test_the_launch_carries_both_scopes_and_their_page_shifts(monkeypatch, pages, shift, runtime):
+    """One kernel, one page arithmetic: shift and mask by a constexpr where both page sizes are the same power of
+    two, by a register where they are different powers of two, else divide."""
+    case = build_case(batch=2, heads=16, topk=40, block_size=pages[0], extra_topk=24, extra_block_size=pages[1],
+                      seed=4)
+    kw, grid, args = _recorded_launch(monkeypatch, case)
+    assert grid == (1, 5, 2) and args["splits_1"] == 3 and args["split_offset"] == 0 and args["s_total"] == 5
+    assert args["TWO_SCOPES"] is True and args["X_HAS_TOPK_LEN"] is False and args["HAS_TOPK_LEN"] is False
+    assert args["BS_SHIFT"] == shift and (args["bs_shift"], args["x_bs_shift"]) == runtime
+    assert args["x_cache_u8"].data_ptr() == kw["extra_cache"].data_ptr() and args["x_idx_ptr"] is kw["extra_indices"]
+    assert args["x_block_size"] == pages[1] and args["X_TOPK"] == 24 and args["TOPK"] == 40
+    assert args["cache_u8"].data_ptr() == kw["cache"].data_ptr() and args["block_size"] == pages[0]
+
+
+def test_one_scope_leaves_the_extra_arguments_unread(monkeypatch):
+    monkeypatch.setattr(wgmma, "require_sm90", lambda q, name: None)
+    kw = build_case(batch=2, heads=16, topk=40, block_size=64, seed=4).kwargs()
+    with common.capture_launches() as records:
+        registry.get("wgmma_f16").launch(q=kw["q"], cache=kw["cache"], indices=kw["indices"], topk_length=None,
+                                         part_out=torch.empty(2, 16, 1, 512), part_lse=torch.empty(2, 16, 1),
+                                         split_offset=0, num_splits=1, tokens_per_split=64, sm_scale=0.1)
+    ((_, grid, args),) = records
+    assert grid == (1, 1, 2) and args["TWO_SCOPES"] is False and args["BS_SHIFT"] == 6
+    assert args["x_idx_ptr"] is kw["indices"]  # a stand-in
+
+
+def test_a_direct_launch_never_has_two_scopes(monkeypatch):
+    monkeypatch.setattr(wgmma, "require_sm90", lambda q, name: None)
+    kw = build_case(batch=1, heads=16, topk=40, extra_topk=8, seed=4).kwargs()
+    with pytest.raises(ValueError, match="two scopes"):
+        registry.get("wgmma_f16").launch(q=kw["q"], cache=kw["cache"], indices=kw["indices"], topk_length=None,
+                                         part_out=None, part_lse=torch.empty(1, 16, 1), split_offset=0, num_splits=1,
+                                         tokens_per_split=64, sm_scale=0.1, direct=True, extra_cache=kw["extra_cache"],
+                                         extra_indices=kw["extra_indices"], extra_num_splits=1,
+                                         extra_tokens_per_split=64)
+
+
+@pytest.mark.parametrize("shared", [None, "cache", "topk_length"], ids=["distinct", "one-cache", "one-topk_length"])
+def test_a_plan_binds_each_scope_to_its_own_input(monkeypatch, shared):
+    """The plan matches arguments to inputs by data_ptr; where one tensor is passed for both scopes, the launcher's
+    x_ names say which input an argument is, so a later call with two different tensors still reads each right."""
+    from workbench import plan as plan_mod
+    monkeypatch.setattr(wgmma, "require_sm90", lambda q, name: None)
+    case = build_case(batch=2, heads=16, topk=40, block_size=64, topk_length=True, extra_topk=24,
+                      extra_block_size=64, extra_topk_length=True, seed=6)
+    user = {name: None for name in decode.INPUT_NAMES}
+    user.update({k: v for k, v in case.kwargs().items() if k in user})
+    if shared:
+        user[f"extra_{shared}"] = user[shared]
+    plan = plan_mod.build_plan(user, sm_scale=case.sm_scale, impl="wgmma_f16", config=None, output_slots=False)
+    partial, _combine = plan.launches
+    index = {name: i for name, i in plan_mod.INPUT_INDEX.items()}
+    slots = {arg: i for arg, i, _ in partial.slots}
+    for arg, name in [("cache_u8", "cache"), ("x_cache_u8", "extra_cache"), ("idx_ptr", "indices"),
+                      ("x_idx_ptr", "extra_indices"), ("topk_len_ptr", "topk_length"),
+                      ("x_topk_len_ptr", "extra_topk_length")]:
+        assert slots[arg] == index[name], (arg, name)
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+
+def _bits(t):
+    return t.contiguous().view(torch.int16 if t.dtype == torch.bfloat16 else torch.int32)
+
+
+def _run(spec, kw):
+    work, stages = _stages(spec, kw)
+    for stage in stages:
+        stage.run()
+    return work.out, work.lse
+
+
+TWO_SCOPE_CASES = [e for e in CATALOGUE if e.spec.get("extra_topk")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl", WGMMA_RUNGS)
+@pytest.mark.parametrize("entry", TWO_SCOPE_CASES, ids=lambda e: e.id)
+def test_one_launch_is_a_launch_per_scope_bit_for_bit(impl, entry):
+    """Odd page sizes (2, 61), 256 beside 64, topk_length on either scope, all-invalid queries, NaN in unselected
+    pages, -inf and +inf sinks."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip(f"{impl} is a Gluon kernel for sm_90")
+    spec = registry.get(impl)
+    kw = entry.build("cuda").kwargs()
+    out, lse = _run(spec, kw)
+    ref_out, ref_lse = _run(dataclasses.replace(spec, two_scopes=False), kw)
+    assert torch.equal(_bits(out), _bits(ref_out)) and torch.equal(_bits(lse), _bits(ref_lse))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl, batch, heads", [("wgmma_f16_2cta", 1, 64), ("wgmma_xchg", 8, 128)],
+                         ids=["f16_2cta-b1-h64", "xchg-b8-h128"])
+def test_one_launch_at_the_production_shape(impl, batch, heads):
+    """The shape the change is for: topk 128 in pages of 256 and an extra 512 in pages of 64."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip(f"{impl} is a Gluon kernel for sm_90")
+    spec = registry.get(impl)
+    kw = build_case(batch=batch, heads=heads, topk=128, block_size=256, extra_topk=512, extra_block_size=64,
+                    sink=True, seed=12, device="cuda").kwargs()
+    out, lse = _run(spec, kw)
+    ref_out, ref_lse = _run(dataclasses.replace(spec, two_scopes=False), kw)
+    assert torch.equal(_bits(out), _bits(ref_out)) and torch.equal(_bits(lse), _bits(ref_lse))
