@@ -160,7 +160,7 @@ save_figure(fig, "ladder_b1_and_production", out_dir, title=f"Time per rung at b
 # were timed both ways.
 
 # %%
-from workbench.decode import pdl_by_splits, plan_splits  # noqa: E402  (the rule's split limit; splits a row)
+from workbench.decode import pdl_by_splits, spec_split_plans  # noqa: E402  (the rule's split limit; splits a row)
 
 pdl_rows = current_rows(["pdl"], df=ok)  # the pdl sweep's current table (data/README.md: one rule)
 pdl_rows = pdl_rows[pdl_rows["mode"] == "graph"]
@@ -175,8 +175,8 @@ if len(pdl_rows):
         if spec is None:  # a removed rung: its split plan left with its registry entry
             return np.nan
         topks = [r.topk] + ([r.extra_topk] if r.extra_topk else [])
-        return sum(plan_splits(queries=r.batch, heads=r.heads, topk=k, num_sms=sms, waves=spec.split_waves,
-                               granule=spec.split_granule).num_splits for k in topks)
+        return sum(p.num_splits for p in spec_split_plans(spec, queries=r.batch, heads=r.heads, topks=topks,
+                                                          num_sms=sms))
 
     ab["splits a row"] = [splits_a_row(r) for r in ab.itertuples()]
     def launches(r, n):  # what auto's combine does at HEAD; a direct kernel's one split (in all) runs no combine

@@ -184,3 +184,21 @@ def test_one_launch_at_the_production_shape(impl, batch, heads):
     out, lse = _run(spec, kw)
     ref_out, ref_lse = _run(dataclasses.replace(spec, two_scopes=False), kw)
     assert torch.equal(_bits(out), _bits(ref_out)) and torch.equal(_bits(lse), _bits(ref_lse))
+
+
+@pytest.mark.parametrize("batch, heads, want", [(1, 64, (2, 8)), (8, 64, (2, 8)), (8, 128, (2, 4)), (64, 128, (1, 1))],
+                         ids=["b1-h64", "b8-h64", "b8-h128", "b64-h128"])
+def test_scopes_in_one_launch_share_the_waves(batch, heads, want):
+    """Hand-derived on 132 SMs, one wave (wgmma_xchg), 64-token granules, topk 128 + 512: queries * head groups
+    programs want round(132 / that) splits in all; each scope gets its topk's share (1/5 and 4/5 of it). At b8
+    h128 that is 8: 1.6 -> 2 splits of 64 and 6.4 -> 6 -> splits of 128 tokens, 4 of them; planned apart, the
+    second scope alone would want 8 splits, 160 programs in all: two waves."""
+    spec = registry.get("wgmma_xchg")
+    plans = decode.spec_split_plans(spec, queries=batch, heads=heads, topks=[128, 512], num_sms=132)
+    assert tuple(p.num_splits for p in plans) == want
+    apart = decode.spec_split_plans(dataclasses.replace(spec, two_scopes=False), queries=batch, heads=heads,
+                                    topks=[128, 512], num_sms=132)
+    assert tuple(p.num_splits for p in apart) == {(8, 128): (2, 8), (64, 128): (1, 1)}.get((batch, heads), want)
+    one = decode.spec_split_plans(spec, queries=batch, heads=heads, topks=[512], num_sms=132)
+    assert one == decode.spec_split_plans(dataclasses.replace(spec, two_scopes=False), queries=batch, heads=heads,
+                                          topks=[512], num_sms=132)

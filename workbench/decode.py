@@ -68,14 +68,15 @@ class SplitPlan:
 
 
 def plan_splits(*, queries: int, heads: int, topk: int, num_sms: int, waves: int = WAVES,
-                granule: int = SPLIT_GRANULE) -> SplitPlan:
-    """Split one scope's topk so that queries*head_groups*splits programs fill about waves x num_sms.
+                granule: int = SPLIT_GRANULE, share: float = 1.0) -> SplitPlan:
+    """Split one scope's topk so that queries*head_groups*splits programs fill about waves x num_sms (``share`` of
+    that, for a scope that shares one launch with another: :func:`spec_split_plans`).
 
     granule: tokens per split are a multiple of it (a kernel with fixed 64-token tiles asks for 64: smaller
     splits would run mostly masked tiles and write more fp32 partials for the combine).
     """
     base = queries * cdiv(heads, NOMINAL_BLOCK_H)
-    want = max(1, round(waves * num_sms / base))
+    want = max(1, round(share * waves * num_sms / base))
     g = granule
     tps = max(g, cdiv(cdiv(topk, want), g) * g)
     tps = max(tps, cdiv(cdiv(topk, MAX_SPLITS_PER_SCOPE), g) * g)
@@ -222,11 +223,23 @@ class Workspace:
     direct: bool = False              # one split in all and a kernel that writes out and lse itself: no combine
 
 
+def spec_split_plans(spec, *, queries: int, heads: int, topks, num_sms: int) -> tuple[SplitPlan, ...]:
+    """The split plans (one per KV scope of ``topks`` indices) split kernel ``spec`` runs. A launch per scope fills
+    the SMs on its own; scopes in one launch (KernelSpec.two_scopes) fill them together, each with a share of the
+    programs in proportion to its topk: planned apart, b8 h128 at the production shape (topk 128 + 512) made 160
+    one-block-per-SM programs on 132 SMs, two waves (wgmma_xchg 26.9 us against FlashMLA's 16.5, exploratory run
+    at 4d6704b: data/explore/explore_h200_20261204-1258_two_scopes.csv)."""
+    topks = list(topks)
+    total = sum(topks) if spec.two_scopes and len(topks) > 1 else 0
+    return tuple(plan_splits(queries=queries, heads=heads, topk=k, num_sms=num_sms, waves=spec.split_waves,
+                             granule=spec.split_granule, share=k / total if total else 1.0) for k in topks)
+
+
 def call_splits(spec, q, scopes) -> tuple[SplitPlan, ...]:
     """The split plans of a call of split kernel ``spec`` (one per KV scope), as its decode runs them."""
     b, s_q, h, _ = q.shape
-    return tuple(split_plans(queries=b * s_q, heads=h, indices=[ix for _, ix, _ in scopes], num_sms=sm_count(q.device),
-                             waves=spec.split_waves, granule=spec.split_granule))
+    return spec_split_plans(spec, queries=b * s_q, heads=h, topks=[ix.shape[2] for _, ix, _ in scopes],
+                            num_sms=sm_count(q.device))
 
 
 def runs_direct(spec, splits) -> bool:
