@@ -153,36 +153,42 @@ def _run(spec, kw):
     return work.out, work.lse
 
 
+def _one_launch_and_apart(spec, kw, monkeypatch):
+    """(out, lse) of ``spec``'s one launch over both scopes, and of the same kernel launched per scope on the same
+    split plans (the one launch's joint plan: splits elsewhere would round differently in the combine)."""
+    got = _run(spec, kw)
+    plans = decode.call_splits(spec, kw["q"], _scopes(kw))
+    monkeypatch.setattr(decode, "call_splits", lambda *a: plans)
+    return got, _run(dataclasses.replace(spec, two_scopes=False), kw)
+
+
 TWO_SCOPE_CASES = [e for e in CATALOGUE if e.spec.get("extra_topk")]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("impl", WGMMA_RUNGS)
 @pytest.mark.parametrize("entry", TWO_SCOPE_CASES, ids=lambda e: e.id)
-def test_one_launch_is_a_launch_per_scope_bit_for_bit(impl, entry):
+def test_one_launch_is_a_launch_per_scope_bit_for_bit(impl, entry, monkeypatch):
     """Odd page sizes (2, 61), 256 beside 64, topk_length on either scope, all-invalid queries, NaN in unselected
     pages, -inf and +inf sinks."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip(f"{impl} is a Gluon kernel for sm_90")
-    spec = registry.get(impl)
-    kw = entry.build("cuda").kwargs()
-    out, lse = _run(spec, kw)
-    ref_out, ref_lse = _run(dataclasses.replace(spec, two_scopes=False), kw)
+    (out, lse), (ref_out, ref_lse) = _one_launch_and_apart(registry.get(impl), entry.build("cuda").kwargs(),
+                                                           monkeypatch)
     assert torch.equal(_bits(out), _bits(ref_out)) and torch.equal(_bits(lse), _bits(ref_lse))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("impl, batch, heads", [("wgmma_f16_2cta", 1, 64), ("wgmma_xchg", 8, 128)],
                          ids=["f16_2cta-b1-h64", "xchg-b8-h128"])
-def test_one_launch_at_the_production_shape(impl, batch, heads):
-    """The shape the change is for: topk 128 in pages of 256 and an extra 512 in pages of 64."""
+def test_one_launch_at_the_production_shape(impl, batch, heads, monkeypatch):
+    """The shape the change is for: topk 128 in pages of 256 and an extra 512 in pages of 64 (at b8 h128 the joint
+    plan's splits of 128 tokens)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip(f"{impl} is a Gluon kernel for sm_90")
-    spec = registry.get(impl)
     kw = build_case(batch=batch, heads=heads, topk=128, block_size=256, extra_topk=512, extra_block_size=64,
                     sink=True, seed=12, device="cuda").kwargs()
-    out, lse = _run(spec, kw)
-    ref_out, ref_lse = _run(dataclasses.replace(spec, two_scopes=False), kw)
+    (out, lse), (ref_out, ref_lse) = _one_launch_and_apart(registry.get(impl), kw, monkeypatch)
     assert torch.equal(_bits(out), _bits(ref_out)) and torch.equal(_bits(lse), _bits(ref_lse))
 
 
