@@ -112,7 +112,15 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     against wgmma_f16's 39.89, both one split), b16 h32 topk512 2.95% (wgmma_f16 14.05 against wgmma_xchg's 13.65), b2
     h64 topk2048 2.9% (wgmma_xchg 16.97 against wgmma_f16_2cta's 16.49, on the 2**18 boundary again) and b128 h128
     topk512 2.3% (wgmma_ws_h64 75.99 against wgmma_ws_bal's 74.30). The next rule should take the query count (one
-    split or not), not tokens alone (docs/decisions.md).
+    split or not), not tokens alone (docs/decisions.md). At d94297c (this rule, with ONE_SPLIT_MIN_QUERIES_SM90; the
+    wgmma rungs run both scopes in one launch, which no crossover shape has) in
+    data/bench_h200_20261204-1322_crossover.csv and data/bench_h200_20261204-1321_heads.csv: b128 h32 topk512 is the
+    fastest (wgmma_f16, one split); the heads sweep within 1.9% at every shape (b8 h64 topk2048: wgmma_ws_h64 22.12
+    against wgmma_xchg's 21.70); the crossover within 2.0% at every shape but five: b128 h64 topk512 5.7%
+    (wgmma_ws_h64 41.84 against wgmma_f16's 39.58, one split each), b16 h32 topk512 4.7% (wgmma_f16 14.04 against
+    wgmma_xchg's 13.41), b8 h64 topk512 2.3% (wgmma_xchg 13.75 against wgmma_ws_bal's 13.44), b32 h64 topk512 2.3%
+    (wgmma_ws_h64 22.29 against wgmma_xchg's 21.80) and b2 h64 topk2048 2.1% (wgmma_xchg 16.65 against
+    wgmma_f16_2cta's 16.31). Two over issue 25's 3%, both at topk 512, where a 64-head block's call is short.
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
@@ -170,7 +178,13 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     against portable_ws_h32t's 15.97 (1.49x), b16 h32 topk512 18.67 against portable_ws_h32q's 14.06 (1.33x);
     elsewhere within 1.2% (b1 h64 topk2048 1.2%, b4 h64 topk512 0.6%) and the heads sweep the fastest at every
     shape. At 32 heads portable_ws runs two 16-head groups, each gathering every token: the next rule should start
-    the 32-head kernel below 2**18 there (docs/decisions.md)."""
+    the 32-head kernel below 2**18 there (docs/decisions.md). At d94297c, with 17-32 heads on the 16-head threshold
+    (data/bench_h200_20261204-1322_crossover.csv, data/bench_h200_20261204-1321_heads.csv, timed on the H200): b4
+    h32 topk2048 is the fastest now; the heads sweep the fastest at every shape; the crossover within 0.5% at every
+    shape above 16 heads but six: b1 h128 topk2048 4.6% (portable_ws 22.29 against tile512's 21.32), b2 h64 topk2048
+    3.7% (23.55 against tile512's 22.70), b16 h32 topk512 3.3% (portable_ws_h32t 14.40 against portable_ws_h32q's
+    13.94), b1 h64 topk2048 2.8% (portable_ws 16.94 against portable_ws_h32q's 16.48), b4 h64 topk512 0.9% and b8
+    h32 topk512 0.6%."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
     if heads <= 32:  # at 17-32 heads portable_ws runs two 16-head groups: the same tokens threshold as one
