@@ -7,7 +7,8 @@ Configs: ``provider@{"BLOCK_H": 16, ...}`` (JSON) times one forced config. ``--w
 registers, for this run only, a rung of the warp-specialised kernel with wgmma_ws's switches so changed (e.g.
 ``ws_nb2:NUM_BUFS=2``), to be named among the providers. ``--spec-variant NAME:BASE:FIELD=0|1`` registers a copy of
 kernel BASE with a boolean KernelSpec field so set (e.g. ``f16_2cta_ps:wgmma_f16_2cta:two_scopes=0``: the same
-kernel, a launch per KV scope), for a same-run A/B of a decode path.
+kernel, a launch per KV scope, each scope's splits planned apart as well: decode.spec_split_plans), for a same-run
+A/B of a decode path.
 """
 import argparse
 import json

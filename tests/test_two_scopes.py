@@ -10,6 +10,7 @@ import torch
 
 from workbench import decode, registry
 from workbench.format.cases import CATALOGUE, build_case
+from workbench.format.layout import MODEL1
 from workbench.kernels import common, gluon_common, wgmma
 
 WGMMA_RUNGS = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta")
@@ -21,10 +22,12 @@ def _scopes(kw):
 
 
 def _stages(spec, kw):
+    """decode's workspace and launch stages for a call's keywords (its sm_scale, or decode's default)."""
     scopes = _scopes(kw)
     work = decode.allocate_workspace(spec, kw["q"], scopes)
+    sm_scale = MODEL1.d ** -0.5 if kw.get("sm_scale") is None else float(kw["sm_scale"])
     return work, decode.launch_stages(spec, q=kw["q"], scopes=scopes, attn_sink=kw.get("attn_sink"),
-                                      sm_scale=0.1, config=None, work=work)
+                                      sm_scale=sm_scale, config=None, work=work)
 
 
 def test_the_wgmma_rungs_and_only_they_take_both_scopes_in_one_launch():
@@ -196,9 +199,9 @@ def test_one_launch_at_the_production_shape(impl, batch, heads, monkeypatch):
                          ids=["b1-h64", "b8-h64", "b8-h128", "b64-h128"])
 def test_scopes_in_one_launch_share_the_waves(batch, heads, want):
     """Hand-derived on 132 SMs, one wave (wgmma_xchg), 64-token granules, topk 128 + 512: queries * head groups
-    programs want round(132 / that) splits in all; each scope gets its topk's share (1/5 and 4/5 of it). At b8
-    h128 that is 8: 1.6 -> 2 splits of 64 and 6.4 -> 6 -> splits of 128 tokens, 4 of them; planned apart, the
-    second scope alone would want 8 splits, 160 programs in all: two waves."""
+    programs want 132 / that splits in all (rounded per scope); each scope gets its topk's share (1/5 and 4/5). At
+    b8 h128 that is 8.25: 1.65 -> 2 splits of 64 and 6.6 -> 7 -> 74 tokens, in 64-token granules 128, so 4 splits;
+    planned apart, the second scope alone would want 8 splits, 160 programs in all: two waves."""
     spec = registry.get("wgmma_xchg")
     plans = decode.spec_split_plans(spec, queries=batch, heads=heads, topks=[128, 512], num_sms=132)
     assert tuple(p.num_splits for p in plans) == want
@@ -208,3 +211,40 @@ def test_scopes_in_one_launch_share_the_waves(batch, heads, want):
     one = decode.spec_split_plans(spec, queries=batch, heads=heads, topks=[512], num_sms=132)
     assert one == decode.spec_split_plans(dataclasses.replace(spec, two_scopes=False), queries=batch, heads=heads,
                                           topks=[512], num_sms=132)
+
+
+def _tweaked_scope_as_extra(device="cpu"):
+    """A case whose main scope holds raw scale bytes outside the f16 window (tweak "extreme-scale-bytes": the f16
+    rungs' splits over it run again in bf16), passed with its scopes swapped, so that the tweaked one is the extra
+    scope: one softmax over the union either way."""
+    kw = build_case(batch=2, heads=16, topk=64, block_size=64, extra_topk=64, extra_block_size=256,
+                    kv_decades=(-1.0, 1.0), tweak="extreme-scale-bytes", seed=21, device=device).kwargs()
+    swapped = dict(kw, cache=kw["extra_cache"], indices=kw["extra_indices"], topk_length=kw["extra_topk_length"],
+                   extra_cache=kw["cache"], extra_indices=kw["indices"], extra_topk_length=kw["topk_length"])
+    return kw, swapped
+
+
+def test_swapping_the_scopes_is_the_same_softmax():
+    """The premise of the GPU test below, on the fp32 reference: the swapped call's output is the original's."""
+    import workbench as wb
+    kw, swapped = _tweaked_scope_as_extra()
+    out, lse = wb.sparse_mla_decode_reference(**kw)
+    s_out, s_lse = wb.sparse_mla_decode_reference(**swapped)
+    torch.testing.assert_close(s_out, out, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(s_lse, lse, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl", WGMMA_RUNGS)
+def test_the_extra_scope_runs_its_bf16_second_pass(impl, monkeypatch):
+    """Scale bytes outside the f16 window in the extra scope only: its splits run again in bf16 from the extra
+    scope's arguments (the second pass selects the scope anew), bit for bit as a launch of that scope alone, and
+    within the check's tolerance of the fp32 reference."""
+    import workbench as wb
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip(f"{impl} is a Gluon kernel for sm_90")
+    _, swapped = _tweaked_scope_as_extra("cuda")
+    (out, lse), (ref_out, ref_lse) = _one_launch_and_apart(registry.get(impl), swapped, monkeypatch)
+    assert torch.equal(_bits(out), _bits(ref_out)) and torch.equal(_bits(lse), _bits(ref_lse))
+    f_out, f_lse = wb.sparse_mla_decode_reference(**swapped)
+    wb.assert_close(out.float(), lse, f_out, f_lse, impl)

@@ -122,12 +122,12 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     in the same softmax.
     sm_scale: a positive real (Python or numpy scalar, or 0-dim tensor); default 512**-0.5.
     impl: "auto" (default: the fastest kernel for this device and call size, from the crossover sweeps; on sm_90 a
-    Gluon rung that passes every GPU check: "wgmma_xchg" for small calls, "wgmma_f16_2cta" / "wgmma_f16" at 17-32
-    heads outside 16384-131072 selected tokens and the 32-head "portable_ws_h32t" inside, the warp-specialised
-    "wgmma_ws" at <= 16 heads from 65536 selected tokens up and the 64-head block
-    "wgmma_ws_h64" for large calls at 33 heads and more; on sm_100/sm_120 the portable warp-specialised
-    "portable_ws" at <= 16 heads or small calls, else "portable_ws_h32t" (32-head groups; also at <= 16 heads
-    from 8192 tokens); below sm_90
+    Gluon rung that passes every GPU check: "wgmma_xchg" for small calls, at 17-32 heads "wgmma_f16" from 89
+    queries (b * s_q: one split, no combine), else "wgmma_f16_2cta" / "wgmma_f16" below 16384 selected tokens and
+    the 32-head "portable_ws_h32t" from there, the warp-specialised "wgmma_ws" at <= 16 heads from 65536 selected
+    tokens up and the 64-head block "wgmma_ws_h64" for large calls at 33 heads and more; on sm_100/sm_120 the
+    portable warp-specialised "portable_ws" at <= 32 heads below 8192 tokens or other small calls, else
+    "portable_ws_h32t" (32-head groups); below sm_90
     "tile512"; see registry.auto_kernel and registry.portable_kernel), any
     registered kernel (``workbench.registry.decode_impls()``: the seed's "mma", the portable "tile512" and
     "portable_ws" (mma.sync, no wgmma), the bf16
@@ -331,8 +331,9 @@ def combine_pdl(spec, s_total: int) -> bool:
 
     For kernels that ask for it (``spec.pdl``: the Gluon rungs, which run only on sm_90), on the GPU, at most
     PDL_MAX_SPLITS splits a row, unless :func:`combine_launch` says otherwise here. Only the combine is ever a
-    PDL launch: with two KV scopes the extra scope's partial is an ordinary launch, so it starts after the main
-    scope's partial has finished, and the combine's wait on it covers both. A plan decides once, when it is made.
+    PDL launch: with two KV scopes a ``two_scopes`` kernel's one partial launch covers both; another kernel's extra
+    scope partial is an ordinary launch, so it starts after the main scope's partial has finished, and the
+    combine's wait on it covers both. A plan decides once, when it is made.
     """
     if spec.kind != "split" or not spec.pdl or INTERPRET:
         return False

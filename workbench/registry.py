@@ -53,8 +53,8 @@ TWO_BLOCK_BELOW_HEAD_TOKENS = 1 << 18  # >= 33 heads: below b8 topk512 at h64, b
 XCHG_BELOW_HEAD_TOKENS = 1 << 20     # >= 33 heads: below b8 topk2048 at h64, b4 topk2048 at h128; then the 64-head block
 PORTABLE_WS_MAX_HEAD_TOKENS = 1 << 18  # off Hopper, > 16 heads: up to b8 topk512 (b2 topk2048) at h64, b4 topk512 at
                                        # h128; then the 32-head groups
-PORTABLE_H32_MIN_TOKENS_H16 = 8192  # off Hopper, <= 16 heads: from b4 topk2048 (b16 topk512) the 32-head kernel, half
-                                    # its heads padding, beats portable_ws's split plan
+PORTABLE_H32_MIN_TOKENS_H16 = 8192  # off Hopper, <= 32 heads: from b4 topk2048 (b16 topk512) the 32-head kernel (half
+                                    # its heads padding at 16) beats portable_ws's split plan (16-head groups)
 
 
 def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None = None) -> str:

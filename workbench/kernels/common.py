@@ -246,7 +246,7 @@ def split_args(*, q, cache, indices, topk_length, part_out, part_lse, split_offs
                views: tuple = ("cache_u8",)) -> dict:
     """The arguments every split (partial) kernel takes for one KV scope: q, the scope (:func:`scope_args`, with
     the cache ``views`` named: the Gluon kernels read its bytes alone), the partial buffers, the sizes and
-    HAS_TOPK_LEN. The Gluon kernels take exactly these.
+    HAS_TOPK_LEN. The Gluon kernels take exactly these (wgmma's also takes the extra scope's, prefixed x_).
 
     q: [b, s_q, h, 512] bf16; part_out: [b*s_q, h, s_total, 512] fp32; part_lse: [b*s_q, h, s_total] fp32.
     """
