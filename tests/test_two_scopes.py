@@ -3,7 +3,6 @@ over both scopes, then the combine. On the CPU, what reaches that launch and how
 the one launch writes the same out and lse bit for bit as a launch per scope (the same kernel's per-scope path is
 the independent reference: each split reads the same tokens, into the same partial slot)."""
 import dataclasses
-import importlib
 
 import pytest
 import torch
@@ -12,6 +11,8 @@ from workbench import decode, registry
 from workbench.format.cases import CATALOGUE, build_case
 from workbench.format.layout import MODEL1
 from workbench.kernels import common, gluon_common, wgmma
+
+from test_direct import _bits  # out and lse as integers: bit equality, NaN included
 
 WGMMA_RUNGS = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta")
 
@@ -135,19 +136,14 @@ def test_a_plan_binds_each_scope_to_its_own_input(monkeypatch, shared):
         user[f"extra_{shared}"] = user[shared]
     plan = plan_mod.build_plan(user, sm_scale=case.sm_scale, impl="wgmma_f16", config=None, output_slots=False)
     partial, _combine = plan.launches
-    index = {name: i for name, i in plan_mod.INPUT_INDEX.items()}
     slots = {arg: i for arg, i, _ in partial.slots}
     for arg, name in [("cache_u8", "cache"), ("x_cache_u8", "extra_cache"), ("idx_ptr", "indices"),
                       ("x_idx_ptr", "extra_indices"), ("topk_len_ptr", "topk_length"),
                       ("x_topk_len_ptr", "extra_topk_length")]:
-        assert slots[arg] == index[name], (arg, name)
+        assert slots[arg] == plan_mod.INPUT_INDEX[name], (arg, name)
 
 
 # ------------------------------------------------------------------------------------------------ GPU
-
-def _bits(t):
-    return t.contiguous().view(torch.int16 if t.dtype == torch.bfloat16 else torch.int32)
-
 
 def _run(spec, kw):
     work, stages = _stages(spec, kw)
