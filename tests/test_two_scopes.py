@@ -191,19 +191,22 @@ def test_one_launch_at_the_production_shape(impl, batch, heads, monkeypatch):
     assert torch.equal(_bits(out), _bits(ref_out)) and torch.equal(_bits(lse), _bits(ref_lse))
 
 
-@pytest.mark.parametrize("batch, heads, want", [(1, 64, (2, 8)), (8, 64, (2, 8)), (8, 128, (2, 4)), (64, 128, (1, 1))],
-                         ids=["b1-h64", "b8-h64", "b8-h128", "b64-h128"])
+@pytest.mark.parametrize("batch, heads, want", [(1, 64, (2, 8)), (8, 64, (2, 8)), (8, 128, (2, 4)), (32, 128, (1, 1)),
+                                                (64, 128, (1, 1))],
+                         ids=["b1-h64", "b8-h64", "b8-h128", "b32-h128", "b64-h128"])
 def test_scopes_in_one_launch_share_the_waves(batch, heads, want):
     """Hand-derived on 132 SMs, one wave (wgmma_xchg), 64-token granules, topk 128 + 512: queries * head groups
-    programs want 132 / that splits in all (rounded per scope); each scope gets its topk's share (1/5 and 4/5). At
-    b8 h128 that is 8.25: 1.65 -> 2 splits of 64 and 6.6 -> 7 -> 74 tokens, in 64-token granules 128, so 4 splits;
-    planned apart, the second scope alone would want 8 splits, 160 programs in all: two waves."""
+    programs want round(132 / that) splits in all, shared in proportion to topk (1/5 and 4/5), one at least each,
+    the remainder to the larger fraction. At b8 h128 that is 8: 1 + 6 * 1/5 = 2.2 and 1 + 6 * 4/5 = 5.8 -> 2 and 6
+    -> 86 tokens, in 64-token granules 128, so 4 splits; planned apart, the second scope alone would want 8 splits,
+    160 programs in all: two waves. At b32 h128, 2 in all: 1 and 1 (rounding each share up gave 1 and 2, 192
+    programs)."""
     spec = registry.get("wgmma_xchg")
     plans = decode.spec_split_plans(spec, queries=batch, heads=heads, topks=[128, 512], num_sms=132)
     assert tuple(p.num_splits for p in plans) == want
     apart = decode.spec_split_plans(dataclasses.replace(spec, two_scopes=False), queries=batch, heads=heads,
                                     topks=[128, 512], num_sms=132)
-    assert tuple(p.num_splits for p in apart) == {(8, 128): (2, 8), (64, 128): (1, 1)}.get((batch, heads), want)
+    assert tuple(p.num_splits for p in apart) == {(8, 128): (2, 8), (32, 128): (2, 2)}.get((batch, heads), want)
     one = decode.spec_split_plans(spec, queries=batch, heads=heads, topks=[512], num_sms=132)
     assert one == decode.spec_split_plans(dataclasses.replace(spec, two_scopes=False), queries=batch, heads=heads,
                                           topks=[512], num_sms=132)
@@ -244,3 +247,31 @@ def test_the_extra_scope_runs_its_bf16_second_pass(impl, monkeypatch):
     assert torch.equal(_bits(out), _bits(ref_out)) and torch.equal(_bits(lse), _bits(ref_lse))
     f_out, f_lse = wb.sparse_mla_decode_reference(**swapped)
     wb.assert_close(out.float(), lse, f_out, f_lse, impl)
+
+
+@pytest.mark.parametrize("total, weights, parts", [(2, [128, 512], [1, 1]), (8, [128, 512], [2, 6]),
+                                                   (264, [128, 512], [53, 211]), (3, [1, 1], [2, 1]),
+                                                   (2, [0, 512], [1, 1])])
+def test_largest_remainder_by_hand(total, weights, parts):
+    assert decode.largest_remainder(total, weights) == parts
+
+
+def test_an_extra_scope_is_never_one_split_to_the_rule(monkeypatch):
+    """auto's query count stands for "one split, no combine": with an extra scope there are two splits at least, so
+    the rule does not get it (b128 h32, 128 + 512 tokens: rung 24's token band, not wgmma_f16's one split)."""
+    seen = []
+    monkeypatch.setattr(registry, "resolve", lambda impl, device, **kw: seen.append(kw) or "tile512")
+    for extra in (0, 8):
+        kw = build_case(batch=2, heads=32, topk=16, extra_topk=extra, seed=3).kwargs()
+        decode.resolve_call(**{k: kw.get(k) for k in decode.INPUT_NAMES}, sm_scale=None, impl="auto")
+    assert [s["queries"] for s in seen] == [2, None]
+
+
+def test_the_launcher_refuses_an_extra_scope_without_splits(monkeypatch):
+    monkeypatch.setattr(wgmma, "require_sm90", lambda q, name: None)
+    kw = build_case(batch=1, heads=16, topk=40, extra_topk=8, seed=4).kwargs()
+    with pytest.raises(ValueError, match="extra_num_splits"):
+        registry.get("wgmma_f16").launch(q=kw["q"], cache=kw["cache"], indices=kw["indices"], topk_length=None,
+                                         part_out=torch.empty(1, 16, 1, 512), part_lse=torch.empty(1, 16, 1),
+                                         split_offset=0, num_splits=1, tokens_per_split=64, sm_scale=0.1,
+                                         extra_cache=kw["extra_cache"], extra_indices=kw["extra_indices"])

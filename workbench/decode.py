@@ -68,15 +68,15 @@ class SplitPlan:
 
 
 def plan_splits(*, queries: int, heads: int, topk: int, num_sms: int, waves: int = WAVES,
-                granule: int = SPLIT_GRANULE, share: float = 1.0) -> SplitPlan:
-    """Split one scope's topk so that queries*head_groups*splits programs fill about waves x num_sms (``share`` of
-    that, for a scope that shares one launch with another: :func:`spec_split_plans`).
+                granule: int = SPLIT_GRANULE, want: int | None = None) -> SplitPlan:
+    """Split one scope's topk so that queries*head_groups*splits programs fill about waves x num_sms (``want``:
+    that many splits at most instead, for a scope that shares one launch with another: :func:`spec_split_plans`).
 
     granule: tokens per split are a multiple of it (a kernel with fixed 64-token tiles asks for 64: smaller
     splits would run mostly masked tiles and write more fp32 partials for the combine).
     """
-    base = queries * cdiv(heads, NOMINAL_BLOCK_H)
-    want = max(1, round(share * waves * num_sms / base))
+    if want is None:
+        want = max(1, round(waves * num_sms / (queries * cdiv(heads, NOMINAL_BLOCK_H))))
     g = granule
     tps = max(g, cdiv(cdiv(topk, want), g) * g)
     tps = max(tps, cdiv(cdiv(topk, MAX_SPLITS_PER_SCOPE), g) * g)
@@ -199,7 +199,9 @@ def resolve_call(q, cache, indices, *, sm_scale, attn_sink, topk_length, extra_c
                       extra_cache=extra_cache, extra_indices=extra_indices, extra_topk_length=extra_topk_length)
     b, s_q, heads, _ = q.shape
     topk_all = indices.shape[2] + (extra_indices.shape[2] if extra_indices is not None else 0)
-    spec = registry.get(registry.resolve(impl, q.device, heads=heads, tokens=b * s_q * topk_all, queries=b * s_q))
+    # queries tell the rule a call is one split (no combine): never so with an extra scope
+    queries = b * s_q if extra_indices is None else None
+    spec = registry.get(registry.resolve(impl, q.device, heads=heads, tokens=b * s_q * topk_all, queries=queries))
     return spec, MODEL1.d ** -0.5 if sm_scale is None else float(sm_scale)
 
 
@@ -230,9 +232,24 @@ def spec_split_plans(spec, *, queries: int, heads: int, topks, num_sms: int) -> 
     one-block-per-SM programs on 132 SMs, two waves (wgmma_xchg 26.9 us against FlashMLA's 16.5, exploratory run
     at 4d6704b: data/explore/explore_h200_20261204-1258_two_scopes.csv)."""
     topks = list(topks)
-    total = sum(topks) if spec.two_scopes and len(topks) > 1 else 0
+    wants = [None] * len(topks)
+    if spec.two_scopes and len(topks) > 1 and sum(topks):
+        # the launch's splits in all first, then shared: rounding each scope's share up on its own overshot one wave
+        # (b32 h128 topk 128 + 512 on wgmma_xchg: 1 + 2 splits x 64 programs = 192 on 132 SMs)
+        total = max(len(topks), round(spec.split_waves * num_sms / (queries * cdiv(heads, NOMINAL_BLOCK_H))))
+        wants = largest_remainder(total, topks)
     return tuple(plan_splits(queries=queries, heads=heads, topk=k, num_sms=num_sms, waves=spec.split_waves,
-                             granule=spec.split_granule, share=k / total if total else 1.0) for k in topks)
+                             granule=spec.split_granule, want=w) for k, w in zip(topks, wants))
+
+
+def largest_remainder(total: int, weights) -> list[int]:
+    """``total`` (at least one each) shared in proportion to ``weights``, the remainder to the largest fractions."""
+    s = sum(weights)
+    exact = [1 + (total - len(weights)) * w / s for w in weights]
+    parts = [int(x) for x in exact]
+    for i in sorted(range(len(weights)), key=lambda i: exact[i] - parts[i], reverse=True)[: total - sum(parts)]:
+        parts[i] += 1
+    return parts
 
 
 def call_splits(spec, q, scopes) -> tuple[SplitPlan, ...]:
@@ -291,21 +308,22 @@ def launch_stages(spec, *, q, scopes, attn_sink, sm_scale, config, work: Workspa
     part_out, part_lse = (work.out, work.lse) if work.direct else (work.part_out, work.part_lse)
     direct = dict(direct=True, attn_sink=attn_sink) if work.direct else {}
     stages = []
-    offset = 0
     if spec.two_scopes and len(scopes) == 2:  # one partial launch over both scopes, so no launch waits on another
+        # (never direct: each scope has a split at least)
         ((c, ix, tl_), (xc, xix, xtl)), (split, xsplit) = scopes, work.splits
         stages.append(LaunchStage(("q",) + SCOPE_INPUTS[0] + SCOPE_INPUTS[1], partial(
             spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,
             split_offset=0, num_splits=split.num_splits, tokens_per_split=split.tokens_per_split, sm_scale=sm_scale,
             config=config, extra_cache=xc, extra_indices=xix, extra_topk_length=xtl,
-            extra_num_splits=xsplit.num_splits, extra_tokens_per_split=xsplit.tokens_per_split, **direct)))
-        scopes = ()  # (a direct workspace never has two scopes: each has a split at least)
-    for names, (c, ix, tl_), split in zip(SCOPE_INPUTS, scopes, work.splits):
-        stages.append(LaunchStage(("q",) + names + (("attn_sink",) if work.direct else ()), partial(
-            spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,
-            split_offset=offset, num_splits=split.num_splits, tokens_per_split=split.tokens_per_split,
-            sm_scale=sm_scale, config=config, **direct)))
-        offset += split.num_splits
+            extra_num_splits=xsplit.num_splits, extra_tokens_per_split=xsplit.tokens_per_split)))
+    else:
+        offset = 0
+        for names, (c, ix, tl_), split in zip(SCOPE_INPUTS, scopes, work.splits):
+            stages.append(LaunchStage(("q",) + names + (("attn_sink",) if work.direct else ()), partial(
+                spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,
+                split_offset=offset, num_splits=split.num_splits, tokens_per_split=split.tokens_per_split,
+                sm_scale=sm_scale, config=config, **direct)))
+            offset += split.num_splits
     if work.direct:
         return tuple(stages)
     stages.append(LaunchStage(("attn_sink",), partial(
