@@ -5,10 +5,11 @@ For a quick A/B of a new rung before it goes into a published sweep (the publish
 ``python -m workbench bench --sweep ...``): ``python scripts/explore.py wgmma_f16_2cta wgmma_ws gather``.
 Configs: ``provider@{"BLOCK_H": 16, ...}`` (JSON) times one forced config. ``--ws-variant NAME:K=V[,K=V]``
 registers, for this run only, a rung of the warp-specialised kernel with wgmma_ws's switches so changed (e.g.
-``ws_nb2:NUM_BUFS=2``), to be named among the providers. ``--spec-variant NAME:BASE:FIELD=0|1`` registers a copy of
-kernel BASE with a boolean KernelSpec field so set (e.g. ``f16_2cta_ps:wgmma_f16_2cta:two_scopes=0``: the same
-kernel, a launch per KV scope, each scope's splits planned apart as well: decode.spec_split_plans), for a same-run
-A/B of a decode path.
+``ws_nb2:NUM_BUFS=2``), to be named among the providers. ``--spec-variant NAME:BASE:FIELD=V`` registers a copy of
+kernel BASE with a boolean (V 0 or 1) or integer KernelSpec field so set (e.g.
+``f16_2cta_ps:wgmma_f16_2cta:two_scopes=0``: the same kernel, a launch per KV scope, each scope's splits planned
+apart as well: decode.spec_split_plans; ``h32t_p32:portable_ws_h32t:split_block_h=32``: its splits planned on
+32-head programs), for a same-run A/B of a decode path.
 """
 import argparse
 import json
@@ -27,8 +28,9 @@ def main(argv=None) -> int:
     p.add_argument("--csv", default=None)
     p.add_argument("--ws-variant", action="append", default=[], metavar="NAME:K=V[,K=V]",
                    help="register a wgmma_ws rung with these switches changed (repeatable)")
-    p.add_argument("--spec-variant", action="append", default=[], metavar="NAME:BASE:FIELD=0|1",
-                   help="register kernel BASE again as NAME with a boolean KernelSpec field changed (repeatable)")
+    p.add_argument("--spec-variant", action="append", default=[], metavar="NAME:BASE:FIELD=V",
+                   help="register kernel BASE again as NAME with a boolean or integer KernelSpec field changed "
+                        "(repeatable)")
     a = p.parse_args(argv)
     for v in a.ws_variant:
         register_ws_variant(p, v)
@@ -77,7 +79,8 @@ def register_ws_variant(p: argparse.ArgumentParser, text: str) -> None:
 
 
 def register_spec_variant(p: argparse.ArgumentParser, text: str) -> None:
-    """NAME:BASE:FIELD=0|1 -> a registered copy of kernel BASE with that boolean KernelSpec field set."""
+    """NAME:BASE:FIELD=V -> a registered copy of kernel BASE with that KernelSpec field set: a boolean (V 0 or 1) or
+    an integer (or an optional one, left None by BASE)."""
     import dataclasses
 
     from workbench import registry
@@ -87,11 +90,14 @@ def register_spec_variant(p: argparse.ArgumentParser, text: str) -> None:
         field, value = assignment.split("=")
         spec = registry.get(base)
     except (ValueError, KeyError) as e:
-        p.error(f"--spec-variant {text!r}: expected NAME:BASE:FIELD=0|1 with BASE a registered kernel ({e})")
+        p.error(f"--spec-variant {text!r}: expected NAME:BASE:FIELD=V with BASE a registered kernel ({e})")
     flags = [f.name for f in dataclasses.fields(spec) if isinstance(getattr(spec, f.name), bool)]
-    if field not in flags or value not in ("0", "1") or name in registry.names():
-        p.error(f"--spec-variant {text!r}: FIELD is one of {flags}, the value 0 or 1, and NAME a new name")
-    register(dataclasses.replace(spec, name=name, rung=None, **{field: value == "1"}))
+    ints = [f.name for f in dataclasses.fields(spec) if f.name not in flags and f.type in ("int", "int | None")]
+    if name in registry.names() or not (field in flags and value in ("0", "1")
+                                        or field in ints and value.lstrip("-").isdigit()):
+        p.error(f"--spec-variant {text!r}: FIELD is one of {flags} (V 0 or 1) or of {ints} (V an integer), and "
+                f"NAME a new name")
+    register(dataclasses.replace(spec, name=name, rung=None, **{field: value == "1" if field in flags else int(value)}))
 
 
 if __name__ == "__main__":

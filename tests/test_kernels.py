@@ -146,6 +146,21 @@ def test_split_plan_fills_the_gpu_and_is_bounded():
     assert (p.num_splits, p.tokens_per_split) == (8, 64)  # whole tiles, not 32 splits of 16 tokens
 
 
+@pytest.mark.parametrize("batch, heads, block_h, want", [(64, 64, None, 2), (64, 64, 32, 1), (16, 64, 32, 4),
+                                                         (64, 16, 32, 2), (8, 128, 32, 4), (8, 128, 16, 2)],
+                         ids=["b64-h64-nominal", "b64-h64-h32", "b16-h64-h32", "b64-h16-h32", "b8-h128-h32",
+                              "b8-h128-h16"])
+def test_split_plan_counts_the_programs_of_the_specs_head_group(batch, heads, block_h, want):
+    """Hand-derived, one wave on 132 SMs, topk 2048 in 32-token granules: round(132 / (batch * ceil(heads /
+    block_h))) splits, at least one (block_h None: decode.NOMINAL_BLOCK_H, 64). b64 h64 in 32-head programs: 128 of
+    them already, so one split, where the nominal 64-head count asks for two (256 programs, two waves)."""
+    import dataclasses
+    spec = dataclasses.replace(wb.registry.get("portable_ws_h32t"), split_waves=1, split_granule=32,
+                               split_block_h=block_h)
+    (plan,) = wb.decode.spec_split_plans(spec, queries=batch, heads=heads, topks=[2048], num_sms=132)
+    assert plan.num_splits == want and plan.tokens_per_split == 2048 // want
+
+
 def test_kernels_require_gpu_or_interpreter(monkeypatch):
     import workbench.decode as dec
     monkeypatch.setattr(dec, "INTERPRET", False)

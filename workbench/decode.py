@@ -68,15 +68,16 @@ class SplitPlan:
 
 
 def plan_splits(*, queries: int, heads: int, topk: int, num_sms: int, waves: int = WAVES,
-                granule: int = SPLIT_GRANULE, want: int | None = None) -> SplitPlan:
+                granule: int = SPLIT_GRANULE, want: int | None = None, block_h: int = NOMINAL_BLOCK_H) -> SplitPlan:
     """Split one scope's topk so that queries*head_groups*splits programs fill about waves x num_sms (``want``:
     that many splits at most instead, for a scope that shares one launch with another: :func:`spec_split_plans`).
 
     granule: tokens per split are a multiple of it (a kernel with fixed 64-token tiles asks for 64: smaller
-    splits would run mostly masked tiles and write more fp32 partials for the combine).
+    splits would run mostly masked tiles and write more fp32 partials for the combine). block_h: the heads a program
+    holds, as the plan counts the programs of a split.
     """
     if want is None:
-        want = max(1, round(waves * num_sms / (queries * cdiv(heads, NOMINAL_BLOCK_H))))
+        want = max(1, round(waves * num_sms / (queries * cdiv(heads, block_h))))
     g = granule
     tps = max(g, cdiv(cdiv(topk, want), g) * g)
     tps = max(tps, cdiv(cdiv(topk, MAX_SPLITS_PER_SCOPE), g) * g)
@@ -233,13 +234,14 @@ def spec_split_plans(spec, *, queries: int, heads: int, topks, num_sms: int) -> 
     at 4d6704b: data/explore/explore_h200_20261204-1258_two_scopes.csv)."""
     topks = list(topks)
     wants = [None] * len(topks)
+    block_h = spec.split_block_h or NOMINAL_BLOCK_H
     if spec.two_scopes and len(topks) > 1 and sum(topks):
         # the launch's splits in all first, then shared: rounding each scope's share up on its own overshot one wave
         # (b32 h128 topk 128 + 512 on wgmma_xchg: 1 + 2 splits x 64 programs = 192 on 132 SMs)
-        total = max(len(topks), round(spec.split_waves * num_sms / (queries * cdiv(heads, NOMINAL_BLOCK_H))))
+        total = max(len(topks), round(spec.split_waves * num_sms / (queries * cdiv(heads, block_h))))
         wants = largest_remainder(total, topks)
     return tuple(plan_splits(queries=queries, heads=heads, topk=k, num_sms=num_sms, waves=spec.split_waves,
-                             granule=spec.split_granule, want=w) for k, w in zip(topks, wants))
+                             granule=spec.split_granule, want=w, block_h=block_h) for k, w in zip(topks, wants))
 
 
 def largest_remainder(total: int, weights) -> list[int]:

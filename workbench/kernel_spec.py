@@ -31,6 +31,8 @@ class KernelSpec:
     check_configs: tuple = ()               # configs (dicts) the GPU checks cycle through; the first is "fixed"
     split_waves: int = 2                    # split kinds: programs per SM the split plan aims for
     split_granule: int = 16                 # split kinds: tokens per split are a multiple of this
+    split_block_h: int | None = None        # split kinds: the heads a program holds, as the split plan counts its
+    # programs (None: decode.NOMINAL_BLOCK_H, 64, whatever the config)
     interpretable: bool = True              # False: GPU only (Gluon); CPU tests skip it, the GPU checks cover it
     pdl: bool = False                       # split kinds: the combine is a programmatic dependent launch (sm_90)
     direct: bool = False                    # split kinds: a call of one split in all runs no combine: its launch
