@@ -57,11 +57,12 @@ def test_otherwise_the_partials_and_the_combine(what):
     assert all("direct" not in kw and kw["part_lse"] is work.part_lse for kw in calls)
 
 
-def test_the_hopper_rungs_write_directly_and_the_triton_ones_do_not():
+def test_the_gluon_rungs_write_directly_and_the_triton_ones_do_not():
     direct = {n for n in registry.names("split") if registry.get(n).direct}
-    assert direct == {n for n in registry.names("split") if isolate.is_gluon(registry.get(n))}
+    portable = {"portable_ws", "portable_ws_h32q", "portable_ws_h32t"}
+    assert direct == {n for n in registry.names("split") if isolate.is_gluon(registry.get(n))} | portable
     assert {"wgmma_ws", "wgmma_ws_h64", "wgmma_f16"} <= direct
-    assert not direct & {"tile512", "mma", "portable_ws", "portable_ws_h32t"}
+    assert not direct & {"tile512", "mma"}
 
 
 def test_no_combine_of_a_direct_call_keeps_its_one_launch(monkeypatch):
@@ -147,15 +148,16 @@ def _assert_direct_is_the_combine(impl, case):
     assert torch.equal(_bits(out), _bits(ref_out)) and torch.equal(_bits(lse), _bits(ref_lse))
 
 
-# one-scope catalogue entries of at most 64 tokens (one split at a granule of 64): finite and -inf sinks, s_q 2 and
-# 3, all-invalid queries, scale bytes outside the f16 window (the bf16 second pass), NaN in unselected pages
-ONE_SPLIT = [e for e in CATALOGUE if e.spec["topk"] <= 64 and not e.spec.get("extra_topk")]
+# one-scope catalogue entries of at most one split granule of tokens (one split in all: 64 tokens for the wgmma
+# rungs, 32 for the portable ones): finite and -inf sinks, s_q 2 and 3, all-invalid queries, scale bytes outside the
+# f16 window (the bf16 second pass), NaN in unselected pages
 GLUON = [n for n in registry.names("split") if registry.get(n).direct]
+ONE_SPLIT = [pytest.param(n, e, id=f"{n}-{e.id}") for n in GLUON for e in CATALOGUE
+             if e.spec["topk"] <= registry.get(n).split_granule and not e.spec.get("extra_topk")]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", GLUON)
-@pytest.mark.parametrize("entry", ONE_SPLIT, ids=lambda e: e.id)
+@pytest.mark.parametrize("impl, entry", ONE_SPLIT)
 def test_direct_is_the_combine_bit_for_bit(impl, entry):
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip(f"{impl} is a Gluon kernel for sm_90")
@@ -163,10 +165,12 @@ def test_direct_is_the_combine_bit_for_bit(impl, entry):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl, heads, batch", [("wgmma_ws", 16, 128), ("wgmma_ws_h64", 128, 64)],
-                         ids=["ws-b128-h16", "ws_h64-b64-h128"])
+@pytest.mark.parametrize("impl, heads, batch", [("wgmma_ws", 16, 128), ("wgmma_ws_h64", 128, 64),
+                                                ("portable_ws_h32t", 64, 64), ("portable_ws", 16, 256)],
+                         ids=["ws-b128-h16", "ws_h64-b64-h128", "h32t-b64-h64", "portable_ws-b256-h16"])
 def test_direct_at_a_benchmark_shape(impl, heads, batch):
-    """The shapes the change is for: one split because the calls fill the SMs (topk 2048, pages of 256)."""
+    """The shapes the change is for: one split because the calls fill the SMs (topk 2048, pages of 256; the
+    portable rungs' programs counted by their own head groups, KernelSpec.split_block_h)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip(f"{impl} is a Gluon kernel for sm_90")
     _assert_direct_is_the_combine(impl, build_case(batch=batch, heads=heads, topk=2048, block_size=256, sink=True,

@@ -67,8 +67,8 @@ from triton.experimental.gluon.language.nvidia.ampere import mbarrier, mma_v2
 
 from .common import cdiv, launch, split_args
 from .configs import TiledConfig
-from .gluon_common import (bf16_scale_pairs, cache_constexprs, dequant_words, launch_dependents, load_idx, load_q,
-                           load_tile)
+from .gluon_common import (bf16_scale_pairs, cache_constexprs, dequant_words, epilogue_args, launch_dependents,
+                           load_idx, load_q, load_tile, split_lse2, store_lse)
 
 # the targets the kernel is written for (mma.sync, ldmatrix, mbarrier try_wait, setmaxnreg): the lab compiles it for
 # these in its own process (resources.gluon_archs)
@@ -111,7 +111,8 @@ def portable_ws_partial_kernel(
     stride_ib, stride_is,
     topk_len_ptr, stride_tl,  # [b] int32, any stride (read only when HAS_TOPK_LEN)
     part_out_ptr,     # [b*s_q, h, s_total, 512] fp32
-    part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2
+    part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2 (DIRECT: out [b, s_q, h, 512] bf16 and lse [b, h, s_q] fp32)
+    sink_ptr, stride_sink,  # [h] fp32, any stride (read only when DIRECT and HAS_SINK)
     sm_scale_log2,
     H, S_Q, TOPK, split_offset, tokens_per_split, s_total,
     HAS_TOPK_LEN: gl.constexpr,
@@ -121,6 +122,8 @@ def portable_ws_partial_kernel(
     NUM_BUFS: gl.constexpr,            # K slots in the ring
     PRODUCER_WARPS: gl.constexpr,      # warps of the producer partition: 8 tokens each
     PRODUCER_REGS: gl.constexpr,       # its registers per thread (setmaxnreg); the consumer gets the rest
+    HAS_SINK: gl.constexpr = False,
+    DIRECT: gl.constexpr = False,      # one split in all: write out and lse as the combine would (epilogue_args)
 ):
     D: gl.constexpr = D_NOPE + D_ROPE
     K_SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16)
@@ -164,8 +167,8 @@ def portable_ws_partial_kernel(
         (_producer, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row,
                      start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])
-    _store_partial(m_i, l_i, acc, part_out_ptr, part_lse_ptr, pid_q, pid_h, split, split_offset, s_total, H,
-                   BLOCK_H, D)
+    _store_partial(m_i, l_i, acc, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink, pid_q, pid_h, split,
+                   split_offset, s_total, H, S_Q, BLOCK_H, D, HAS_SINK, DIRECT)
 
 
 @gluon.jit
@@ -384,26 +387,29 @@ def _producer(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size
 
 
 @gluon.jit
-def _store_partial(m_i, l_i, acc, part_out_ptr, part_lse_ptr, pid_q, pid_h, split, split_offset, s_total, H,
-                   BLOCK_H: gl.constexpr, D: gl.constexpr):
+def _store_partial(m_i, l_i, acc, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink, pid_q, pid_h, split,
+                   split_offset, s_total, H, S_Q, BLOCK_H: gl.constexpr, D: gl.constexpr, HAS_SINK: gl.constexpr,
+                   DIRECT: gl.constexpr):
     """The epilogue: the split's normalised output acc / l (acc: O [BLOCK_H, D] fp32, straight from the MMA
     layout: each thread's column pairs are 8-byte stores, a quad's 32 contiguous bytes) and its base-2 LSE
     m + log2(l) into the partial buffers. An empty split (l = 0) writes only its -inf LSE, which the combine
-    reads as no weight; a NaN row sum is live, so NaN reaches the combine."""
+    reads as no weight; a NaN row sum is live, so NaN reaches the combine. DIRECT (a call of one split): the
+    call's out (bf16, times the sink's factor; part_out_ptr is out) and lse instead, every row, as the combine
+    would write them (gluon_common.store_lse)."""
     OL: gl.constexpr = acc.type.layout
     ROW: gl.constexpr = gl.SliceLayout(1, OL)
-    l_i = gl.convert_layout(l_i, ROW)
-    m_i = gl.convert_layout(m_i, ROW)
-    live = l_i != 0
-    inv_l = gl.where(live, 1.0 / l_i, 0.0)
-    lse2 = gl.where(live, m_i + gl.log2(l_i), float("-inf"))
+    live, lse2 = split_lse2(gl.convert_layout(m_i, ROW), gl.convert_layout(l_i, ROW))
+    inv_l = gl.where(live, 1.0 / gl.convert_layout(l_i, ROW), 0.0)
     heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROW)
     slot = (pid_q * H + heads) * s_total + split_offset + split  # [BLOCK_H]
-    gl.store(part_lse_ptr + slot, lse2, mask=heads < H)
+    f = store_lse(lse2, live, pid_q, heads, H, S_Q, part_lse_ptr, slot, sink_ptr, stride_sink, HAS_SINK, DIRECT)
     out = acc * gl.expand_dims(inv_l, 1)
     od = gl.arange(0, D, layout=gl.SliceLayout(0, OL))
-    gl.store(part_out_ptr + gl.expand_dims(slot.to(gl.int64) * D, 1) + gl.expand_dims(od, 0), out,
-             mask=gl.expand_dims((heads < H) & live, 1))
+    ptrs = part_out_ptr + gl.expand_dims(slot.to(gl.int64) * D, 1) + gl.expand_dims(od, 0)
+    if DIRECT:  # every row; an empty one times the factor 0: zeros, or NaN where acc is NaN (as the combine)
+        gl.store(ptrs, (out * gl.expand_dims(f, 1)).to(gl.bfloat16), mask=gl.expand_dims(heads < H, 1))
+    else:
+        gl.store(ptrs, out, mask=gl.expand_dims((heads < H) & live, 1))
 
 
 # ----------------------------------------------------------------------------- host side
@@ -423,17 +429,19 @@ def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
 
 def launch_portable_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
                             tokens_per_split, sm_scale, name, allowed=ALLOWED, config=None, maxnreg=MAXNREG,
-                            switches=SWITCHES, kernel=None):
+                            switches=SWITCHES, kernel=None, direct=False, attn_sink=None):
     """Run the partial kernel for one KV scope into splits [split_offset, split_offset+num_splits) (the keywords of
-    every split kernel: common.split_args). name, allowed: the registered rung's name and config table; switches:
-    its constexprs (NUM_BUFS, PRODUCER_WARPS, PRODUCER_REGS); maxnreg: the block's register cap per thread; kernel:
-    a portable kernel of the same arguments and grid (default: this module's)."""
+    every split kernel: common.split_args; direct: part_out and part_lse are the call's out and lse, see
+    gluon_common.epilogue_args). name, allowed: the registered rung's name and config table; switches: its
+    constexprs (NUM_BUFS, PRODUCER_WARPS, PRODUCER_REGS); maxnreg: the block's register cap per thread; kernel: a
+    portable kernel of the same arguments and grid (default: this module's)."""
     require_ws_gpu(q, name)
     b, s_q, h, _ = q.shape
     cfg = default_config(h, allowed) if config is None else TiledConfig.from_any(config, allowed, name)
     args = split_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
                       part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
                       sm_scale=sm_scale)
+    args.update(epilogue_args(part_lse=part_lse, direct=direct, attn_sink=attn_sink))
     grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
     launch(kernel or portable_ws_partial_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H,
                                           BLOCK_T=cfg.BLOCK_T, num_warps=cfg.num_warps, maxnreg=maxnreg,

@@ -37,7 +37,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mbarrier, mma_v2
 
 from .configs import TiledConfig
-from .gluon_common import launch_dependents
+from .gluon_common import launch_dependents, split_lse2, store_lse
 from .portable_ws import LAB_ARCHS, _producer, launch_portable_partial  # noqa: F401 - LAB_ARCHS: read by the lab
 
 ALLOWED = dict(BLOCK_H=(32,), BLOCK_T=(32,), num_warps=(8,), num_stages=(1,))
@@ -79,7 +79,8 @@ def portable_ws_h32t_partial_kernel(
     stride_ib, stride_is,
     topk_len_ptr, stride_tl,  # [b] int32, any stride (read only when HAS_TOPK_LEN)
     part_out_ptr,     # [b*s_q, h, s_total, 512] fp32
-    part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2
+    part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2 (DIRECT: out [b, s_q, h, 512] bf16 and lse [b, h, s_q] fp32)
+    sink_ptr, stride_sink,  # [h] fp32, any stride (read only when DIRECT and HAS_SINK)
     sm_scale_log2,
     H, S_Q, TOPK, split_offset, tokens_per_split, s_total,
     HAS_TOPK_LEN: gl.constexpr,
@@ -89,6 +90,8 @@ def portable_ws_h32t_partial_kernel(
     NUM_BUFS: gl.constexpr,            # K slots in the ring
     PRODUCER_WARPS: gl.constexpr,      # warps of the producer partition: 8 tokens each
     PRODUCER_REGS: gl.constexpr,       # its registers per thread (setmaxnreg); the consumer gets the rest
+    HAS_SINK: gl.constexpr = False,
+    DIRECT: gl.constexpr = False,      # one split in all: write out and lse as the combine would (epilogue_args)
 ):
     D: gl.constexpr = D_NOPE + D_ROPE
     CW: gl.constexpr = gl.num_warps()   # consumer warps, one column group each
@@ -128,7 +131,8 @@ def portable_ws_h32t_partial_kernel(
 
     gl.warp_specialize([
         (_consumer, (q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, end, q_row, stride_qh, pid_h,
-                     H, sm_scale_log2, part_out_ptr, part_lse_ptr, slot, s_total, BLOCK_H, BLOCK_T, D, NUM_BUFS)),
+                     H, sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink, pid_q, S_Q, slot, s_total,
+                     BLOCK_H, BLOCK_T, D, NUM_BUFS, HAS_SINK, DIRECT)),
         (_producer, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row,
                      start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])
@@ -154,8 +158,9 @@ def _load_q_half(q_smem, q_row, stride_qh, pid_h, H, P: gl.constexpr, BLOCK_H: g
 
 @gluon.jit
 def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
-              sm_scale_log2, part_out_ptr, part_lse_ptr, slot, s_total, BLOCK_H: gl.constexpr,
-              BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr):
+              sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink, pid_q, S_Q, slot, s_total,
+              BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr,
+              HAS_SINK: gl.constexpr, DIRECT: gl.constexpr):
     """QK by 4 column groups of 128 x 2 token halves (warp b = half * 4 + g4), the 4 partials of a half reduced by
     head, PV by 8 column groups of 64 over both halves."""
     CW: gl.constexpr = gl.num_warps()
@@ -219,13 +224,17 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, en
     gl.thread_barrier()  # every warp's last reads of P and the factors before the epilogue reuses a_smem
     launch_dependents()
 
-    # epilogue: the LSE by the head's warp; 1 / l to every warp through a_smem, the output by the columns' warp
+    # epilogue: the LSE by the head's warp; 1 / l (and DIRECT's factor, in P's slot) to every warp through shared
+    # memory, the output by the columns' warp
     l_i = gl.sum(gl.sum(l_t, 2), 0)
-    live = l_i != 0
+    live, lse2 = split_lse2(m_i, l_i)
     heads = gl.arange(0, BLOCK_H, layout=HEAD)
-    gl.store(part_lse_ptr + slot + heads * s_total, gl.where(live, m_i + gl.log2(l_i), float("-inf")),
-             mask=pid_h * BLOCK_H + heads < H)
+    f = store_lse(lse2, live, pid_q, pid_h * BLOCK_H + heads, H, S_Q, part_lse_ptr, slot + heads * s_total, sink_ptr,
+                  stride_sink, HAS_SINK, DIRECT)
     a_smem.store(gl.where(live, 1.0 / l_i, 0.0))
+    f_smem = p_smem._reinterpret(gl.float32, [BLOCK_H], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    if DIRECT:
+        f_smem.store(f)
     gl.thread_barrier()
     inv_l = a_smem.load(OROW)
     oh = gl.arange(0, BLOCK_H, layout=OROW)
@@ -233,9 +242,13 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, en
     od = gl.arange(0, DS, layout=gl.SliceLayout(0, gl.SliceLayout(1, MMA)))
     oh3 = gl.expand_dims(gl.expand_dims(oh, 0), 2)
     row = (slot + oh3.to(gl.int64) * s_total) * D
-    gl.store(part_out_ptr + row + gl.expand_dims(gl.expand_dims(og, 1), 2) * DS + gl.expand_dims(gl.expand_dims(od, 0), 1),
-             acc * gl.expand_dims(gl.expand_dims(inv_l, 0), 2),
-             mask=(pid_h * BLOCK_H + oh3 < H) & gl.expand_dims(gl.expand_dims(inv_l != 0, 0), 2))
+    ptrs = part_out_ptr + row + gl.expand_dims(gl.expand_dims(og, 1), 2) * DS + gl.expand_dims(gl.expand_dims(od, 0), 1)
+    out = acc * gl.expand_dims(gl.expand_dims(inv_l, 0), 2)
+    if DIRECT:  # every row; an empty one times the factor 0: zeros, or NaN where acc is NaN (as the combine)
+        out = out * gl.expand_dims(gl.expand_dims(f_smem.load(OROW), 0), 2)
+        gl.store(ptrs, out.to(gl.bfloat16), mask=pid_h * BLOCK_H + oh3 < H)
+    else:  # an empty split writes only its -inf LSE; the combine never reads its out
+        gl.store(ptrs, out, mask=(pid_h * BLOCK_H + oh3 < H) & gl.expand_dims(gl.expand_dims(inv_l != 0, 0), 2))
 
 
 # ----------------------------------------------------------------------------- host side
