@@ -166,11 +166,10 @@ def test_direct_is_the_combine_bit_for_bit(impl, entry):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("impl, heads, batch", [("wgmma_ws", 16, 128), ("wgmma_ws_h64", 128, 64),
-                                                ("portable_ws_h32t", 64, 64), ("portable_ws", 16, 256)],
-                         ids=["ws-b128-h16", "ws_h64-b64-h128", "h32t-b64-h64", "portable_ws-b256-h16"])
+                                                ("portable_ws_h32t", 64, 128), ("portable_ws", 16, 256)],
+                         ids=["ws-b128-h16", "ws_h64-b64-h128", "h32t-b128-h64", "portable_ws-b256-h16"])
 def test_direct_at_a_benchmark_shape(impl, heads, batch):
-    """The shapes the change is for: one split because the calls fill the SMs (topk 2048, pages of 256; the
-    portable rungs' programs counted by their own head groups, KernelSpec.split_block_h)."""
+    """The shapes the change is for: one split because the calls fill the SMs (topk 2048, pages of 256)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip(f"{impl} is a Gluon kernel for sm_90")
     _assert_direct_is_the_combine(impl, build_case(batch=batch, heads=heads, topk=2048, block_size=256, sink=True,

@@ -51,7 +51,8 @@ launcher and its checks, with the slot stored by token half and column group.
 Invalid tokens (-1, out of range, past topk_length or the split) load as zero and are masked to -inf before the
 softmax. Padding heads (past H in the last head group) load q as zero and are never stored. The epilogue writes
 the split's normalised output and base-2 LSE into the partial buffers exactly as the other split kernels do, so
-``kernels/combine.py`` merges them unchanged; after its main loop the consumer signals
+``kernels/combine.py`` merges them unchanged (a call of one split in all writes out and lse itself, as the combine
+would: ``KernelSpec.direct``, ``gluon_common.store_lse``); after its main loop the consumer signals
 griddepcontrol.launch_dependents (sm_90 and up), so a combine launched as a programmatic dependent starts early.
 
 Targets: warp specialisation needs setmaxnreg (sm_90 and up): sm_90, sm_100 and sm_120 (``LAB_ARCHS``, which the
