@@ -114,13 +114,20 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     topk512 2.3% (wgmma_ws_h64 75.99 against wgmma_ws_bal's 74.30). The next rule should take the query count (one
     split or not), not tokens alone (docs/decisions.md). At d94297c (this rule, with ONE_SPLIT_MIN_QUERIES_SM90; the
     wgmma rungs run both scopes in one launch, which no crossover shape has) in
-    data/bench_h200_20261204-1322_crossover.csv and data/bench_h200_20261204-1321_heads.csv: b128 h32 topk512 is the
+    data/archive/bench_h200_20261204-1322_crossover.csv and data/archive/bench_h200_20261204-1321_heads.csv: b128 h32 topk512 is the
     fastest (wgmma_f16, one split); the heads sweep within 1.9% at every shape (b8 h64 topk2048: wgmma_ws_h64 22.12
     against wgmma_xchg's 21.70); the crossover within 2.0% at every shape but five: b128 h64 topk512 5.7%
     (wgmma_ws_h64 41.84 against wgmma_f16's 39.58, one split each), b16 h32 topk512 4.7% (wgmma_f16 14.04 against
     wgmma_xchg's 13.41), b8 h64 topk512 2.3% (wgmma_xchg 13.75 against wgmma_ws_bal's 13.44), b32 h64 topk512 2.3%
     (wgmma_ws_h64 22.29 against wgmma_xchg's 21.80) and b2 h64 topk2048 2.1% (wgmma_xchg 16.65 against
-    wgmma_f16_2cta's 16.31). Two over issue 25's 3%, both at topk 512, where a 64-head block's call is short.
+    wgmma_f16_2cta's 16.31). Two over issue 25's 3%, both at topk 512, where a 64-head block's call is short. At
+    626d036 (two scopes' splits shared by largest remainder; the portable rungs write a call of one split directly)
+    in data/bench_h200_20261204-1515_crossover.csv and data/bench_h200_20261204-1514_heads.csv: the crossover within
+    2.0% at every shape but three: b16 h32 topk512 5.4% (wgmma_f16 14.14 us against wgmma_xchg's 13.41), b128 h64
+    topk512 4.3% (wgmma_ws_h64 41.68 against wgmma_f16's 39.98) and b32 h64 topk512 2.2% (wgmma_ws_h64 21.42 against
+    wgmma_xchg's 20.95); the heads sweep within 2.0% at every shape but b8 h64 topk2048, 2**20 head-tokens, 2.9%
+    (wgmma_ws_h64 22.33 against wgmma_xchg's 21.71). The same two shapes over 3% as at d94297c: b128 h64 topk512 for
+    the third run in a row (4.0-5.7%), b16 h32 topk512 over 2.9% in all three (2.95-5.4%).
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
@@ -179,12 +186,17 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     elsewhere within 1.2% (b1 h64 topk2048 1.2%, b4 h64 topk512 0.6%) and the heads sweep the fastest at every
     shape. At 32 heads portable_ws runs two 16-head groups, each gathering every token: the next rule should start
     the 32-head kernel below 2**18 there (docs/decisions.md). At d94297c, with 17-32 heads on the 16-head threshold
-    (data/bench_h200_20261204-1322_crossover.csv, data/bench_h200_20261204-1321_heads.csv, timed on the H200): b4
+    (data/archive/bench_h200_20261204-1322_crossover.csv, data/archive/bench_h200_20261204-1321_heads.csv, timed on the H200): b4
     h32 topk2048 is the fastest now; the heads sweep the fastest at every shape; the crossover within 0.5% at every
     shape above 16 heads but six: b1 h128 topk2048 4.6% (portable_ws 22.29 against tile512's 21.32), b2 h64 topk2048
     3.7% (23.55 against tile512's 22.70), b16 h32 topk512 3.3% (portable_ws_h32t 14.40 against portable_ws_h32q's
     13.94), b1 h64 topk2048 2.8% (portable_ws 16.94 against portable_ws_h32q's 16.48), b4 h64 topk512 0.9% and b8
-    h32 topk512 0.6%."""
+    h32 topk512 0.6%. At 626d036 (data/bench_h200_20261204-1515_crossover.csv, data/bench_h200_20261204-1514_heads.csv;
+    one-split calls now direct): the heads sweep the fastest at every shape; the crossover within 0.5% at every shape
+    above 16 heads but five: b2 h64 topk2048 3.2% (portable_ws 23.13 us against tile512's 22.42), b1 h128 topk2048
+    3.1% (22.35 against tile512's 21.69), b16 h32 topk512 1.5% (portable_ws_h32t 14.17 against portable_ws_h32q's
+    13.96), b1 h64 topk2048 1.1% (portable_ws 16.41 against portable_ws_h32q's 16.23) and b2 h128 topk512 0.7%;
+    within 2% at every 16-head shape."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
     if heads <= 32:  # at 17-32 heads portable_ws runs two 16-head groups: the same tokens threshold as one
