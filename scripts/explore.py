@@ -92,11 +92,12 @@ def register_spec_variant(p: argparse.ArgumentParser, text: str) -> None:
     except (ValueError, KeyError) as e:
         p.error(f"--spec-variant {text!r}: expected NAME:BASE:FIELD=V with BASE a registered kernel ({e})")
     flags = [f.name for f in dataclasses.fields(spec) if isinstance(getattr(spec, f.name), bool)]
-    ints = [f.name for f in dataclasses.fields(spec) if f.name not in flags and f.type in ("int", "int | None")]
+    ints = [f.name for f in dataclasses.fields(spec)
+            if f.name not in flags and f.name != "rung" and f.type in ("int", "int | None")]
     if name in registry.names() or not (field in flags and value in ("0", "1")
-                                        or field in ints and value.lstrip("-").isdigit()):
-        p.error(f"--spec-variant {text!r}: FIELD is one of {flags} (V 0 or 1) or of {ints} (V an integer), and "
-                f"NAME a new name")
+                                        or field in ints and value.isdigit() and int(value) >= 1):
+        p.error(f"--spec-variant {text!r}: FIELD is one of {flags} (V 0 or 1) or of {ints} (V a positive integer), "
+                f"and NAME a new name")
     register(dataclasses.replace(spec, name=name, rung=None, **{field: value == "1" if field in flags else int(value)}))
 
 

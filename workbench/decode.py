@@ -124,12 +124,12 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     sm_scale: a positive real (Python or numpy scalar, or 0-dim tensor); default 512**-0.5.
     impl: "auto" (default: the fastest kernel for this device and call size, from the crossover sweeps; on sm_90 a
     Gluon rung that passes every GPU check: "wgmma_xchg" for small calls, at 17-32 heads "wgmma_f16" from 89
-    queries (b * s_q: one split, no combine), else "wgmma_f16_2cta" / "wgmma_f16" below 16384 selected tokens and
-    the 32-head "portable_ws_h32t" from there, the warp-specialised "wgmma_ws" at <= 16 heads from 65536 selected
-    tokens up and the 64-head block "wgmma_ws_h64" for large calls at 33 heads and more; on sm_100/sm_120 the
-    portable warp-specialised "portable_ws" at <= 32 heads below 8192 tokens or other small calls, else
-    "portable_ws_h32t" (32-head groups); below sm_90
-    "tile512"; see registry.auto_kernel and registry.portable_kernel), any
+    queries (b * s_q: one split, no combine; a call with an extra scope has two splits and is not counted so),
+    else "wgmma_f16_2cta" / "wgmma_f16" below 16384 selected tokens and the 32-head "portable_ws_h32t" from there,
+    the warp-specialised "wgmma_ws" at <= 16 heads from 65536 selected tokens up and the 64-head block
+    "wgmma_ws_h64" for large calls at 33 heads and more; on sm_100/sm_120 the portable warp-specialised
+    "portable_ws" at <= 32 heads below 8192 tokens or other small calls, else "portable_ws_h32t" (32-head groups);
+    below sm_90 "tile512"; see registry.auto_kernel and registry.portable_kernel), any
     registered kernel (``workbench.registry.decode_impls()``: the seed's "mma", the portable "tile512" and
     "portable_ws" (mma.sync, no wgmma), the bf16
     Hopper rung "wgmma_xchg", the f16 rungs "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws" (exact on every cache:
@@ -245,7 +245,8 @@ def spec_split_plans(spec, *, queries: int, heads: int, topks, num_sms: int) -> 
 
 
 def largest_remainder(total: int, weights) -> list[int]:
-    """``total`` (at least one each) shared in proportion to ``weights``, the remainder to the largest fractions."""
+    """``total`` shared in proportion to ``weights``, one each first and the remainder to the largest fractions
+    (needs total >= len(weights) and a positive sum of weights: spec_split_plans guards both)."""
     s = sum(weights)
     exact = [1 + (total - len(weights)) * w / s for w in weights]
     parts = [int(x) for x in exact]

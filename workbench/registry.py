@@ -65,7 +65,8 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS, "wgmma_xchg" below XCHG_BELOW_HEAD_TOKENS, "wgmma_ws_h64"
     from there, with 33-63 heads counted as HEAD_BLOCK (they run padded to one 64-head block; 65-127 heads count as
     themselves, though they run padded to 128: no count between 64 and 128 was timed); at 17-32 heads
-    "wgmma_f16" from ONE_SPLIT_MIN_QUERIES_SM90 queries (b * s_q; None: not known, never taken), else
+    "wgmma_f16" from ONE_SPLIT_MIN_QUERIES_SM90 queries (b * s_q; None: not known, or a call with an
+    extra scope, which has two splits at least: never taken), else
     "wgmma_f16_2cta" up to TWO_BLOCK_MAX_TOKENS_H64 tokens, "portable_ws_h32t" (one 32-head block, mma.sync) from
     H32_MIN_TOKENS_SM90 tokens, else "wgmma_f16". Any other GPU: :func:`portable_kernel`.
     Why: derived from a crossover sweep of 48 shapes (data/archive/bench_h200_20261202-1506_crossover.csv) and, for

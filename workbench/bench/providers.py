@@ -456,7 +456,7 @@ def kernel_of(provider: str, shape) -> str:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return registry.resolve("auto", device, heads=shape.heads,
                             tokens=shape.batch * shape.s_q * (shape.topk + shape.extra_topk),
-                            queries=shape.batch * shape.s_q)
+                            queries=None if shape.extra_topk else shape.batch * shape.s_q)  # as decode.resolve_call
 
 
 def config_columns(provider: str, config) -> dict:

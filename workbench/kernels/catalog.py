@@ -209,7 +209,7 @@ _block(wgmma_ws_bal, wgmma_ws_bal.launch_ws_bal_partial, wgmma_ws_bal.ws_bal_par
 # topk2048 101.7 us against 108.8, b8 h64 20.8 against 27.2, b8 h128 topk512 15.8 against 21.3; portable_ws b8 h64
 # topk512 12.6 against 18.0; none slower at the 11 shapes timed): the longer splits it gives fail the GPU check's
 # extreme-scale case at b4 h128 topk2048 (out_rel_norm 3.09e-3 against the 3e-3 tolerance, 1.40e-3 on the nominal
-# plan's 128-token splits; the correctness table at 11c7000:
+# plan: 128-token splits for the 32-head rungs, 64 for portable_ws; the correctness table at 11c7000:
 # data/explore/explore_h200_20261204-1453_split_block_h_check.csv; docs/decisions.md): bf16 P rounds a dominant
 # token that shares a split with a larger one
 _block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws_partial_kernel,

@@ -407,7 +407,8 @@ def _store_partial(m_i, l_i, acc, part_out_ptr, part_lse_ptr, sink_ptr, stride_s
     out = acc * gl.expand_dims(inv_l, 1)
     od = gl.arange(0, D, layout=gl.SliceLayout(0, OL))
     ptrs = part_out_ptr + gl.expand_dims(slot.to(gl.int64) * D, 1) + gl.expand_dims(od, 0)
-    if DIRECT:  # every row; an empty one times the factor 0: zeros, or NaN where acc is NaN (as the combine)
+    if DIRECT:  # every row; an empty one times the factor 0: zeros, or NaN where acc is NaN (as the reference; the
+        # combine writes 0 there)
         gl.store(ptrs, (out * gl.expand_dims(f, 1)).to(gl.bfloat16), mask=gl.expand_dims(heads < H, 1))
     else:
         gl.store(ptrs, out, mask=gl.expand_dims((heads < H) & live, 1))

@@ -244,7 +244,8 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, en
     row = (slot + oh3.to(gl.int64) * s_total) * D
     ptrs = part_out_ptr + row + gl.expand_dims(gl.expand_dims(og, 1), 2) * DS + gl.expand_dims(gl.expand_dims(od, 0), 1)
     out = acc * gl.expand_dims(gl.expand_dims(inv_l, 0), 2)
-    if DIRECT:  # every row; an empty one times the factor 0: zeros, or NaN where acc is NaN (as the combine)
+    if DIRECT:  # every row; an empty one times the factor 0: zeros, or NaN where acc is NaN (as the reference; the
+        # combine writes 0 there)
         out = out * gl.expand_dims(gl.expand_dims(f_smem.load(OROW), 0), 2)
         gl.store(ptrs, out.to(gl.bfloat16), mask=pid_h * BLOCK_H + oh3 < H)
     else:  # an empty split writes only its -inf LSE; the combine never reads its out

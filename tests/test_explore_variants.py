@@ -1,0 +1,48 @@
+"""scripts/explore.py's --spec-variant: a copy of a registered kernel with one KernelSpec field changed, for a
+same-call A/B (the registry restored afterwards)."""
+import argparse
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from workbench import decode, registry
+from workbench.kernel_spec import unregister
+
+_spec = importlib.util.spec_from_file_location("explore", Path(__file__).parents[1] / "scripts" / "explore.py")
+explore = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(explore)
+
+
+@pytest.fixture
+def parser():
+    p = argparse.ArgumentParser()
+    p.error = lambda message: (_ for _ in ()).throw(ValueError(message))  # an error, not an exit
+    yield p
+    unregister("v_test")
+
+
+def test_an_integer_field_changes_the_plan_of_the_copy_only(parser):
+    explore.register_spec_variant(parser, "v_test:portable_ws_h32t:split_block_h=32")
+    base, copy = registry.get("portable_ws_h32t"), registry.get("v_test")
+    assert copy.split_block_h == 32 and copy.rung is None and base.split_block_h is None
+    # b64 h64 topk2048 on 132 SMs, one wave: 64 or 128 programs a split -> 2 splits or 1
+    plans = [decode.spec_split_plans(s, queries=64, heads=64, topks=[2048], num_sms=132)[0].num_splits
+             for s in (base, copy)]
+    assert plans == [2, 1]
+
+
+def test_a_boolean_field(parser):
+    explore.register_spec_variant(parser, "v_test:wgmma_f16:two_scopes=0")
+    assert registry.get("v_test").two_scopes is False and registry.get("wgmma_f16").two_scopes is True
+
+
+@pytest.mark.parametrize("text", ["v_test:portable_ws:rung=3", "v_test:portable_ws:split_granule=0",
+                                  "v_test:portable_ws:split_waves=-1", "v_test:portable_ws:direct=2",
+                                  "v_test:portable_ws:name=1", "portable_ws:portable_ws:direct=0",
+                                  "v_test:no_such_kernel:direct=0"],
+                         ids=["rung", "zero", "negative", "bool-2", "not-a-field", "name-taken", "no-base"])
+def test_what_it_refuses(parser, text):
+    with pytest.raises(ValueError, match="--spec-variant"):
+        explore.register_spec_variant(parser, text)
+    assert "v_test" not in registry.names()
