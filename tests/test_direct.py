@@ -9,6 +9,7 @@ import torch
 from workbench import decode, registry
 from workbench.bench import isolate
 from workbench.format.cases import CATALOGUE, build_case
+from workbench.format.layout import MODEL1
 
 
 def _recording_spec(calls, direct=True):
@@ -16,13 +17,23 @@ def _recording_spec(calls, direct=True):
     return dataclasses.replace(registry.get("tile512"), direct=direct, launch=lambda **kw: calls.append(kw))
 
 
-def _stages(spec, case, attn_sink=None):
-    kw = case.kwargs()
-    scopes = decode.decode_scopes(kw["cache"], kw["indices"], kw.get("topk_length"), kw.get("extra_cache"),
-                                  kw.get("extra_indices"), kw.get("extra_topk_length"))
+def call_scopes(kw):
+    """decode's KV scopes of a call's keywords (the extra one where given)."""
+    return decode.decode_scopes(kw["cache"], kw["indices"], kw.get("topk_length"), kw.get("extra_cache"),
+                                kw.get("extra_indices"), kw.get("extra_topk_length"))
+
+
+def decode_stages(spec, kw):
+    """decode's workspace and launch stages for a call's keywords (its sm_scale, or decode's default)."""
+    scopes = call_scopes(kw)
     work = decode.allocate_workspace(spec, kw["q"], scopes)
-    return work, decode.launch_stages(spec, q=kw["q"], scopes=scopes, attn_sink=attn_sink, sm_scale=0.1,
-                                      config=None, work=work)
+    sm_scale = MODEL1.d ** -0.5 if kw.get("sm_scale") is None else float(kw["sm_scale"])
+    return work, decode.launch_stages(spec, q=kw["q"], scopes=scopes, attn_sink=kw.get("attn_sink"),
+                                      sm_scale=sm_scale, config=None, work=work)
+
+
+def _stages(spec, case, attn_sink=None):
+    return decode_stages(spec, {**case.kwargs(), "attn_sink": attn_sink, "sm_scale": 0.1})
 
 
 def test_one_split_runs_one_launch_into_out_and_lse():
@@ -135,12 +146,10 @@ def _bits(t):
     return t.contiguous().view(torch.int16 if t.dtype == torch.bfloat16 else torch.int32)
 
 
-def _run(spec, kw):
+def run_decode(spec, kw):
     """One decode through decode's own pieces: (workspace, out, lse)."""
-    scopes = decode.decode_scopes(kw["cache"], kw["indices"], kw.get("topk_length"))
-    work = decode.allocate_workspace(spec, kw["q"], scopes)
-    for stage in decode.launch_stages(spec, q=kw["q"], scopes=scopes, attn_sink=kw.get("attn_sink"),
-                                      sm_scale=kw["sm_scale"], config=None, work=work):
+    work, stages = decode_stages(spec, kw)
+    for stage in stages:
         stage.run()
     return work, work.out, work.lse
 
@@ -149,9 +158,9 @@ def _assert_direct_is_the_combine(spec, case):
     """Kernel ``spec`` (a name or a KernelSpec) runs ``case`` as one split with no combine, bit for bit as the same
     kernel with its combine (up to the sign of a zero, which the combine's sum makes +0: none in these cases)."""
     spec = registry.get(spec) if isinstance(spec, str) else spec
-    work, out, lse = _run(spec, case.kwargs())
+    work, out, lse = run_decode(spec, case.kwargs())
     assert work.direct
-    _, ref_out, ref_lse = _run(dataclasses.replace(spec, direct=False), case.kwargs())
+    _, ref_out, ref_lse = run_decode(dataclasses.replace(spec, direct=False), case.kwargs())
     assert torch.equal(_bits(out), _bits(ref_out)) and torch.equal(_bits(lse), _bits(ref_lse))
 
 

@@ -9,26 +9,12 @@ import torch
 
 from workbench import decode, registry
 from workbench.format.cases import CATALOGUE, build_case
-from workbench.format.layout import MODEL1
 from workbench.kernels import common, gluon_common, wgmma
 
 from test_direct import _bits  # out and lse as integers: bit equality, NaN included
+from test_direct import call_scopes as _scopes, decode_stages as _stages, run_decode
 
 WGMMA_RUNGS = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta")
-
-
-def _scopes(kw):
-    return decode.decode_scopes(kw["cache"], kw["indices"], kw.get("topk_length"), kw.get("extra_cache"),
-                                kw.get("extra_indices"), kw.get("extra_topk_length"))
-
-
-def _stages(spec, kw):
-    """decode's workspace and launch stages for a call's keywords (its sm_scale, or decode's default)."""
-    scopes = _scopes(kw)
-    work = decode.allocate_workspace(spec, kw["q"], scopes)
-    sm_scale = MODEL1.d ** -0.5 if kw.get("sm_scale") is None else float(kw["sm_scale"])
-    return work, decode.launch_stages(spec, q=kw["q"], scopes=scopes, attn_sink=kw.get("attn_sink"),
-                                      sm_scale=sm_scale, config=None, work=work)
 
 
 def test_the_wgmma_rungs_and_only_they_take_both_scopes_in_one_launch():
@@ -145,20 +131,13 @@ def test_a_plan_binds_each_scope_to_its_own_input(monkeypatch, shared):
 
 # ------------------------------------------------------------------------------------------------ GPU
 
-def _run(spec, kw):
-    work, stages = _stages(spec, kw)
-    for stage in stages:
-        stage.run()
-    return work.out, work.lse
-
-
 def _one_launch_and_apart(spec, kw, monkeypatch):
     """(out, lse) of ``spec``'s one launch over both scopes, and of the same kernel launched per scope on the same
     split plans (the one launch's joint plan: splits elsewhere would round differently in the combine)."""
-    got = _run(spec, kw)
+    got = run_decode(spec, kw)[1:]  # (out, lse)
     plans = decode.call_splits(spec, kw["q"], _scopes(kw))
     monkeypatch.setattr(decode, "call_splits", lambda *a: plans)
-    return got, _run(dataclasses.replace(spec, two_scopes=False), kw)
+    return got, run_decode(dataclasses.replace(spec, two_scopes=False), kw)[1:]
 
 
 TWO_SCOPE_CASES = [e for e in CATALOGUE if e.spec.get("extra_topk")]
