@@ -212,7 +212,8 @@ show[["provider", "mode", "heads", "fixed_us", "per_request_us", "r2", "points"]
 # %%
 def pick(mode, batch, heads, topk, extra_topk=0, peers=("flashmla", "gather")):
     """Our default's time at a shape: the auto rows, else the rows of the rung auto picks there (on the H200)."""
-    rung = registry.auto_kernel("sm_90", heads=heads, tokens=batch * (topk + extra_topk), queries=None if extra_topk else batch)
+    rung = registry.auto_kernel("sm_90", heads=heads, tokens=batch * (topk + extra_topk), queries=batch,
+                                scopes=2 if extra_topk else 1)
     return same_run_times(ok, mode=mode, batch=batch, heads=heads, topk=topk, extra_topk=extra_topk,
                           ours=(DEFAULT_PROVIDER, rung), peers=peers)
 

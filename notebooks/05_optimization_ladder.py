@@ -96,7 +96,7 @@ note = bench_provenance(lad)
 def auto_kernel(key):
     """What impl='auto' runs at a shape on the table's GPU: the registry's own rule (registry.auto_kernel)."""
     b, h, k, e, _ = SHAPES[key]
-    return registry.auto_kernel(lad.capability.iloc[0], heads=h, tokens=b * (k + e), queries=None if e else b)
+    return registry.auto_kernel(lad.capability.iloc[0], heads=h, tokens=b * (k + e), queries=b, scopes=2 if e else 1)
 
 
 default_at = {key: auto_kernel(key) for key in SHAPES}

@@ -26,7 +26,8 @@ import torch
 
 from workbench.accounting import call_valid_tokens, decode_cost
 from workbench.bench import BenchShape, InputPool, rows_frame
-from workbench.bench.providers import FINE_PROBES, ProbeProvider, make_provider
+from workbench import registry
+from workbench.bench.providers import FINE_PROBES, ProbeProvider, make_provider, tuned_columns
 from workbench.bench.timing import graph_samples, measure_ceilings, summarize
 from workbench.report.provenance import provenance
 
@@ -62,7 +63,6 @@ def probe_call(name: str, kw: dict, split_tokens: int, config):
 def check_providers(p: argparse.ArgumentParser, items) -> None:
     """Each ``name[@json]`` names a probe (registered, or a FINE_PROBES name) and valid JSON, else an argument error
     (exit 2, one line) before anything runs."""
-    from workbench import registry
     known = registry.names("probe") + tuple(FINE_PROBES)
     for item in items:
         name, _, cfg = item.partition("@")
@@ -109,6 +109,8 @@ def main(argv=None) -> int:
                 try:
                     fns = [probe_call(name, kw, split_tokens, json.loads(cfg) if cfg else None) for kw in kws]
                     med, p20, p80 = summarize(graph_samples(fns))
+                    if not cfg:  # the autotuner's pick, which varies from call to call
+                        row.update(tuned_columns(registry.get(FINE_PROBES.get(name, name))))
                 except Exception as e:  # noqa: BLE001 - a probe that does not build or run is a row
                     rows.append(dict(row, status="error", reason=f"{type(e).__name__}: {e}"[:300]))
                     print(f"{shape.label:26s} {pattern:10s} {item:52s} error: {rows[-1]['reason']}", flush=True)

@@ -363,3 +363,22 @@ def test_a_gluon_kernel_off_its_gpu_is_skipped_not_a_stopped_sweep(monkeypatch):
         assert bench.make_provider(impl).name == impl
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (9, 0))
     assert bench.make_provider("wgmma_ws").name == "wgmma_ws"
+
+
+def test_a_probe_row_records_the_autotuners_pick():
+    """The floor probes autotune, and their picks differ between calls: the row's config columns say which config
+    was timed, while 'config' stays '' (it was not forced). A kernel that has not run (no best_config) adds nothing."""
+    import dataclasses
+
+    import triton
+
+    from workbench import registry
+    from workbench.bench.providers import tuned_columns
+    spec = registry.get("gather")
+    assert tuned_columns(dataclasses.replace(spec, jit=object())) == {}
+    picked = type("Tuned", (), {"best_config": triton.Config({"BLOCK_T": 64}, num_warps=8, num_stages=3)})()
+    assert tuned_columns(dataclasses.replace(spec, jit=picked)) == dict(BLOCK_T=64, num_warps=8, num_stages=3)
+    ring = type("Tuned", (), {"best_config": triton.Config({"BLOCK_T": 32, "NUM_STAGES": 4}, num_warps=4,
+                                                           num_stages=4)})()
+    assert tuned_columns(dataclasses.replace(registry.get("gather_async"), jit=ring)) == dict(
+        BLOCK_T=32, num_warps=4, num_stages=4)

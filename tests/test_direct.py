@@ -70,7 +70,7 @@ def test_otherwise_the_partials_and_the_combine(what):
 
 def test_the_gluon_rungs_write_directly_and_the_triton_ones_do_not():
     direct = {n for n in registry.names("split") if registry.get(n).direct}
-    portable = {"portable_ws", "portable_ws_h32q", "portable_ws_h32t"}
+    portable = {"portable_ws", "portable_ws_h32q", "portable_ws_h32t", "portable_ws_h32p"}
     assert direct == {n for n in registry.names("split") if isolate.is_gluon(registry.get(n))} | portable
     assert {"wgmma_ws", "wgmma_ws_h64", "wgmma_f16"} <= direct
     assert not direct & {"tile512", "mma"}
@@ -102,7 +102,7 @@ def test_the_pdl_ab_skips_a_call_with_no_combine(monkeypatch):
 @pytest.mark.parametrize("output_slots", [False, True], ids=["plan_decode", "plain-path"])
 @pytest.mark.parametrize("sink", [False, True], ids=["no-sink", "sink"])
 @pytest.mark.parametrize("impl", ["wgmma_ws", "wgmma_ws_h64", "wgmma_f16", "wgmma_ws_bal", "portable_ws",
-                                  "portable_ws_h32q", "portable_ws_h32t"])
+                                  "portable_ws_h32q", "portable_ws_h32t", "portable_ws_h32p"])
 def test_a_plan_binds_the_direct_launch(monkeypatch, impl, sink, output_slots):
     """A plan of a one-split call on a Gluon rung (its launch recorded, not run: the GPU check patched away):
     one launch, whose part_out and part_lse are the call's out and lse (plan buffers, or the per-call output slots),
@@ -194,3 +194,14 @@ def test_direct_at_a_benchmark_shape(impl, heads, batch):
         pytest.skip(f"{impl} is a Gluon kernel for sm_90")
     _assert_direct_is_the_combine(impl, build_case(batch=batch, heads=heads, topk=2048, block_size=256, sink=True,
                                                    seed=11, device="cuda"))
+
+
+def test_a_direct_launch_of_more_than_one_split_is_refused():
+    """A direct launch writes the call's out and lse as one split: with two, each split would overwrite the other's
+    rows, so every Gluon launcher's epilogue arguments refuse it (and the non-direct path takes any count)."""
+    from workbench.kernels import gluon_common
+    lse = torch.zeros(2, 4, 1)
+    assert gluon_common.epilogue_args(part_lse=lse, direct=True, attn_sink=None, num_splits=1)["DIRECT"] is True
+    assert gluon_common.epilogue_args(part_lse=lse, direct=False, attn_sink=None, num_splits=3)["DIRECT"] is False
+    with pytest.raises(ValueError, match="num_splits=2"):
+        gluon_common.epilogue_args(part_lse=lse, direct=True, attn_sink=None, num_splits=2)

@@ -29,6 +29,7 @@ from workbench.lab.targets import get_target
 from workbench.report.results import DATA
 
 NAME = "portable_ws_h32t"
+PAIR = "portable_ws_h32p"  # rung 25: this kernel with P_PAIR, planned on its own 32-head programs
 _C = portable_ws_h32t.CONFIG_SPACE[0]
 CFG = {"BLOCK_H": _C.BLOCK_H, "BLOCK_T": _C.BLOCK_T, "num_warps": _C.num_warps}
 SM120_SHARED = get_target("sm_120").smem_per_block  # 101,376 B
@@ -53,15 +54,44 @@ def test_registered_as_rung_24_and_run_by_auto_off_hopper():
     assert registry.portable_kernel("sm_120", heads=16, tokens=8192) == NAME  # one padded 32-head group
 
 
-@pytest.fixture(scope="module")
-def lab():
-    """Lab rows for sm_120 and sm_90, the sm_120 PTX and the sm_90 SASS, from one process without the interpreter."""
+def test_rung_25_is_rung_24_with_the_p_pair_on_its_own_plan():
+    spec, base = registry.get(PAIR), registry.get(NAME)
+    assert spec.rung == 25 and spec.kind == "split" and not spec.interpretable and spec.pdl and spec.direct
+    assert spec.jit is base.jit and spec.split_granule == base.split_granule and spec.split_waves == 1
+    assert spec.fixed_meta == dict(portable_ws_h32t.SWITCHES, P_PAIR=True) and "P_PAIR" not in base.fixed_meta
+    assert (spec.split_block_h, base.split_block_h) == (32, None)  # planned on its own 32 heads, rung 24 on 64
+    assert spec.shared_model(TiledConfig(**CFG)) == base.shared_model(TiledConfig(**CFG))  # lo lives in q's slot
+    assert spec.prediction and "b64 h64" in spec.prediction and spec.summary
+    assert registry.portable_kernel("sm_120", heads=64, tokens=8 * 2048) == PAIR  # 2**20 head-tokens
+    assert registry.portable_kernel("sm_120", heads=64, tokens=64 * 2048) == NAME
+
+
+def test_the_low_p_sits_past_the_partial_scores_in_qs_slot():
+    """P_PAIR's low P [2 * BLOCK_H, TH] bf16 is rows 2 CW BLOCK_H .. of q's slot seen as [4 CW BLOCK_H, TH] bf16
+    (32 KB): byte 2 CW BLOCK_H TH 2 = 16,384 on, where the partial scores [CW, BLOCK_H, TH] fp32 end, 2 KB long and
+    inside the slot; the row offset is a multiple of P's swizzle period (8 rows), so its phases are P's own."""
+    import inspect
+    src = " ".join(inspect.getsource(portable_ws_h32t._consumer.fn).split())
+    assert ("q_smem._reinterpret(gl.bfloat16, [4 * CW * BLOCK_H, TH], P_SMEM).slice(2 * CW * BLOCK_H, 2 * BLOCK_H)"
+            in src)
+    slot, scores = CW * BLOCK_H * DS * 2, CW * BLOCK_H * TH * 4
+    start, size = 2 * CW * BLOCK_H * TH * 2, 2 * BLOCK_H * TH * 2
+    assert 4 * CW * BLOCK_H * TH * 2 == slot and start == scores == 16384 and start + size <= slot
+    period = portable_ws_h32t.P_SMEM.value.per_phase * portable_ws_h32t.P_SMEM.value.max_phase
+    assert (2 * CW * BLOCK_H) % period == 0
+
+
+@pytest.fixture(scope="module", params=[NAME, PAIR])
+def lab(request):
+    """Lab rows for sm_120 and sm_90, the sm_120 PTX and the sm_90 SASS, from one process without the interpreter,
+    of rung 24 and of rung 25 (the same kernel with P_PAIR)."""
+    name = request.param
     code = ("import json; from workbench.lab.resources import compile_config, compiled_ptx, compiled_sass\n"
-            f"rows = [compile_config({NAME!r}, a, {CFG!r}).as_row() for a in ('sm_120', 'sm_90')]\n"
-            f"print(json.dumps(dict(rows=rows, ptx=compiled_ptx({NAME!r}, 'sm_120', {CFG!r}), "
-            f"sass=compiled_sass({NAME!r}, 'sm_90', {CFG!r}))))")
+            f"rows = [compile_config({name!r}, a, {CFG!r}).as_row() for a in ('sm_120', 'sm_90')]\n"
+            f"print(json.dumps(dict(rows=rows, ptx=compiled_ptx({name!r}, 'sm_120', {CFG!r}), "
+            f"sass=compiled_sass({name!r}, 'sm_90', {CFG!r}))))")
     out = json.loads(without_interpreter(code).splitlines()[-1])
-    return {r["arch"]: r for r in out["rows"]} | {"ptx": out["ptx"], "sass": out["sass"]}
+    return {r["arch"]: r for r in out["rows"]} | {"ptx": out["ptx"], "sass": out["sass"], "name": name}
 
 
 def test_the_partitions_register_shares(lab):
@@ -83,8 +113,8 @@ def test_compiles_with_hmma_only_and_no_spills_and_fits_sm120(lab, arch):
     assert r["status"] == "fits", r["reason"]
     assert r["mma"] == "HMMA" and r["hgmma"] == 0 and r["utcmma"] == 0
     # a warp a tile, m16n8k16: QK 2 parities x 2 (32 heads) x 2 (16 tokens) x 4 (64 columns) = 32, and PV
-    # 2 halves x 2 (32 heads) x 8 (64 columns) x 1 (16 tokens) = 32
-    assert r["hmma"] == 64
+    # 2 halves x 2 (32 heads) x 8 (64 columns) x 1 (16 tokens) = 32, twice with P_PAIR (hi and lo)
+    assert r["hmma"] == {NAME: 64, PAIR: 96}[lab["name"]]
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0
     # the partial scores (16 KB) reuse q's 32 KB: the block no bigger than the model, under sm_120's limit
     assert r["shared_bytes"] <= r["model_shared_bytes"] <= SM120_SHARED
@@ -95,8 +125,9 @@ def test_compiles_with_hmma_only_and_no_spills_and_fits_sm120(lab, arch):
 @pytest.mark.parametrize("arch", ["sm_120", "sm_100", "sm_90"])
 def test_the_committed_lab_rows_are_this_compile(lab, arch):
     rows = pd.read_csv(DATA / f"resources_{arch}.csv")
-    row = rows[(rows.kernel == NAME) & (rows.config == TiledConfig(**CFG).label)]
-    assert len(row) == 1, f"{len(row)} rows for {NAME} in resources_{arch}.csv"
+    name = lab["name"]
+    row = rows[(rows.kernel == name) & (rows.config == TiledConfig(**CFG).label)]
+    assert len(row) == 1, f"{len(row)} rows for {name} in resources_{arch}.csv"
     row = row.iloc[0]
     assert row.status == "fits" and row.mma == "HMMA" and row.spill_stores == 0 and row.stack_bytes == 0
     if arch in lab:
@@ -122,10 +153,13 @@ def test_shared_memory_traffic_in_sass_operands_by_ldmatrix(lab):
       thread holds 4 of the 32 heads (rows lane // 4 + 8 k): 4 twice, 8. Not an MMA operand.
     No LDS.64 or 2-byte loads, so no operand is read piecewise (rung 21 read P as 16 LDS.32). What else may load
     from shared memory is not an operand: the tile's 32 valid bytes (one ldmatrix x1, LDSM.16.M88, as Triton 3.6
-    lowers that int8 load) and warp_specialize's own state byte (LDS.U8)."""
+    lowers that int8 load) and warp_specialize's own state byte (LDS.U8).
+    Rung 25 (P_PAIR) adds the low P: one more STS.64 and 4 more LDSM.16.M88.4 a tile; V's operand is loaded once
+    for both."""
     ops = Counter(re.findall(r"\b((?:LDSM|LDS|STS)(?:\.[0-9A-Z]+)*)\s", lab["sass"]))
-    derived = {"LDSM.16.M88.4": 16 + 8 + 4, "LDSM.16.MT88.4": 8, "LDS.128": 4, "STS.64": 8 + 1, "STS.128": 16 + 16,
-               "LDS": 8}
+    pair = lab["name"] == PAIR
+    derived = {"LDSM.16.M88.4": 16 + 8 + 4 + 4 * pair, "LDSM.16.MT88.4": 8, "LDS.128": 4, "STS.64": 8 + 1 + pair,
+               "STS.128": 16 + 16, "LDS": 8}
     assert {k: ops[k] for k in derived} == derived, ops
     loads = {k for k in ops if k.startswith("LDS")}
     assert loads <= set(derived) | {"LDSM.16.M88", "LDS.U8"}, ops
@@ -262,9 +296,10 @@ def test_the_slot_planes_feed_qk_and_pv_the_tokens_and_columns_they_assume():
     consumer = source(portable_ws_h32t._consumer)
     for step in ("kb._reinterpret(gl.bfloat16, [CW, 2 * TH, DS], G_SMEM)", "kq.permute((0, 2, 1))",
                  "mma_v2(q_a0, kt.slice(0, TH, dim=2).load(B_OP)", "mma_v2(q_a1, kt.slice(TH, TH, dim=2).load(B_OP)",
-                 "kb.slice(0, CW, dim=0).load(B_OP)", "kb.slice(CW, CW, dim=0).load(B_OP)",
-                 "p_smem.slice(0, BLOCK_H, dim=0).load(P2)", "p_smem.slice(BLOCK_H, BLOCK_H, dim=0).load(P2)"):
+                 "for hf in gl.static_range(2): vb = kb.slice(hf * CW, CW, dim=0).load(B_OP)",
+                 "mma_v2(_p_operand(p_smem, hf, P2), vb, acc)"):
         assert step in consumer, step
+    assert "p_smem.slice(hf * BLOCK_H, BLOCK_H, dim=0).load(P2)" in source(portable_ws_h32t._p_operand)
     G, PAIRS = CW, DS // 2
     word = np.arange(BLOCK_T * G * PAIRS).reshape(BLOCK_T, G, PAIRS)  # word id = (t * G + g) * PAIRS + k
     slot_w = word.reshape(2, TH, G, PAIRS).transpose(0, 2, 1, 3).reshape(2 * G, TH, PAIRS)

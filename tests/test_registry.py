@@ -118,11 +118,12 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=16, tokens=32 * 2048) == "wgmma_ws"  # from 65536 tokens up
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "wgmma_ws"  # the biggest h16 calls
     assert registry.resolve("auto", "cuda", heads=8, tokens=4 * 2048 + 1) == "wgmma_f16"  # padded to 16 heads
-    # 17-32 heads: the 16-head groups up to 4096 tokens, wgmma_f16 below 16384, then the 32-head portable block up to
-    # 131072, then wgmma_f16 again (one split, no combine, from b128 topk2048)
+    # 17-32 heads: the 16-head groups up to 4096 tokens, wgmma_xchg below 16384, then the 32-head portable block,
+    # and wgmma_f16 for a call of one split (no combine: from 89 queries of one scope)
     assert registry.resolve("auto", "cuda", heads=32, tokens=4096) == "wgmma_f16_2cta"
-    assert registry.resolve("auto", "cuda", heads=32, tokens=4097) == "wgmma_f16"
-    assert registry.resolve("auto", "cuda", heads=32, tokens=16383) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=32, tokens=4097) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=32, tokens=16 * 512, queries=16) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=32, tokens=16383) == "wgmma_xchg"
     assert registry.resolve("auto", "cuda", heads=17, tokens=16384) == "portable_ws_h32t"
     assert registry.resolve("auto", "cuda", heads=20, tokens=64 * 2048) == "portable_ws_h32t"
     assert registry.resolve("auto", "cuda", heads=32, tokens=64 * 2048) == "portable_ws_h32t"
@@ -144,6 +145,16 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048 - 1) == "wgmma_xchg"
     assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "wgmma_ws_h64"
+    # ... but wgmma_f16 for a call of one split (89 queries or more, one scope) of at most 512 tokens a query
+    assert registry.resolve("auto", "cuda", heads=64, tokens=128 * 512, queries=128) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=128 * 512, queries=128) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=40, tokens=89 * 512, queries=89) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=88 * 512, queries=88) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=128 * 512 + 1, queries=128) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=128 * 2048, queries=128) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=128 * 512, queries=128, scopes=2) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048, queries=8) == "wgmma_ws_h64"  # not one split
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4096, queries=128) == "wgmma_xchg"  # small: as before
     assert registry.resolve("auto", "cuda", heads=128, tokens=512) == "wgmma_f16_2cta"
     assert registry.resolve("auto", "cuda", heads=128, tokens=2047) == "wgmma_f16_2cta"
     assert registry.resolve("auto", "cuda", heads=128, tokens=2048) == "wgmma_xchg"
@@ -153,12 +164,18 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (12, 0))
     assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "portable_ws_h32t"
     assert registry.resolve("auto", "cuda", heads=16, tokens=4 * 512) == "portable_ws"  # sm_120: no wgmma
-    # > 16 heads, by head-tokens: the 16-head groups up to 2**18, then the 32-head groups
+    # > 32 heads, by head-tokens: the 16-head groups up to 2**18, the 32-head groups on their own plan (P as a pair)
+    # up to 2**21, then the 32-head groups on the nominal plan
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "portable_ws"
     assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "portable_ws"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=4097) == "portable_ws_h32t"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4097) == "portable_ws_h32p"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=32768) == "portable_ws_h32p"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=32769) == "portable_ws_h32t"
     assert registry.resolve("auto", "cuda", heads=128, tokens=2048) == "portable_ws"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=2049) == "portable_ws_h32t"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=2049) == "portable_ws_h32p"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=16384) == "portable_ws_h32p"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=16385) == "portable_ws_h32t"
+    assert registry.resolve("auto", "cuda", heads=33, tokens=64 * 2048) == "portable_ws_h32t"
     assert registry.resolve("auto", "cuda", heads=20, tokens=8 * 2048) == "portable_ws_h32t"
     # <= 16 heads: portable_ws, but the one padded 32-head group from 8192 tokens
     assert registry.resolve("auto", "cuda", heads=16, tokens=8192 - 1) == "portable_ws"
@@ -179,6 +196,7 @@ def test_auto_portable_provider_records_what_auto_runs_without_wgmma():
     assert bench.kernel_of("auto_portable", BenchShape(64, 16, 2048)) == "portable_ws_h32t"
     assert bench.kernel_of("auto_portable", BenchShape(1, 64, 512)) == "portable_ws"
     assert bench.kernel_of("auto_portable", BenchShape(64, 128, 2048)) == "portable_ws_h32t"
+    assert bench.kernel_of("auto_portable", BenchShape(8, 64, 2048)) == "portable_ws_h32p"
     # the extra scope's tokens count: 8 x 512 alone is below the 16-head threshold, 8 x (512 + 512) is on it
     assert bench.kernel_of("auto_portable", BenchShape(8, 16, 512)) == "portable_ws"
     assert bench.kernel_of("auto_portable", BenchShape(8, 16, 512, extra_topk=512)) == "portable_ws_h32t"
@@ -194,7 +212,7 @@ HOPPER_MARGINS = {(16, 32, 512): 1.055, (128, 64, 512): 1.045, (32, 64, 512): 1.
 PORTABLE_MARGINS = {(2, 64, 2048): 1.035, (1, 128, 2048): 1.035, (16, 32, 512): 1.02, (1, 64, 2048): 1.015,
                     (2, 128, 512): 1.01}
 HOPPER = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal", "portable_ws_h32t")
-PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32t")
+PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32t", "portable_ws_h32p")
 
 
 @pytest.mark.parametrize("table", RULE_TABLES)

@@ -67,6 +67,12 @@ class SplitPlan:
     tokens_per_split: int
 
 
+def splits_to_fill(*, waves: int, num_sms: int, queries: int, heads: int, block_h: int) -> int:
+    """The splits a query's heads take so that queries x head groups x splits programs make about ``waves`` waves
+    on ``num_sms`` SMs (rounded to nearest: 0 when the queries alone fill them)."""
+    return round(waves * num_sms / (queries * cdiv(heads, block_h)))
+
+
 def plan_splits(*, queries: int, heads: int, topk: int, num_sms: int, waves: int = WAVES,
                 granule: int = SPLIT_GRANULE, want: int | None = None, block_h: int = NOMINAL_BLOCK_H) -> SplitPlan:
     """Split one scope's topk so that queries*head_groups*splits programs fill about waves x num_sms (``want``:
@@ -77,7 +83,7 @@ def plan_splits(*, queries: int, heads: int, topk: int, num_sms: int, waves: int
     holds, as the plan counts the programs of a split.
     """
     if want is None:
-        want = max(1, round(waves * num_sms / (queries * cdiv(heads, block_h))))
+        want = max(1, splits_to_fill(waves=waves, num_sms=num_sms, queries=queries, heads=heads, block_h=block_h))
     g = granule
     tps = max(g, cdiv(cdiv(topk, want), g) * g)
     tps = max(tps, cdiv(cdiv(topk, MAX_SPLITS_PER_SCOPE), g) * g)
@@ -200,9 +206,8 @@ def resolve_call(q, cache, indices, *, sm_scale, attn_sink, topk_length, extra_c
                       extra_cache=extra_cache, extra_indices=extra_indices, extra_topk_length=extra_topk_length)
     b, s_q, heads, _ = q.shape
     topk_all = indices.shape[2] + (extra_indices.shape[2] if extra_indices is not None else 0)
-    # queries tell the rule a call is one split (no combine): never so with an extra scope
-    queries = b * s_q if extra_indices is None else None
-    spec = registry.get(registry.resolve(impl, q.device, heads=heads, tokens=b * s_q * topk_all, queries=queries))
+    spec = registry.get(registry.resolve(impl, q.device, heads=heads, tokens=b * s_q * topk_all, queries=b * s_q,
+                                         scopes=1 if extra_indices is None else 2))
     return spec, MODEL1.d ** -0.5 if sm_scale is None else float(sm_scale)
 
 
@@ -238,7 +243,8 @@ def spec_split_plans(spec, *, queries: int, heads: int, topks, num_sms: int) -> 
     if spec.two_scopes and len(topks) > 1 and sum(topks):
         # the launch's splits in all first, then shared: rounding each scope's share up on its own overshot one wave
         # (b32 h128 topk 128 + 512 on wgmma_xchg: 1 + 2 splits x 64 programs = 192 on 132 SMs)
-        total = max(len(topks), round(spec.split_waves * num_sms / (queries * cdiv(heads, block_h))))
+        total = max(len(topks), splits_to_fill(waves=spec.split_waves, num_sms=num_sms, queries=queries, heads=heads,
+                                               block_h=block_h))
         wants = largest_remainder(total, topks)
     return tuple(plan_splits(queries=queries, heads=heads, topk=k, num_sms=num_sms, waves=spec.split_waves,
                              granule=spec.split_granule, want=w, block_h=block_h) for k, w in zip(topks, wants))
@@ -312,7 +318,7 @@ def launch_stages(spec, *, q, scopes, attn_sink, sm_scale, config, work: Workspa
     direct = dict(direct=True, attn_sink=attn_sink) if work.direct else {}
     stages = []
     if spec.two_scopes and len(scopes) == 2:  # one partial launch over both scopes, so no launch waits on another
-        # (never direct: each scope has a split at least)
+        assert not work.direct, "each scope has a split at least: two in all, so a combine"
         ((c, ix, tl_), (xc, xix, xtl)), (split, xsplit) = scopes, work.splits
         stages.append(LaunchStage(("q",) + SCOPE_INPUTS[0] + SCOPE_INPUTS[1], partial(
             spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,

@@ -51,24 +51,33 @@ WS_MIN_TOKENS_H16 = 65536            # <= 16 heads: from b32 topk2048 the warp-s
 XCHG_MAX_TOKENS_H16 = 8192           # <= 16 heads (one 16-head group): up to b4 topk2048 the bf16 rung wins
 TWO_BLOCK_BELOW_HEAD_TOKENS = 1 << 18  # >= 33 heads: below b8 topk512 at h64, b4 topk512 at h128
 XCHG_BELOW_HEAD_TOKENS = 1 << 20     # >= 33 heads: below b8 topk2048 at h64, b4 topk2048 at h128; then the 64-head block
-PORTABLE_WS_MAX_HEAD_TOKENS = 1 << 18  # off Hopper, > 16 heads: up to b8 topk512 (b2 topk2048) at h64, b4 topk512 at
+ONE_SPLIT_MAX_TOPK_SM90 = 512        # >= 33 heads, from XCHG_BELOW_HEAD_TOKENS: a call of one split (from
+                                     # ONE_SPLIT_MIN_QUERIES_SM90 queries) of at most 512 tokens a query runs
+                                     # wgmma_f16: b128 h64 topk512 39.6-40.0 us against the 64-head block's 41.5-41.8
+                                     # in three crossover runs (1125, 1322, 1515), b128 h128 within 0.5-2.1%
+PORTABLE_WS_MAX_HEAD_TOKENS = 1 << 18  # off Hopper, > 32 heads: up to b8 topk512 (b2 topk2048) at h64, b4 topk512 at
                                        # h128; then the 32-head groups
+PORTABLE_H32P_MAX_HEAD_TOKENS = 1 << 21  # off Hopper, > 32 heads: up to b64 topk512 (b16 topk2048) at h64 the 32-head
+                                         # rung that plans on its own head group (P as a bf16 pair); then rung 24
 PORTABLE_H32_MIN_TOKENS_H16 = 8192  # off Hopper, <= 32 heads: from b4 topk2048 (b16 topk512) the 32-head kernel (half
                                     # its heads padding at 16) beats portable_ws's split plan (16-head groups)
 
 
-def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None = None) -> str:
+def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None = None, scopes: int = 1) -> str:
     """What "auto" runs on a GPU of ``capability`` ("sm_90", ...) for a call of this size (a pure rule).
+
+    ``queries`` (b * s_q) tells the rule that a call of ``scopes`` == 1 KV scope makes one split (no combine); a
+    call with an extra scope has two splits at least, so its query count is never used (None: not known).
 
     On sm_90: at <= 16 heads (padded to one 16-head group) "wgmma_xchg" up to XCHG_MAX_TOKENS_H16 tokens,
     "wgmma_ws" from WS_MIN_TOKENS_H16, "wgmma_f16" between; at >= 33 heads, by head-tokens (heads * tokens),
     "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS, "wgmma_xchg" below XCHG_BELOW_HEAD_TOKENS, "wgmma_ws_h64"
-    from there, with 33-63 heads counted as HEAD_BLOCK (they run padded to one 64-head block; 65-127 heads count as
-    themselves, though they run padded to 128: no count between 64 and 128 was timed); at 17-32 heads
-    "wgmma_f16" from ONE_SPLIT_MIN_QUERIES_SM90 queries (b * s_q; None: not known, or a call with an
-    extra scope, which has two splits at least: never taken), else
+    from there (but "wgmma_f16" for a one-split call of at most ONE_SPLIT_MAX_TOPK_SM90 tokens a query), with 33-63
+    heads counted as HEAD_BLOCK (they run padded to one 64-head block; 65-127 heads count as themselves, though
+    they run padded to 128: no count between 64 and 128 was timed); at 17-32 heads "wgmma_f16" for a one-split
+    call (from ONE_SPLIT_MIN_QUERIES_SM90 queries), else
     "wgmma_f16_2cta" up to TWO_BLOCK_MAX_TOKENS_H64 tokens, "portable_ws_h32t" (one 32-head block, mma.sync) from
-    H32_MIN_TOKENS_SM90 tokens, else "wgmma_f16". Any other GPU: :func:`portable_kernel`.
+    H32_MIN_TOKENS_SM90 tokens, else "wgmma_xchg". Any other GPU: :func:`portable_kernel`.
     Why: derived from a crossover sweep of 48 shapes (data/archive/bench_h200_20261202-1506_crossover.csv) and, for
     33-63 heads and the xchg boundary, from the crossover and heads sweeps at e5db711
     (data/archive/bench_h200_20261203-0630_crossover.csv, data/archive/bench_h200_20261203-0632_heads.csv): there
@@ -128,7 +137,10 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     topk512 4.3% (wgmma_ws_h64 41.68 against wgmma_f16's 39.98) and b32 h64 topk512 2.2% (wgmma_ws_h64 21.42 against
     wgmma_xchg's 20.95); the heads sweep within 2.0% at every shape but b8 h64 topk2048, 2**20 head-tokens, 2.9%
     (wgmma_ws_h64 22.33 against wgmma_xchg's 21.71). The same two shapes over 3% as at d94297c: b128 h64 topk512 for
-    the third run in a row (4.0-5.7%), b16 h32 topk512 over 2.9% in all three (2.95-5.4%).
+    the third run in a row (4.0-5.7%), b16 h32 topk512 over 2.9% in all three (2.95-5.4%). So from the commit after
+    e29171b both go the way those three runs went: at 17-32 heads between TWO_BLOCK_MAX_TOKENS_H64 and
+    H32_MIN_TOKENS_SM90 "wgmma_xchg" (b16 h32 topk512 13.41-13.65 us against wgmma_f16's 14.04-14.14; b4 h32
+    topk2048, the band's other shape, within 1.4% of wgmma_f16 in all three), and ONE_SPLIT_MAX_TOPK_SM90 above.
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
@@ -137,16 +149,19 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
         if tokens <= XCHG_MAX_TOKENS_H16:
             return "wgmma_xchg"
         return "wgmma_ws" if tokens >= WS_MIN_TOKENS_H16 else "wgmma_f16"
+    one_split = scopes == 1 and queries is not None and queries >= ONE_SPLIT_MIN_QUERIES_SM90
     if heads <= 32:
-        if queries is not None and queries >= ONE_SPLIT_MIN_QUERIES_SM90:
+        if one_split:
             return "wgmma_f16"
         if tokens >= H32_MIN_TOKENS_SM90:
             return "portable_ws_h32t"
-        return "wgmma_f16_2cta" if tokens <= TWO_BLOCK_MAX_TOKENS_H64 else "wgmma_f16"
+        return "wgmma_f16_2cta" if tokens <= TWO_BLOCK_MAX_TOKENS_H64 else "wgmma_xchg"
     work = max(heads, HEAD_BLOCK) * tokens
     if work < TWO_BLOCK_BELOW_HEAD_TOKENS:
         return "wgmma_f16_2cta"
-    return "wgmma_xchg" if work < XCHG_BELOW_HEAD_TOKENS else "wgmma_ws_h64"
+    if work < XCHG_BELOW_HEAD_TOKENS:
+        return "wgmma_xchg"
+    return "wgmma_f16" if one_split and tokens <= ONE_SPLIT_MAX_TOPK_SM90 * queries else "wgmma_ws_h64"
 
 
 PORTABLE_CAPABILITIES = ("sm_100", "sm_103", "sm_110", "sm_120", "sm_121")  # warp specialisation, no wgmma
@@ -154,10 +169,11 @@ PORTABLE_CAPABILITIES = ("sm_100", "sm_103", "sm_110", "sm_120", "sm_121")  # wa
 
 def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     """What "auto" runs off sm_90. On a GPU that can run warp-specialised rungs (register reallocation: sm_90 and
-    newer; ``PORTABLE_CAPABILITIES``): "portable_ws" (16-head groups) at <= 16 heads, and above 16 up to
-    PORTABLE_WS_MAX_HEAD_TOKENS head-tokens (heads * tokens); beyond, "portable_ws_h32t" (32-head groups, each token
-    gathered half as often); at <= 16 heads "portable_ws_h32t" too, one padded group, from PORTABLE_H32_MIN_TOKENS_H16
-    tokens. Elsewhere "tile512". Why: on the H200 (the proxy), portable_ws's 32-head successors take 0.55-0.90x its
+    newer; ``PORTABLE_CAPABILITIES``): at <= 32 heads "portable_ws" (16-head groups) below
+    PORTABLE_H32_MIN_TOKENS_H16 tokens and "portable_ws_h32t" (one 32-head group) from there; above 32 heads by
+    head-tokens (heads * tokens), "portable_ws" up to PORTABLE_WS_MAX_HEAD_TOKENS, "portable_ws_h32p" (32-head groups
+    planned as such, P as a bf16 pair) up to PORTABLE_H32P_MAX_HEAD_TOKENS, "portable_ws_h32t" (planned as 64-head
+    programs) beyond. Elsewhere "tile512". Why: on the H200 (the proxy), portable_ws's 32-head successors take 0.55-0.90x its
     time above 2**18 head-tokens at every head count from 20 to 128 and 0.99-1.21x at or below it (the sweeps at
     9328124, data/archive/bench_h200_20261204-0101_crossover.csv and data/archive/bench_h200_20261204-0103_heads.csv);
     each rung since took its predecessor's place on a same-run A/B or the sweeps (docs/decisions.md, rungs 21-24).
@@ -197,17 +213,23 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     above 16 heads but five: b2 h64 topk2048 3.2% (portable_ws 23.13 us against tile512's 22.42), b1 h128 topk2048
     3.1% (22.35 against tile512's 21.69), b16 h32 topk512 1.5% (portable_ws_h32t 14.17 against portable_ws_h32q's
     13.96), b1 h64 topk2048 1.1% (portable_ws 16.41 against portable_ws_h32q's 16.23) and b2 h128 topk512 0.7%;
-    within 2% at every 16-head shape."""
+    within 2% at every 16-head shape. From the commit after e29171b, rung 25 (portable_ws_h32p) runs above 32 heads
+    between 2**18 and 2**21 head-tokens, from its A/B as xp_h32t_pair
+    (data/explore/explore_h200_20261204-1637_p_pair.csv): b8 h64 topk2048 (2**20) 23.2 us against rung 24's 27.8,
+    b64 h64 topk512 (2**21) 34.9 against 41.6, and slower above (b64 h64 topk2048, 2**23: 113.5 against 109.7); the
+    other shapes of the band from rung 24 on the same plan without the pair, about 10% slower than with it
+    (explore_h200_20261204-1442_split_block_h.csv: b16 h64 topk2048 31.9 against 38.7, b8 h128 topk512 15.8 against
+    21.3, b16 h128 topk2048 53.0 against 59.5, level from 2**22)."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
     if heads <= 32:  # at 17-32 heads portable_ws runs two 16-head groups: the same tokens threshold as one
         return "portable_ws_h32t" if tokens >= PORTABLE_H32_MIN_TOKENS_H16 else "portable_ws"
     if heads * tokens <= PORTABLE_WS_MAX_HEAD_TOKENS:
         return "portable_ws"
-    return "portable_ws_h32t"
+    return "portable_ws_h32p" if heads * tokens <= PORTABLE_H32P_MAX_HEAD_TOKENS else "portable_ws_h32t"
 
 
-def resolve(impl: str, device, *, heads: int, tokens: int, queries: int | None = None) -> str:
+def resolve(impl: str, device, *, heads: int, tokens: int, queries: int | None = None, scopes: int = 1) -> str:
     """The kernel "auto" stands for on ``device``: :func:`auto_kernel` for its GPU; "tile512" on the CPU or
     under the interpreter. A named kernel is returned unchanged."""
     if impl != AUTO:
@@ -219,7 +241,7 @@ def resolve(impl: str, device, *, heads: int, tokens: int, queries: int | None =
     if dev.type != "cuda" or INTERPRET:
         return "tile512"
     major, minor = torch.cuda.get_device_capability(dev)
-    return auto_kernel(f"sm_{major}{minor}", heads=heads, tokens=tokens, queries=queries)
+    return auto_kernel(f"sm_{major}{minor}", heads=heads, tokens=tokens, queries=queries, scopes=scopes)
 
 
 def compiled_kernels() -> tuple[str, ...]:

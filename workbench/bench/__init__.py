@@ -18,7 +18,7 @@ from ..decode import sparse_mla_decode
 from ..metrics import compare
 from ..report.provenance import provenance
 from .providers import (PLAN, FlashMLAProvider, PlanProvider, ProbeProvider, Skip, WorkbenchProvider, config_columns,
-                        kernel_of, make_provider, provider_names)
+                        kernel_of, make_provider, provider_names, tuned_columns)
 from .sweeps import (ALL_ORDER, BATCHES, HEADLINE, HEADS, POOL_TOKENS, ROTATIONS, SWEEPS, BenchShape, InputPool,
                      sweep_shapes)
 from .timing import (MODES, OVERHEAD, QUANTILES, TIMERS, difference_quantiles, measure_ceilings, summarize, time_eager,
@@ -64,6 +64,8 @@ def bench_one(shape: BenchShape, provider: str, modes, *, pool: InputPool, ceili
         if getattr(p, "is_probe", False):
             fns[0]()
             check = dict(out_rel_norm=math.nan, passed=True)
+            if config is None:
+                base.update(tuned_columns(getattr(p, "spec", None)))
         else:
             out, lse = fns[0]()
             ref_out, ref_lse = sparse_mla_decode(**inputs[0], impl="reference")

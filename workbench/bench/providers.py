@@ -456,7 +456,18 @@ def kernel_of(provider: str, shape) -> str:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return registry.resolve("auto", device, heads=shape.heads,
                             tokens=shape.batch * shape.s_q * (shape.topk + shape.extra_topk),
-                            queries=None if shape.extra_topk else shape.batch * shape.s_q)  # as decode.resolve_call
+                            queries=shape.batch * shape.s_q, scopes=2 if shape.extra_topk else 1)
+
+
+def tuned_columns(spec) -> dict:
+    """The config ``spec``'s autotuner took for the call it ran last, as the flat config columns ({} when the kernel
+    is not autotuned or has not run); 'config' stays '', which marks a forced config. Recorded for the floor probes,
+    whose picks vary from call to call: gather_fine at b64 h16 topk2048 took 23.1 us in one call and 26.0 in
+    another (data/explore/README.md)."""
+    best = getattr(getattr(spec, "jit", None), "best_config", None)
+    if best is None or spec.config_cls is None:
+        return {}
+    return spec.config_cls.from_triton(best).columns()
 
 
 def config_columns(provider: str, config) -> dict:

@@ -160,19 +160,21 @@ _wgmma_ws("wgmma_ws", 13, "wgmma_f16 warp-specialised at 16 heads: a producer pa
           NUM_BUFS=3, PRODUCER_WARPS=8, PRODUCER_REGS=152)
 
 def _block(module, launch, jit, *, name, rung, summary, prediction, split_waves=1, split_granule=64,
-           allowed=None, config_space=None, maxnreg=None, direct=False):
+           split_block_h=None, allowed=None, config_space=None, maxnreg=None, direct=False, switches=None):
     """A rung of a Gluon kernel with a module of its own, in one block per program: its head group, register cap
     from the module (ALLOWED, CONFIG_SPACE, MAXNREG, estimate_shared_bytes) unless given, its switches from
-    module.SWITCHES, its launcher (module.launch_*) called with the rung's name, configs, cap and switches; direct:
-    its launcher writes a call of one split itself (KernelSpec.direct)."""
+    module.SWITCHES unless given, its launcher (module.launch_*) called with the rung's name, configs, cap and
+    switches; direct: its launcher writes a call of one split itself (KernelSpec.direct); split_block_h: the heads
+    its split plan counts a program as (KernelSpec.split_block_h)."""
     allowed = allowed or module.ALLOWED
     config_space = tuple(config_space or module.CONFIG_SPACE)
     maxnreg = maxnreg or module.MAXNREG
-    switches = dict(module.SWITCHES)
+    switches = dict(switches or module.SWITCHES)
     first = config_space[0]
     return register(KernelSpec(
         name=name, kind="split", rung=rung, interpretable=False, split_waves=split_waves,
-        split_granule=split_granule, pdl=True, direct=direct, summary=summary, prediction=prediction,
+        split_granule=split_granule, split_block_h=split_block_h, pdl=True, direct=direct, summary=summary,
+        prediction=prediction,
         launch=lambda **kw: launch(**kw, name=name, allowed=allowed, maxnreg=maxnreg, switches=switches),
         jit=jit, config_cls=TiledConfig, allowed=allowed, config_space=config_space, fixed_meta=switches,
         shared_model=lambda c: module.estimate_shared_bytes(c, **switches),
@@ -264,6 +266,22 @@ _block(portable_ws_h32t, portable_ws_h32t.launch_portable_h32t_partial,
                    "padded group) 55-59, b1 h64 topk512 level with rung 23; the issue's 100 us at b64 h64 stays "
                    "about 8% away"),
        split_granule=32, direct=True)
+_block(portable_ws_h32t, portable_ws_h32t.launch_portable_h32t_partial,
+       portable_ws_h32t.portable_ws_h32t_partial_kernel, name="portable_ws_h32p", rung=25,
+       summary=("rung 24 with P as a bf16 pair (hi + lo) in PV, so that its split plan counts its own 32-head "
+                "programs: fewer, longer splits, one wave where the nominal 64-head count made two"),
+       prediction=("Rung 24 on a plan of 32-head programs took b64 h64 topk2048 from 108.8 us to 101.7 and b8 h64 "
+                   "from 27.2 to 20.8 (data/explore/explore_h200_20261204-1442_split_block_h.csv), but failed the "
+                   "extreme-scale check at 256-token splits (3.09e-3): bf16 P's rounding. Written before the A/B: "
+                   "the pair takes P to ~2^-17 and the error near the output's own rounding; 32 more HMMA a warp a "
+                   "tile at the end of the consumer's chain (tensor pipe 27% active, ncu f78a059) should add 8-15%, "
+                   "so b64 h64 topk2048 at 103-112 us (about rung 24's), b8 h64 topk2048 at 21-23. Measured "
+                   "(data/explore/explore_h200_20261204-1637_p_pair.csv, as xp_h32t_pair): b64 h64 113.5 against "
+                   "rung 24's 109.7 (over the range), b8 h64 23.2 against 27.8, b64 h64 topk512 34.9 against 41.6, "
+                   "b64 h128 218.1 against 191.9; the extreme-scale case at b4 h128 topk2048 1.40e-3 (FlashMLA "
+                   "1.54e-3). So it runs between portable_ws and rung 24: 2**18 to 2**21 head-tokens"),
+       split_granule=32, split_block_h=32, direct=True,
+       switches=dict(portable_ws_h32t.SWITCHES, P_PAIR=True))
 
 register(KernelSpec(
     name="gather", kind="probe", summary="speed-of-light probe: the decode's bytes and split plan, no math",
@@ -297,3 +315,4 @@ register(KernelSpec(
                        stride_ib="i32", stride_is="i32", sink_ptr="*i32", S_Q="i32", TOPK="i32",
                        tokens_per_split="i32", TOKENS_BUCKET="i32", QUERIES_BUCKET="i32"),
     lab_constexprs=lambda c: dict(DATA_WORDS=144, SCALE_WORDS=2, **c.meta())))
+

@@ -87,10 +87,14 @@ def two_scope_constexprs(cache: torch.Tensor, extra_cache: torch.Tensor) -> dict
     return dict(own, BS_SHIFT=a if a == b else (BS_SHIFT_RUNTIME.value if min(a, b) >= 0 else -1))
 
 
-def epilogue_args(*, part_lse: torch.Tensor, direct: bool, attn_sink) -> dict:
+def epilogue_args(*, part_lse: torch.Tensor, direct: bool, attn_sink, num_splits: int) -> dict:
     """The epilogue's arguments of a Gluon partial launch. direct: the call has one split in all and no combine runs,
     so the launch was given the call's out and lse as its part_out and part_lse, and writes them as the combine
-    would (the sink applied; :func:`store_partial`); else the sink is not read (part_lse stands in for it)."""
+    would (the sink applied; :func:`store_partial`); else the sink is not read (part_lse stands in for it). A direct
+    launch of more than one split would have its splits overwrite each other's rows: refused."""
+    if direct and num_splits != 1:
+        raise ValueError(f"direct: a partial launch writes out and lse itself only as the call's one split, got "
+                         f"num_splits={num_splits}")
     if not direct:
         return dict(sink_ptr=part_lse, stride_sink=0, HAS_SINK=False, DIRECT=False)
     return dict(**sink_args(attn_sink, part_lse), HAS_SINK=attn_sink is not None, DIRECT=True, s_total=1)

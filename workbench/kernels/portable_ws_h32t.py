@@ -29,6 +29,13 @@ scores: 14 KB, 112 KB for the block (rung 23: 144 KB).
 Shapes it assumes, pinned by ALLOWED rather than asserted in the kernel: 8 consumer warps, 32 heads, 32 tokens a
 tile (the scores [8, 32, 16] fp32 fit q's slot [8, 32, 64] bf16, and the reduction's layout is written for them),
 and one consumer warp per scale group (the DS == TILE assert). GPU only: Gluon does not run under the interpreter.
+
+Rung "portable_ws_h32p" is this kernel with P_PAIR: PV multiplies P as a pair of bf16, hi = bf16(P) and lo = bf16(P -
+hi), each against the same V fragments (32 more HMMA a warp a tile; lo lives in the half of q's slot that the
+partial scores leave unused, so the shared bytes are the same). bf16 P alone rounds a token's weight by up to 2^-9;
+on data where one token's large V dominates the output while an earlier token of its split holds the running
+maximum, that rounding is the output's error, and longer splits make it likelier (docs/decisions.md). The pair
+takes P to ~2^-17, so that rung can run its split plan on its own 32-head programs (fewer, longer splits).
 """
 from __future__ import annotations
 
@@ -59,10 +66,11 @@ P3_SMEM = gl.constexpr(gl.SwizzledSharedLayout(8, 4, 2, order=[2, 1, 0]))     # 
 MAXNREG = 168  # one block of 12 warps per SM: 65536 / 384 threads, rounded down to a multiple of 8
 
 
-def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, PRODUCER_WARPS: int = 4, PRODUCER_REGS: int = 96) -> int:
+def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, PRODUCER_WARPS: int = 4, PRODUCER_REGS: int = 96,
+                          P_PAIR: bool = False) -> int:
     """Shared bytes of one block: NUM_BUFS bf16 K slots (1 KB a token) with their valid bytes and two mbarriers
     each, q (1 KB a head; the partial scores reuse it: CW x heads x half a tile's tokens fp32, 16 KB at 32 heads, 32
-    tokens and 8 warps), P in bf16 (2 B a head-token), the factors (4 B a head) and 256 B for the region's own
+    tokens and 8 warps; P_PAIR's low P takes 2 KB of the other half), P in bf16 (2 B a head-token), the factors (4 B a head) and 256 B for the region's own
     words, rounded up to 128 B."""
     t, h = c.BLOCK_T, c.BLOCK_H
     total = NUM_BUFS * (1024 * t + t + 16) + max(1024 * h, 2 * c.num_warps * h * t) + 2 * h * t + 4 * h + 256
@@ -92,6 +100,7 @@ def portable_ws_h32t_partial_kernel(
     PRODUCER_REGS: gl.constexpr,       # its registers per thread (setmaxnreg); the consumer gets the rest
     HAS_SINK: gl.constexpr = False,
     DIRECT: gl.constexpr = False,      # one split in all: write out and lse as the combine would (epilogue_args)
+    P_PAIR: gl.constexpr = False,      # P as a bf16 pair (hi + lo) in PV: rung portable_ws_h32p
 ):
     D: gl.constexpr = D_NOPE + D_ROPE
     CW: gl.constexpr = gl.num_warps()   # consumer warps, one column group each
@@ -132,7 +141,7 @@ def portable_ws_h32t_partial_kernel(
     gl.warp_specialize([
         (_consumer, (q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, end, q_row, stride_qh, pid_h,
                      H, sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink, pid_q, S_Q, slot, s_total,
-                     BLOCK_H, BLOCK_T, D, NUM_BUFS, HAS_SINK, DIRECT)),
+                     BLOCK_H, BLOCK_T, D, NUM_BUFS, HAS_SINK, DIRECT, P_PAIR)),
         (_producer, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row,
                      start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])
@@ -160,7 +169,7 @@ def _load_q_half(q_smem, q_row, stride_qh, pid_h, H, P: gl.constexpr, BLOCK_H: g
 def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
               sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink, pid_q, S_Q, slot, s_total,
               BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr,
-              HAS_SINK: gl.constexpr, DIRECT: gl.constexpr):
+              HAS_SINK: gl.constexpr, DIRECT: gl.constexpr, P_PAIR: gl.constexpr):
     """QK by 4 column groups of 128 x 2 token halves (warp b = half * 4 + g4), the 4 partials of a half reduced by
     head, PV by 8 column groups of 64 over both halves."""
     CW: gl.constexpr = gl.num_warps()
@@ -185,6 +194,8 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, en
     gl.thread_barrier()  # every warp has its q before the slot is reused for the scores
     s_smem = q_smem._reinterpret(gl.float32, [CW, BLOCK_H, TH], S_SMEM)
     s4_smem = q_smem._reinterpret(gl.float32, [2, CW // 2, BLOCK_H, TH], S4_SMEM)
+    # P_PAIR: P's bf16 rounding error as a second P [2 * BLOCK_H, TH], in the half of q's slot the scores leave unused
+    pl_smem = q_smem._reinterpret(gl.bfloat16, [4 * CW * BLOCK_H, TH], P_SMEM).slice(2 * CW * BLOCK_H, 2 * BLOCK_H)
 
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=HEAD)
     l_t = gl.zeros([2, BLOCK_H, TH], gl.float32, layout=SM)  # the row sums' terms, by thread
@@ -211,15 +222,21 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, en
         m_b = gl.expand_dims(gl.expand_dims(gl.where(m_i == float("-inf"), 0.0, m_i), 0), 2)
         p = gl.exp2(s - m_b)  # [2, BLOCK_H, TH] fp32
         l_t = l_t * gl.expand_dims(gl.expand_dims(alpha, 0), 2) + p
-        p_smem._reinterpret(gl.bfloat16, [2, BLOCK_H, TH], P3_SMEM).store(p.to(gl.bfloat16))
+        p_hi = p.to(gl.bfloat16)
+        p_smem._reinterpret(gl.bfloat16, [2, BLOCK_H, TH], P3_SMEM).store(p_hi)
+        if P_PAIR:
+            p_lo = (p - p_hi.to(gl.float32)).to(gl.bfloat16)
+            pl_smem._reinterpret(gl.bfloat16, [2, BLOCK_H, TH], P3_SMEM).store(p_lo)
         a_smem.store(alpha)
         gl.thread_barrier()
         acc = acc * gl.expand_dims(gl.expand_dims(a_smem.load(OROW), 0), 2)
-        # per half: P's 32 rows [BLOCK_H, TH] as every batch's A operand, plane w of the half as warp w's V
-        pa = gl.expand_dims(p_smem.slice(0, BLOCK_H, dim=0).load(P2), 0).broadcast_to([CW, BLOCK_H, TH])
-        acc = mma_v2(pa, kb.slice(0, CW, dim=0).load(B_OP), acc)
-        pa = gl.expand_dims(p_smem.slice(BLOCK_H, BLOCK_H, dim=0).load(P2), 0).broadcast_to([CW, BLOCK_H, TH])
-        acc = mma_v2(pa, kb.slice(CW, CW, dim=0).load(B_OP), acc)
+        # per half: P's 32 rows [BLOCK_H, TH] as every batch's A operand, plane w of the half as warp w's V (loaded
+        # once for hi and lo)
+        for hf in gl.static_range(2):
+            vb = kb.slice(hf * CW, CW, dim=0).load(B_OP)
+            acc = mma_v2(_p_operand(p_smem, hf, P2), vb, acc)
+            if P_PAIR:
+                acc = mma_v2(_p_operand(pl_smem, hf, P2), vb, acc)
         i += 1
     gl.thread_barrier()  # every warp's last reads of P and the factors before the epilogue reuses a_smem
     launch_dependents()
@@ -250,6 +267,15 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, en
         gl.store(ptrs, out.to(gl.bfloat16), mask=pid_h * BLOCK_H + oh3 < H)
     else:  # an empty split writes only its -inf LSE; the combine never reads its out
         gl.store(ptrs, out, mask=(pid_h * BLOCK_H + oh3 < H) & gl.expand_dims(gl.expand_dims(inv_l != 0, 0), 2))
+
+
+@gluon.jit
+def _p_operand(p_smem, hf: gl.constexpr, P2: gl.constexpr):
+    """Half hf's P rows [BLOCK_H, TH] of p_smem [2 * BLOCK_H, TH] as every consumer warp's A operand."""
+    CW: gl.constexpr = gl.num_warps()
+    BLOCK_H: gl.constexpr = p_smem.shape[0] // 2
+    pa = p_smem.slice(hf * BLOCK_H, BLOCK_H, dim=0).load(P2)
+    return gl.expand_dims(pa, 0).broadcast_to([CW, BLOCK_H, p_smem.shape[1]])
 
 
 # ----------------------------------------------------------------------------- host side

@@ -353,7 +353,7 @@ def launch_wgmma_partial(*, q, cache, indices, topk_length, part_out, part_lse, 
     args = split_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
                       part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
                       sm_scale=sm_scale)
-    args.update(epilogue_args(part_lse=part_lse, direct=direct, attn_sink=attn_sink))
+    args.update(epilogue_args(part_lse=part_lse, direct=direct, attn_sink=attn_sink, num_splits=num_splits))
     two = extra_cache is not None
     if two and direct:
         raise ValueError("direct: a launch over two scopes has two splits at least, so a combine")

@@ -231,7 +231,7 @@ def launch_ws_partial(*, q, cache, indices, topk_length, part_out, part_lse, spl
     args = split_args(q=q, cache=cache, indices=indices, topk_length=topk_length, part_out=part_out,
                       part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
                       sm_scale=sm_scale)
-    args.update(epilogue_args(part_lse=part_lse, direct=direct, attn_sink=attn_sink))
+    args.update(epilogue_args(part_lse=part_lse, direct=direct, attn_sink=attn_sink, num_splits=num_splits))
     grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
     launch(ws_partial_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H, BLOCK_T=cfg.BLOCK_T,
                                          num_warps=cfg.num_warps,
