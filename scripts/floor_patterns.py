@@ -26,7 +26,6 @@ import torch
 
 from workbench.accounting import call_valid_tokens, decode_cost
 from workbench.bench import BenchShape, InputPool, rows_frame
-from workbench import registry
 from workbench.bench.providers import FINE_PROBES, ProbeProvider, make_provider, tuned_columns
 from workbench.bench.timing import graph_samples, measure_ceilings, summarize
 from workbench.report.provenance import provenance
@@ -51,18 +50,18 @@ def pattern_indices(ix: torch.Tensor, pattern: str, *, pool_tokens: int, block_s
     raise ValueError(f"pattern: expected one of {PATTERNS}; got {pattern!r}")
 
 
-def probe_call(name: str, kw: dict, split_tokens: int, config):
-    """One call of probe ``name`` on ``kw`` through the bench's provider: the decode's split plan (gather_fine: its
-    capped grid) when split_tokens is 0, else ceil(topk / split_tokens) programs a query of ``split_tokens`` tokens
-    each; ``config`` forced, or None (autotuned)."""
-    provider = (ProbeProvider(FINE_PROBES.get(name, name), tokens_per_program=split_tokens) if split_tokens
-                else make_provider(name))
-    return provider.prepare(kw, config)
+def probe_provider(name: str, split_tokens: int):
+    """Probe ``name`` through the bench's provider: the decode's split plan (gather_fine: its capped grid and pinned
+    config) when split_tokens is 0, else ceil(topk / split_tokens) programs a query of ``split_tokens`` tokens
+    each."""
+    return (ProbeProvider(FINE_PROBES.get(name, name), tokens_per_program=split_tokens) if split_tokens
+            else make_provider(name))
 
 
 def check_providers(p: argparse.ArgumentParser, items) -> None:
     """Each ``name[@json]`` names a probe (registered, or a FINE_PROBES name) and valid JSON, else an argument error
     (exit 2, one line) before anything runs."""
+    from workbench import registry
     known = registry.names("probe") + tuple(FINE_PROBES)
     for item in items:
         name, _, cfg = item.partition("@")
@@ -107,10 +106,11 @@ def main(argv=None) -> int:
                            heads=shape.heads, topk=shape.topk, block_size=shape.block_size, valid_tokens=valid,
                            bytes=cost.bytes, **ceilings, **prov)
                 try:
-                    fns = [probe_call(name, kw, split_tokens, json.loads(cfg) if cfg else None) for kw in kws]
+                    provider = probe_provider(name, split_tokens)
+                    fns = [provider.prepare(kw, json.loads(cfg) if cfg else None) for kw in kws]
                     med, p20, p80 = summarize(graph_samples(fns))
-                    if not cfg:  # the autotuner's pick, which varies from call to call
-                        row.update(tuned_columns(registry.get(FINE_PROBES.get(name, name))))
+                    if not cfg:  # the config it ran: pinned, or the autotuner's pick (which varies)
+                        row.update(tuned_columns(provider))
                 except Exception as e:  # noqa: BLE001 - a probe that does not build or run is a row
                     rows.append(dict(row, status="error", reason=f"{type(e).__name__}: {e}"[:300]))
                     print(f"{shape.label:26s} {pattern:10s} {item:52s} error: {rows[-1]['reason']}", flush=True)

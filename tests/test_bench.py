@@ -365,20 +365,27 @@ def test_a_gluon_kernel_off_its_gpu_is_skipped_not_a_stopped_sweep(monkeypatch):
     assert bench.make_provider("wgmma_ws").name == "wgmma_ws"
 
 
-def test_a_probe_row_records_the_autotuners_pick():
-    """The floor probes autotune, and their picks differ between calls: the row's config columns say which config
-    was timed, while 'config' stays '' (it was not forced). A kernel that has not run (no best_config) adds nothing."""
+def test_a_probe_row_records_the_config_it_ran():
+    """The floor probes' rows say which config was timed, while 'config' stays '' (it was not forced): the
+    provider's pinned one (gather_fine: 32-token tiles from 32 tokens a program, 16 below), else the autotuner's
+    pick; a kernel that has not run (no best_config) adds nothing."""
     import dataclasses
+    from types import SimpleNamespace
 
     import triton
 
     from workbench import registry
-    from workbench.bench.providers import tuned_columns
+    from workbench.bench.providers import fine_config, tuned_columns
     spec = registry.get("gather")
-    assert tuned_columns(dataclasses.replace(spec, jit=object())) == {}
+    assert tuned_columns(SimpleNamespace(spec=dataclasses.replace(spec, jit=object()))) == {}
     picked = type("Tuned", (), {"best_config": triton.Config({"BLOCK_T": 64}, num_warps=8, num_stages=3)})()
-    assert tuned_columns(dataclasses.replace(spec, jit=picked)) == dict(BLOCK_T=64, num_warps=8, num_stages=3)
+    tuned = SimpleNamespace(spec=dataclasses.replace(spec, jit=picked))
+    assert tuned_columns(tuned) == dict(BLOCK_T=64, num_warps=8, num_stages=3)
     ring = type("Tuned", (), {"best_config": triton.Config({"BLOCK_T": 32, "NUM_STAGES": 4}, num_warps=4,
                                                            num_stages=4)})()
-    assert tuned_columns(dataclasses.replace(registry.get("gather_async"), jit=ring)) == dict(
+    assert tuned_columns(SimpleNamespace(spec=dataclasses.replace(registry.get("gather_async"), jit=ring))) == dict(
         BLOCK_T=32, num_warps=4, num_stages=4)
+    pinned = SimpleNamespace(spec=dataclasses.replace(spec, jit=picked), last_config=fine_config(64))
+    assert tuned_columns(pinned) == dict(BLOCK_T=32, num_warps=8, num_stages=1)
+    assert fine_config(16) == dict(BLOCK_T=16, num_warps=8, num_stages=1)
+    assert tuned_columns(SimpleNamespace(spec=registry.get("reference"))) == {}

@@ -72,21 +72,29 @@ def test_a_wrong_provider_is_an_argument_error_before_anything_runs(item, messag
 
 
 def test_a_forced_config_of_gather_fine_keeps_its_capped_grid(monkeypatch):
-    """probe_call on the decode's plan (split_tokens 0) with a forced config: gather runs the decode's grid,
-    gather_fine the capped one (2048 tokens: 32 programs of 64 a query)."""
+    """probe_provider on the decode's plan (split_tokens 0) with a forced config: gather runs the decode's grid,
+    gather_fine the capped one (2048 tokens: 32 programs of 64 a query), each in the forced config; unforced,
+    gather_fine runs its pinned config (32-token tiles from 32 tokens a program) and gather its autotuner (None)."""
     from types import SimpleNamespace
 
     from workbench import registry
     seen = {}
-    spec = SimpleNamespace(launch=lambda **kw: seen.setdefault("grid", (kw["num_splits"], kw["tokens_per_split"])))
+
+    def launch(**kw):
+        seen.setdefault("grid", (kw["num_splits"], kw["tokens_per_split"]))
+        seen.setdefault("config", kw["config"])
+    spec = SimpleNamespace(launch=launch)
     monkeypatch.setattr(registry, "get", lambda name: seen.setdefault("kernel", name) and spec)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the providers refuse to build without CUDA
     cache = torch.zeros(4, 64, 1, 584, dtype=torch.uint8)  # the layout's shape; the stub launch reads nothing
     kw = dict(q=torch.zeros(1, 1, 16, 8), indices=torch.zeros(1, 1, 2048, dtype=torch.int32), cache=cache)
-    fp.probe_call("gather_fine", kw, 0, {"BLOCK_T": 32})()
-    assert seen.pop("grid") == (32, 64) and seen.pop("kernel") == "gather"
-    fp.probe_call("gather", kw, 0, {"BLOCK_T": 32})()
-    assert seen.pop("grid")[1] > 64  # the decode's plan for one query: far fewer, longer programs
+    fp.probe_provider("gather_fine", 0).prepare(kw, {"BLOCK_T": 16})()
+    assert seen.pop("grid") == (32, 64) and seen.pop("kernel") == "gather" and seen.pop("config") == {"BLOCK_T": 16}
+    fp.probe_provider("gather_fine", 0).prepare(kw, None)()
+    assert seen.pop("config") == dict(BLOCK_T=32, num_warps=8, num_stages=1)
     seen.clear()
-    fp.probe_call("gather_fine", kw, 256, None)()  # its own grid asked for: exactly that, of its kernel
+    fp.probe_provider("gather", 0).prepare(kw, None)()
+    assert seen.pop("grid")[1] > 64 and seen.pop("config") is None  # the decode's plan: fewer, longer programs
+    seen.clear()
+    fp.probe_provider("gather_fine", 256).prepare(kw, None)()  # its own grid asked for: exactly that, of its kernel
     assert seen.pop("grid") == (8, 256) and seen.pop("kernel") == "gather"

@@ -300,11 +300,18 @@ class ProbeProvider:
         grids = [self.grid(p, ix.shape[-1]) for (_, ix, _), p in zip(scopes, plans)]
         sinks = [torch.empty(b * s_q, n, dtype=torch.int32, device=q.device) for n, _ in grids]
 
+        configs = [self.config_for(tps, config) for _, tps in grids]
+        self.last_config = configs[0]  # what the row records (tuned_columns)
+
         def run():
-            for (c, ix, _), (n, tps), sink in zip(scopes, grids, sinks):
-                self.spec.launch(cache=c, indices=ix, num_splits=n, tokens_per_split=tps, sink=sink, config=config)
+            for (c, ix, _), (n, tps), sink, cfg in zip(scopes, grids, sinks, configs):
+                self.spec.launch(cache=c, indices=ix, num_splits=n, tokens_per_split=tps, sink=sink, config=cfg)
             return sinks
         return run
+
+    def config_for(self, tokens_per_program: int, config):
+        """The config a scope launches with: the caller's (None: autotuned)."""
+        return config
 
 
 # The gather floor on a finer grid than the decode's (issue 25: "floor" is what the hardware can gather, not what one
@@ -325,13 +332,26 @@ def fine_grid(topk: int, tokens_per_split: int, most: int = FINE_SPLIT_TOKENS) -
 
 
 class FineProbeProvider(ProbeProvider):
-    """A FINE_PROBES provider: its probe's bytes and sink, at most FINE_SPLIT_TOKENS tokens a program."""
+    """A FINE_PROBES provider: its probe's bytes and sink, at most FINE_SPLIT_TOKENS tokens a program, in a pinned
+    config (:func:`fine_config`) unless one is forced."""
 
     def __init__(self, name: str):
         super().__init__(FINE_PROBES[name])
 
     def grid(self, plan, topk: int) -> tuple[int, int]:
         return fine_grid(topk, plan.tokens_per_split, FINE_SPLIT_TOKENS)
+
+    def config_for(self, tokens_per_program: int, config):
+        return config or fine_config(tokens_per_program)
+
+
+def fine_config(tokens_per_program: int) -> dict:
+    """gather_fine's config, pinned: its autotuner (a short warm-L2 benchmark) took 64-token tiles in one call (26.0
+    us at b64 h16 topk2048, the headline at dcff189) and 16-token tiles in another (23.5), while every config
+    forced on the same grid put 32-token tiles of 8 warps first at b64 h16 and h128 (22.2 us; 16 x 4 warps 22.5, 64 x
+    8 warps 25.5: data/explore/explore_h200_20261204-1711_floor_configs.csv). Programs of 16 tokens (b1 h64 topk512)
+    take 16-token tiles. The loads are synchronous at every num_stages (the kernel casts its pointer), so 1."""
+    return dict(BLOCK_T=32 if tokens_per_program >= 32 else 16, num_warps=8, num_stages=1)
 
 
 class IsolationProvider:
@@ -459,15 +479,19 @@ def kernel_of(provider: str, shape) -> str:
                             queries=shape.batch * shape.s_q, scopes=2 if shape.extra_topk else 1)
 
 
-def tuned_columns(spec) -> dict:
-    """The config ``spec``'s autotuner took for the call it ran last, as the flat config columns ({} when the kernel
-    is not autotuned or has not run); 'config' stays '', which marks a forced config. Recorded for the floor probes,
-    whose picks vary from call to call: gather_fine at b64 h16 topk2048 took 23.1 us in one call and 26.0 in
-    another (data/explore/README.md)."""
-    best = getattr(getattr(spec, "jit", None), "best_config", None)
-    if best is None or spec.config_cls is None:
+def tuned_columns(provider) -> dict:
+    """The config a probe provider ran its last call in, as the flat config columns: the one it pinned
+    (``last_config``, gather_fine), else the one its kernel's autotuner took; {} when neither is known. 'config'
+    stays '', which marks a config the caller forced. Recorded because the autotuner's picks vary from call to
+    call: gather_fine at b64 h16 topk2048 took 23.5 us in one call and 26.0 in another (data/explore/README.md)."""
+    spec = getattr(provider, "spec", None)
+    if spec is None or spec.config_cls is None:
         return {}
-    return spec.config_cls.from_triton(best).columns()
+    pinned = getattr(provider, "last_config", None)
+    if pinned is not None:
+        return spec.config_cls.from_any(pinned, spec.allowed, spec.name).columns()
+    best = getattr(spec.jit, "best_config", None)
+    return {} if best is None else spec.config_cls.from_triton(best).columns()
 
 
 def config_columns(provider: str, config) -> dict:
