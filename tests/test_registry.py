@@ -205,12 +205,12 @@ def test_auto_portable_provider_records_what_auto_runs_without_wgmma():
 
 
 # the sweeps auto_kernel's and portable_kernel's docstrings cite for the rule as it stands, and the margins they claim
-RULE_TABLES = ("bench_h200_20261204-1515_crossover.csv", "bench_h200_20261204-1514_heads.csv")
+RULE_TABLES = ("bench_h200_20261204-1707_crossover.csv", "bench_h200_20261204-1705_heads.csv")
 # (batch, heads, topk): the pick's time over the fastest Hopper rung's, as auto_kernel's docstring lists them
-HOPPER_MARGINS = {(16, 32, 512): 1.055, (128, 64, 512): 1.045, (32, 64, 512): 1.025, (8, 64, 2048): 1.030}
+HOPPER_MARGINS = {(16, 128, 512): 1.028, (1, 128, 2048): 1.024, (2, 64, 2048): 1.024}
 # (batch, heads, topk): the pick's time over the fastest portable rung's, as portable_kernel's docstring lists them
-PORTABLE_MARGINS = {(2, 64, 2048): 1.035, (1, 128, 2048): 1.035, (16, 32, 512): 1.02, (1, 64, 2048): 1.015,
-                    (2, 128, 512): 1.01}
+PORTABLE_MARGINS = {(2, 64, 2048): 1.54, (1, 128, 2048): 1.51, (8, 64, 512): 1.25, (4, 128, 512): 1.23,
+                    (1, 64, 2048): 1.011, (16, 32, 512): 1.007}
 HOPPER = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal", "portable_ws_h32t")
 PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32t", "portable_ws_h32p")
 
@@ -218,10 +218,10 @@ PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32t", "p
 @pytest.mark.parametrize("table", RULE_TABLES)
 def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
     """What the docstrings claim of the committed sweeps: on sm_90 the pick within the per-shape margins
-    auto_kernel's docstring lists (up to 5.4%, at b16 h32 topk512, where wgmma_xchg beats wgmma_f16) and 2.0% at
-    every other shape; off it within the per-shape margins portable_kernel's docstring lists (up to 3.2%, at b2 h64
-    topk2048) and 0.5% at every other shape with more than 16 heads, and at 16 heads within 2% everywhere. A new rule or new tables must update the
-    docstrings and this test."""
+    auto_kernel's docstring lists (up to 2.8%, at b16 h128 topk512) and 2.0% at every other shape; off it within the
+    per-shape margins portable_kernel's docstring lists (up to 1.53x at the four shapes on 2**18 head-tokens, where
+    the rule still runs portable_ws and rung 25 is faster) and 0.5% at every other shape with more than 16 heads,
+    and at 16 heads within 2% everywhere. A new rule or new tables must update the docstrings and this test."""
     import pandas as pd
 
     from workbench.report.results import find_table

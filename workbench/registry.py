@@ -132,7 +132,7 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     (wgmma_ws_h64 22.29 against wgmma_xchg's 21.80) and b2 h64 topk2048 2.1% (wgmma_xchg 16.65 against
     wgmma_f16_2cta's 16.31). Two over issue 25's 3%, both at topk 512, where a 64-head block's call is short. At
     626d036 (two scopes' splits shared by largest remainder; the portable rungs write a call of one split directly)
-    in data/bench_h200_20261204-1515_crossover.csv and data/bench_h200_20261204-1514_heads.csv: the crossover within
+    in data/archive/bench_h200_20261204-1515_crossover.csv and data/archive/bench_h200_20261204-1514_heads.csv: the crossover within
     2.0% at every shape but three: b16 h32 topk512 5.4% (wgmma_f16 14.14 us against wgmma_xchg's 13.41), b128 h64
     topk512 4.3% (wgmma_ws_h64 41.68 against wgmma_f16's 39.98) and b32 h64 topk512 2.2% (wgmma_ws_h64 21.42 against
     wgmma_xchg's 20.95); the heads sweep within 2.0% at every shape but b8 h64 topk2048, 2**20 head-tokens, 2.9%
@@ -141,6 +141,13 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     e29171b both go the way those three runs went: at 17-32 heads between TWO_BLOCK_MAX_TOKENS_H64 and
     H32_MIN_TOKENS_SM90 "wgmma_xchg" (b16 h32 topk512 13.41-13.65 us against wgmma_f16's 14.04-14.14; b4 h32
     topk2048, the band's other shape, within 1.4% of wgmma_f16 in all three), and ONE_SPLIT_MAX_TOPK_SM90 above.
+    In the sweeps at dcff189, which run this rule (data/bench_h200_20261204-1707_crossover.csv,
+    data/bench_h200_20261204-1705_heads.csv), both shapes go to the fastest rung (b16 h32 topk512 wgmma_xchg 13.70
+    us, wgmma_f16 13.98; b128 h64 topk512 wgmma_f16 39.43, the 64-head rungs 41.1-41.5; b128 h128 topk512 wgmma_f16
+    74.80 against wgmma_ws_h64's 74.21, 0.8%), the heads sweep is within 0.9% at every shape and the crossover
+    within 2.0% at every shape but three, each under issue 25's 3% and each on a boundary of the rule: b16 h128
+    topk512 2.8% (wgmma_ws_h64 20.45 us against wgmma_xchg's 19.90; 2**20 head-tokens), b1 h128 topk2048 2.3%
+    (wgmma_xchg 15.84 against wgmma_f16_2cta's 15.48; 2**18) and b2 h64 topk2048 2.3% (16.21 against 15.85; 2**18).
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
@@ -208,7 +215,7 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     shape above 16 heads but six: b1 h128 topk2048 4.6% (portable_ws 22.29 against tile512's 21.32), b2 h64 topk2048
     3.7% (23.55 against tile512's 22.70), b16 h32 topk512 3.3% (portable_ws_h32t 14.40 against portable_ws_h32q's
     13.94), b1 h64 topk2048 2.8% (portable_ws 16.94 against portable_ws_h32q's 16.48), b4 h64 topk512 0.9% and b8
-    h32 topk512 0.6%. At 626d036 (data/bench_h200_20261204-1515_crossover.csv, data/bench_h200_20261204-1514_heads.csv;
+    h32 topk512 0.6%. At 626d036 (data/archive/bench_h200_20261204-1515_crossover.csv, data/archive/bench_h200_20261204-1514_heads.csv;
     one-split calls now direct): the heads sweep the fastest at every shape; the crossover within 0.5% at every shape
     above 16 heads but five: b2 h64 topk2048 3.2% (portable_ws 23.13 us against tile512's 22.42), b1 h128 topk2048
     3.1% (22.35 against tile512's 21.69), b16 h32 topk512 1.5% (portable_ws_h32t 14.17 against portable_ws_h32q's
@@ -219,7 +226,19 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     b64 h64 topk512 (2**21) 34.9 against 41.6, and slower above (b64 h64 topk2048, 2**23: 113.5 against 109.7); the
     other shapes of the band from rung 24 on the same plan without the pair, about 10% slower than with it
     (explore_h200_20261204-1442_split_block_h.csv: b16 h64 topk2048 31.9 against 38.7, b8 h128 topk512 15.8 against
-    21.3, b16 h128 topk2048 53.0 against 59.5, level from 2**22)."""
+    21.3, b16 h128 topk2048 53.0 against 59.5, level from 2**22). In the sweeps at dcff189, which run this rule
+    (data/bench_h200_20261204-1707_crossover.csv, data/bench_h200_20261204-1705_heads.csv): rung 25 is the fastest
+    portable rung at every shape of its band (b8 h64 topk2048 22.91 us against rung 24's 27.15; b64 h64 topk512
+    34.29 against 40.15) and level above it (b32 h64 topk2048 62.14 against 61.76); the heads sweep is the fastest
+    at every shape; the crossover within 0.5% at every shape above 16 heads but six. Four of them sit exactly on
+    2**18 head-tokens, where this rule still runs portable_ws and rung 25, which the A/B did not time there, is far
+    faster: b2 h64 topk2048 1.53x (portable_ws 23.13 us against rung 25's 15.10), b1 h128 topk2048 1.50x (22.40
+    against 14.92), b8 h64 topk512 1.24x (17.92 against 14.41) and b4 h128 topk512 1.22x (17.30 against 14.18); at
+    2**17 portable_ws stays first (b4 h64 topk512 10.82 against 11.56, b2 h128 topk512 10.94 against 11.58), so
+    rung 25's band should start at 2**18 inclusive (written, not applied:
+    data/explore/explore_untimed_20261204-1730_h32p_from_2_18.patch: it changes this module, and every table would go
+    stale with no device time left to re-measure them). The other two: b1 h64 topk2048 1.0% (portable_ws 16.49
+    against portable_ws_h32q's 16.33) and b16 h32 topk512 0.6%; within 2% at every 16-head shape."""
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
     if heads <= 32:  # at 17-32 heads portable_ws runs two 16-head groups: the same tokens threshold as one
