@@ -368,8 +368,10 @@ def test_a_gluon_kernel_off_its_gpu_is_skipped_not_a_stopped_sweep(monkeypatch):
 def test_a_probe_row_records_the_config_it_ran():
     """The floor probes' rows say which config was timed, while 'config' stays '' (it was not forced): the
     provider's pinned one (gather_fine: 32-token tiles from 32 tokens a program, 16 below), else the autotuner's
-    pick; a kernel that has not run (no best_config) adds nothing."""
+    pick; a kernel that has not run (no best_config) adds nothing, and neither does a call whose scopes ran
+    different grids."""
     import dataclasses
+    import json
     from types import SimpleNamespace
 
     import triton
@@ -385,7 +387,16 @@ def test_a_probe_row_records_the_config_it_ran():
                                                            num_stages=4)})()
     assert tuned_columns(SimpleNamespace(spec=dataclasses.replace(registry.get("gather_async"), jit=ring))) == dict(
         BLOCK_T=32, num_warps=4, num_stages=4)
-    pinned = SimpleNamespace(spec=dataclasses.replace(spec, jit=picked), last_config=fine_config(64))
+    def ran(*launches):  # (tokens a program, config) a scope, as ProbeProvider.prepare records them
+        return {(tps, json.dumps(cfg, sort_keys=True)) for tps, cfg in launches}
+    pinned = SimpleNamespace(spec=dataclasses.replace(spec, jit=picked), last_launches=ran((64, fine_config(64))))
     assert tuned_columns(pinned) == dict(BLOCK_T=32, num_warps=8, num_stages=1)
+    # a production shape's scopes (128 and 512 tokens at b8 h128): 16 and 64 tokens a program, two configs
+    pinned.last_launches = ran((16, fine_config(16)), (64, fine_config(64)))
+    assert tuned_columns(pinned) == {}
+    tuned.last_launches = ran((16, None), (64, None))  # two autotuner keys: best_config is only the last one's
+    assert tuned_columns(tuned) == {}
+    tuned.last_launches = ran((64, None), (64, None))
+    assert tuned_columns(tuned) == dict(BLOCK_T=64, num_warps=8, num_stages=3)
     assert fine_config(16) == dict(BLOCK_T=16, num_warps=8, num_stages=1)
     assert tuned_columns(SimpleNamespace(spec=registry.get("reference"))) == {}

@@ -75,7 +75,7 @@ def _ladder_as_published(ok):
     record = record[record.rung.notna()].sort_values("rung")
     lad, rows = _current_ladder_rows(ok)
     cap = lad.capability.iloc[0]
-    default = {key: registry.auto_kernel(cap, heads=h, tokens=b * (k + e), queries=b)
+    default = {key: registry.auto_kernel(cap, heads=h, tokens=b * (k + e), queries=b, scopes=2 if e else 1)
                for key, (b, h, k, e) in LADDER_SHAPES.items()}
     labels = {r.name: f"{r.rung} {r.name}" for r in record.itertuples()}
     return pd.DataFrame(rows), list(record.name), default, labels

@@ -99,12 +99,13 @@ def test_ladder_numbers_come_from_data(tiny_run):
     goals = pd.read_csv(tiny_run / "figures" / "ladder_goals.csv")
     assert len(goals) == 6
     from workbench import registry
-    shapes = {"b64 h16 topk2048": (64, 16, 2048), "b64 h64 topk2048": (64, 64, 2048),
-              "b64 h128 topk2048": (64, 128, 2048), "b1 h64 topk512": (1, 64, 512),
-              "b64 h16 main 128@256 + extra 512@64": (64, 16, 640)}
+    shapes = {"b64 h16 topk2048": (64, 16, 2048, 1), "b64 h64 topk2048": (64, 64, 2048, 1),
+              "b64 h128 topk2048": (64, 128, 2048, 1), "b1 h64 topk512": (1, 64, 512, 1),
+              "b64 h16 main 128@256 + extra 512@64": (64, 16, 640, 2)}
     for r in goals.itertuples():  # the auto rows, or the rows of the rung auto's rule picks at that shape
-        b, h, tokens = shapes[r.shape]
-        assert r.kernel in ("auto", registry.auto_kernel("sm_90", heads=h, tokens=b * tokens, queries=b)), r.shape
+        b, h, tokens, scopes = shapes[r.shape]
+        pick = registry.auto_kernel("sm_90", heads=h, tokens=b * tokens, queries=b, scopes=scopes)
+        assert r.kernel in ("auto", pick), r.shape
     g = goals[goals["shape"].str.startswith("b64 h16 topk2048")].iloc[0]
     assert g.ours_us == pytest.approx(_graph_row(g.source, g.kernel, 64, 16, 2048))
     assert g.flashmla_us == pytest.approx(_graph_row(g.source, "flashmla", 64, 16, 2048))

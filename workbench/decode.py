@@ -69,7 +69,7 @@ class SplitPlan:
 
 def splits_to_fill(*, waves: int, num_sms: int, queries: int, heads: int, block_h: int) -> int:
     """The splits a query's heads take so that queries x head groups x splits programs make about ``waves`` waves
-    on ``num_sms`` SMs (rounded to nearest: 0 when the queries alone fill them)."""
+    on ``num_sms`` SMs (Python's round, half to even: 132 / 88 = 1.5 gives 2; 0 when the queries alone fill them)."""
     return round(waves * num_sms / (queries * cdiv(heads, block_h)))
 
 

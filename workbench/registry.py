@@ -42,7 +42,7 @@ def decode_impls() -> tuple[str, ...]:
 TWO_BLOCK_MAX_TOKENS_H64 = 4096      # 17-32 heads (from older h64 crossovers)
 H32_MIN_TOKENS_SM90 = 16384          # 17-32 heads: from b8 topk2048 the portable 32-head block (rung 24) beats the
                                      # 16-head groups (the heads sweep at 0590dbc; data/explore/..._h32_hopper.csv)
-ONE_SPLIT_MIN_QUERIES_SM90 = 89     # 17-32 heads: from 89 queries a 64-head block's split plan on 132 SMs is one
+ONE_SPLIT_MIN_QUERIES_SM90 = 89     # 17-64 heads: from 89 queries a 64-head block's split plan on 132 SMs is one
                                     # split (decode.plan_splits, waves 1), and wgmma_f16 runs it with no combine
                                     # (KernelSpec.direct): b128 topk512 32.87 us against rung 24's 37.29
                                     # (data/bench_h200_20261204-1125_crossover.csv)
@@ -148,6 +148,14 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     within 2.0% at every shape but three, each under issue 25's 3% and each on a boundary of the rule: b16 h128
     topk512 2.8% (wgmma_ws_h64 20.45 us against wgmma_xchg's 19.90; 2**20 head-tokens), b1 h128 topk2048 2.3%
     (wgmma_xchg 15.84 against wgmma_f16_2cta's 15.48; 2**18) and b2 h64 topk2048 2.3% (16.21 against 15.85; 2**18).
+    That is among the Hopper rungs the rule chooses from. Rung 25 (portable_ws_h32p, mma.sync, its 32-head plan),
+    timed for the first time in the same sweeps, beats wgmma_xchg at six shapes of 2**18-2**19 head-tokens above 32
+    heads, which the rule does not run it at: b2 h128 topk2048 by 14.2% (16.19 us against 18.48), b4 h64 topk2048
+    12.1% (17.28 against 19.36), b8 h128 topk512 10.1% (16.04 against 17.67), b2 h64 topk2048 7.4% (15.10 against
+    16.21), b16 h64 topk512 6.4% (17.04 against 18.14) and b1 h128 topk2048 6.2% (14.92 against 15.84); at 2**18 and
+    topk512 wgmma_xchg stays first (b4 h128 13.05 against 14.18, b8 h64 13.44 against 14.41), from 2**20 the 64-head
+    rungs or wgmma_xchg. One run only; the band it suggests (rung 25 from 2**19 to 2**20 head-tokens on sm_90) is in
+    data/explore/explore_untimed_20261204-1730_h32p_from_2_18.patch, untimed.
     ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 
 import torch
 import triton
@@ -301,7 +302,8 @@ class ProbeProvider:
         sinks = [torch.empty(b * s_q, n, dtype=torch.int32, device=q.device) for n, _ in grids]
 
         configs = [self.config_for(tps, config) for _, tps in grids]
-        self.last_config = configs[0]  # what the row records (tuned_columns)
+        # what the row records (tuned_columns): one config and grid for every scope, else none of them
+        self.last_launches = {(tps, json.dumps(cfg, sort_keys=True)) for (_, tps), cfg in zip(grids, configs)}
 
         def run():
             for (c, ix, _), (n, tps), sink, cfg in zip(scopes, grids, sinks, configs):
@@ -481,13 +483,15 @@ def kernel_of(provider: str, shape) -> str:
 
 def tuned_columns(provider) -> dict:
     """The config a probe provider ran its last call in, as the flat config columns: the one it pinned
-    (``last_config``, gather_fine), else the one its kernel's autotuner took; {} when neither is known. 'config'
+    (gather_fine), else the one its kernel's autotuner took; {} when neither is known, or when the call's scopes ran
+    different grids (a production shape's 128- and 512-token scopes: each its own config or autotuner key). 'config'
     stays '', which marks a config the caller forced. Recorded because the autotuner's picks vary from call to
     call: gather_fine at b64 h16 topk2048 took 23.5 us in one call and 26.0 in another (data/explore/README.md)."""
     spec = getattr(provider, "spec", None)
-    if spec is None or spec.config_cls is None:
-        return {}
-    pinned = getattr(provider, "last_config", None)
+    launches = getattr(provider, "last_launches", None)
+    if spec is None or spec.config_cls is None or (launches is not None and len(launches) != 1):
+        return {}  # not a probe, or scopes of different grids (each its own config or autotuner key): no one config
+    pinned = json.loads(next(iter(launches))[1]) if launches else None
     if pinned is not None:
         return spec.config_cls.from_any(pinned, spec.allowed, spec.name).columns()
     best = getattr(spec.jit, "best_config", None)

@@ -205,8 +205,8 @@ _block(wgmma_ws_bal, wgmma_ws_bal.launch_ws_bal_partial, wgmma_ws_bal.ws_bal_par
                    "each warpgroup carries 2 of the tile's 4 MMA units instead of 3, plus one swap of the maxima a "
                    "tile: expect the loop ~25% shorter, b64 h128 topk2048 at 85-95 us (rung 15: 113) and b64 h64 at "
                    "55-60 us (68)"), direct=True)
-# The portable rungs write a call of one split directly (no combine). Their split plans still count the nominal
-# 64-head programs, not their own 16 or 32 heads (split_block_h), though a same-call A/B at 72b0880
+# The portable rungs write a call of one split directly (no combine). Rungs 14, 20 and 24 plan their splits on the
+# nominal 64-head programs, not their own 16 or 32 heads (split_block_h; rung 25 does, with P as a bf16 pair), though a same-call A/B at 72b0880
 # (data/explore/explore_h200_20261204-1442_split_block_h.csv) made them faster on their own head group (b64 h64
 # topk2048 101.7 us against 108.8, b8 h64 20.8 against 27.2, b8 h128 topk512 15.8 against 21.3; portable_ws b8 h64
 # topk512 12.6 against 18.0; none slower at the 11 shapes timed): the longer splits it gives fail the GPU check's
@@ -315,4 +315,3 @@ register(KernelSpec(
                        stride_ib="i32", stride_is="i32", sink_ptr="*i32", S_Q="i32", TOPK="i32",
                        tokens_per_split="i32", TOKENS_BUCKET="i32", QUERIES_BUCKET="i32"),
     lab_constexprs=lambda c: dict(DATA_WORDS=144, SCALE_WORDS=2, **c.meta())))
-

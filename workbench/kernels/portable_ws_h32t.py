@@ -35,7 +35,9 @@ hi), each against the same V fragments (32 more HMMA a warp a tile; lo lives in 
 partial scores leave unused, so the shared bytes are the same). bf16 P alone rounds a token's weight by up to 2^-9;
 on data where one token's large V dominates the output while an earlier token of its split holds the running
 maximum, that rounding is the output's error, and longer splits make it likelier (docs/decisions.md). The pair
-takes P to ~2^-17, so that rung can run its split plan on its own 32-head programs (fewer, longer splits).
+takes P to ~2^-17, so that rung can run its split plan on its own 32-head programs (fewer, longer splits). It also
+costs two more bar.sync a tile: Triton's barrier pass sees lo as part of q's buffer, where the partial scores live,
+though neither access needs one (tests/test_portable_ws_h32t.py counts them).
 """
 from __future__ import annotations
 
@@ -70,8 +72,8 @@ def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, PRODUCER_WARPS: int
                           P_PAIR: bool = False) -> int:
     """Shared bytes of one block: NUM_BUFS bf16 K slots (1 KB a token) with their valid bytes and two mbarriers
     each, q (1 KB a head; the partial scores reuse it: CW x heads x half a tile's tokens fp32, 16 KB at 32 heads, 32
-    tokens and 8 warps; P_PAIR's low P takes 2 KB of the other half), P in bf16 (2 B a head-token), the factors (4 B a head) and 256 B for the region's own
-    words, rounded up to 128 B."""
+    tokens and 8 warps; P_PAIR's low P takes 2 KB of the other half), P in bf16 (2 B a head-token), the factors
+    (4 B a head) and 256 B for the region's own words, rounded up to 128 B."""
     t, h = c.BLOCK_T, c.BLOCK_H
     total = NUM_BUFS * (1024 * t + t + 16) + max(1024 * h, 2 * c.num_warps * h * t) + 2 * h * t + 4 * h + 256
     return -(-total // 128) * 128
