@@ -371,12 +371,12 @@ def test_a_probe_row_records_the_config_it_ran():
     pick; a kernel that has not run (no best_config) adds nothing, and neither does a call whose scopes ran
     different grids."""
     import dataclasses
-    import json
     from types import SimpleNamespace
 
     import triton
 
     from workbench import registry
+    from workbench.bench import providers
     from workbench.bench.providers import fine_config, tuned_columns
     spec = registry.get("gather")
     assert tuned_columns(SimpleNamespace(spec=dataclasses.replace(spec, jit=object()))) == {}
@@ -387,16 +387,35 @@ def test_a_probe_row_records_the_config_it_ran():
                                                            num_stages=4)})()
     assert tuned_columns(SimpleNamespace(spec=dataclasses.replace(registry.get("gather_async"), jit=ring))) == dict(
         BLOCK_T=32, num_warps=4, num_stages=4)
-    def ran(*launches):  # (tokens a program, config) a scope, as ProbeProvider.prepare records them
-        return {(tps, json.dumps(cfg, sort_keys=True)) for tps, cfg in launches}
-    pinned = SimpleNamespace(spec=dataclasses.replace(spec, jit=picked), last_launches=ran((64, fine_config(64))))
+    pinned = SimpleNamespace(spec=dataclasses.replace(spec, jit=picked), ran=fine_config(64))
     assert tuned_columns(pinned) == dict(BLOCK_T=32, num_warps=8, num_stages=1)
     # a production shape's scopes (128 and 512 tokens at b8 h128): 16 and 64 tokens a program, two configs
-    pinned.last_launches = ran((16, fine_config(16)), (64, fine_config(64)))
+    pinned.ran = providers.MIXED
     assert tuned_columns(pinned) == {}
-    tuned.last_launches = ran((16, None), (64, None))  # two autotuner keys: best_config is only the last one's
+    tuned.ran = providers.MIXED  # two autotuner keys: best_config is only the last one's
     assert tuned_columns(tuned) == {}
-    tuned.last_launches = ran((64, None), (64, None))
+    tuned.ran = None
     assert tuned_columns(tuned) == dict(BLOCK_T=64, num_warps=8, num_stages=3)
     assert fine_config(16) == dict(BLOCK_T=16, num_warps=8, num_stages=1)
     assert tuned_columns(SimpleNamespace(spec=registry.get("reference"))) == {}
+
+
+def test_a_probe_records_one_config_only_when_every_scope_ran_it(monkeypatch):
+    """ProbeProvider.prepare (no launch until the call runs): gather_fine on one scope records its pinned config for
+    that scope's programs; with an extra scope planned on another grid, MIXED."""
+    from workbench import decode
+    from workbench.bench import providers
+    from workbench.format.cases import build_case
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the providers refuse to build without CUDA
+    one = build_case(batch=2, heads=2, topk=48, block_size=61, seed=3).kwargs()
+    two = build_case(batch=2, heads=2, topk=48, block_size=61, extra_topk=200, extra_block_size=69, seed=3).kwargs()
+    plans = decode.split_plans(queries=2, heads=2, indices=[two["indices"], two["extra_indices"]],
+                               num_sms=decode.sm_count(torch.device("cpu")))
+    tps = [providers.fine_grid(ix.shape[2], pl.tokens_per_split)[1]
+           for ix, pl in zip((two["indices"], two["extra_indices"]), plans)]
+    assert tps[0] != tps[1], tps  # the two scopes' programs differ
+    p = providers.FineProbeProvider("gather_fine")
+    p.prepare(one)
+    assert p.ran == providers.fine_config(tps[0])
+    p.prepare(two)
+    assert p.ran is providers.MIXED and providers.tuned_columns(p) == {}

@@ -80,30 +80,32 @@ def test_the_low_p_sits_past_the_partial_scores_in_qs_slot():
     assert (2 * CW * BLOCK_H) % period == 0
 
 
-def test_the_pair_costs_two_more_barriers_a_tile():
+@pytest.fixture(scope="module")
+def labs():
+    """Lab rows for sm_120 and sm_90, the sm_120 PTX and the sm_90 SASS of rung 24 and of rung 25 (the same kernel
+    with P_PAIR), by name, from one process without the interpreter."""
+    code = ("import json; from workbench.lab.resources import compile_config, compiled_ptx, compiled_sass\n"
+            "print(json.dumps({n: dict(rows=[compile_config(n, a, %r).as_row() for a in ('sm_120', 'sm_90')], "
+            "ptx=compiled_ptx(n, 'sm_120', %r), sass=compiled_sass(n, 'sm_90', %r)) for n in (%r, %r)}))"
+            % (CFG, CFG, CFG, NAME, PAIR))
+    out = json.loads(without_interpreter(code).splitlines()[-1])
+    return {n: {r["arch"]: r for r in o["rows"]} | {"ptx": o["ptx"], "sass": o["sass"], "name": n}
+            for n, o in out.items()}
+
+
+@pytest.fixture(params=[NAME, PAIR])
+def lab(request, labs):
+    return labs[request.param]
+
+
+def test_the_pair_costs_two_more_barriers_a_tile(labs):
     """The low P needs no barrier of its own (it is stored before the barrier that precedes PV and read after it,
     like P), but Triton 3.6's barrier pass sees it as part of q's buffer, where the partial scores live, and adds
     one before its store and one before the next tile's score store: two more bar.sync in the loop's body (compiled
     once, so the static count is a tile's). Part of rung 25's cost (docs/decisions.md); the way out is a buffer of
     its own, which sm_120's 101,376 B leave no room for unless q's slot is split in two."""
-    code = ("import json, re; from workbench.lab.resources import compiled_sass\n"
-            f"print(json.dumps([len(re.findall(r'\\bBAR\\.SYNC', compiled_sass(n, 'sm_90', {CFG!r}))) "
-            f"for n in ({NAME!r}, {PAIR!r})]))")
-    base, pair = json.loads(without_interpreter(code).splitlines()[-1])
+    base, pair = (len(re.findall(r"\bBAR\.SYNC", labs[n]["sass"])) for n in (NAME, PAIR))
     assert base > 0 and pair - base == 2, (base, pair)
-
-
-@pytest.fixture(scope="module", params=[NAME, PAIR])
-def lab(request):
-    """Lab rows for sm_120 and sm_90, the sm_120 PTX and the sm_90 SASS, from one process without the interpreter,
-    of rung 24 and of rung 25 (the same kernel with P_PAIR)."""
-    name = request.param
-    code = ("import json; from workbench.lab.resources import compile_config, compiled_ptx, compiled_sass\n"
-            f"rows = [compile_config({name!r}, a, {CFG!r}).as_row() for a in ('sm_120', 'sm_90')]\n"
-            f"print(json.dumps(dict(rows=rows, ptx=compiled_ptx({name!r}, 'sm_120', {CFG!r}), "
-            f"sass=compiled_sass({name!r}, 'sm_90', {CFG!r}))))")
-    out = json.loads(without_interpreter(code).splitlines()[-1])
-    return {r["arch"]: r for r in out["rows"]} | {"ptx": out["ptx"], "sass": out["sass"], "name": name}
 
 
 def test_the_partitions_register_shares(lab):

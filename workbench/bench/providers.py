@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import json
 
 import torch
 import triton
@@ -302,8 +301,9 @@ class ProbeProvider:
         sinks = [torch.empty(b * s_q, n, dtype=torch.int32, device=q.device) for n, _ in grids]
 
         configs = [self.config_for(tps, config) for _, tps in grids]
-        # what the row records (tuned_columns): one config and grid for every scope, else none of them
-        self.last_launches = {(tps, json.dumps(cfg, sort_keys=True)) for (_, tps), cfg in zip(grids, configs)}
+        # what the row records (tuned_columns): the config every scope ran on one grid, else MIXED
+        one = all((tps, cfg) == (grids[0][1], configs[0]) for (_, tps), cfg in zip(grids, configs))
+        self.ran = configs[0] if one else MIXED
 
         def run():
             for (c, ix, _), (n, tps), sink, cfg in zip(scopes, grids, sinks, configs):
@@ -481,19 +481,20 @@ def kernel_of(provider: str, shape) -> str:
                             queries=shape.batch * shape.s_q, scopes=2 if shape.extra_topk else 1)
 
 
+MIXED = object()  # ProbeProvider.ran when a call's scopes ran different grids or configs
+
+
 def tuned_columns(provider) -> dict:
     """The config a probe provider ran its last call in, as the flat config columns: the one it pinned
     (gather_fine), else the one its kernel's autotuner took; {} when neither is known, or when the call's scopes ran
     different grids (a production shape's 128- and 512-token scopes: each its own config or autotuner key). 'config'
     stays '', which marks a config the caller forced. Recorded because the autotuner's picks vary from call to
     call: gather_fine at b64 h16 topk2048 took 23.5 us in one call and 26.0 in another (data/explore/README.md)."""
-    spec = getattr(provider, "spec", None)
-    launches = getattr(provider, "last_launches", None)
-    if spec is None or spec.config_cls is None or (launches is not None and len(launches) != 1):
+    spec, ran = getattr(provider, "spec", None), getattr(provider, "ran", None)
+    if spec is None or spec.config_cls is None or ran is MIXED:
         return {}  # not a probe, or scopes of different grids (each its own config or autotuner key): no one config
-    pinned = json.loads(next(iter(launches))[1]) if launches else None
-    if pinned is not None:
-        return spec.config_cls.from_any(pinned, spec.allowed, spec.name).columns()
+    if ran is not None:
+        return spec.config_cls.from_any(ran, spec.allowed, spec.name).columns()
     best = getattr(spec.jit, "best_config", None)
     return {} if best is None else spec.config_cls.from_triton(best).columns()
 
