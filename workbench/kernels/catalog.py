@@ -282,6 +282,19 @@ _block(portable_ws_h32t, portable_ws_h32t.launch_portable_h32t_partial,
                    "1.54e-3). So it runs between portable_ws and rung 24: 2**18 to 2**21 head-tokens"),
        split_granule=32, split_block_h=32, direct=True,
        switches=dict(portable_ws_h32t.SWITCHES, P_PAIR=True))
+_block(portable_ws_h32t, portable_ws_h32t.launch_portable_h32t_partial,
+       portable_ws_h32t.portable_ws_h32t_partial_kernel, name="portable_ws_h32f", rung=26,
+       summary=("rung 25's plan with K, q and P in f16 (wgmma_f16's window: the hardware e4m3x2 -> f16x2 convert in "
+                "the producer, q scaled per head, one P of 2^-12); a split with a token outside the window runs "
+                "again as rung 25 (bf16, P as a pair)"),
+       prediction=("Written before the A/B: rung 24 on the 32-head plan took b64 h64 topk2048 to 100.9 us with "
+                   "bf16 P (inexact), the pair to 113.5. f16 P drops the pair's 32 HMMA a warp a tile and is 8x "
+                   "finer than bf16; the producer's dequant becomes two converts and two multiplies a word "
+                   "(wgmma_f16's). Expect b64 h64 topk2048 at 95-102 us, b8 h64 topk2048 at 20-22, b64 h128 "
+                   "within 3% of rung 24's plan-for-plan, and the extreme-scale case (scale bytes outside the "
+                   "window) to take the rerun at rung 25's error"),
+       split_granule=32, split_block_h=32, direct=True,
+       switches=dict(portable_ws_h32t.SWITCHES, F16=True))
 
 register(KernelSpec(
     name="gather", kind="probe", summary="speed-of-light probe: the decode's bytes and split plan, no math",

@@ -386,7 +386,7 @@ def launch_dependents():
 
 
 @gluon.jit
-def _pow2(e):
+def pow2(e):
     """int32 e in [-126, 127] -> fp32 2**e, exactly."""
     return ((e + 127) << 23).to(gl.float32, bitcast=True)
 
@@ -405,10 +405,15 @@ def scale_q_per_head(q):
     [2**Q_TOP, 2**(Q_TOP+1)), so q fits f16 wherever bf16 puts it (a power of two: exact in bf16 too). Heads of
     zeros, subnormals or non-finite values get E clamped to +-Q_EXP_CLAMP."""
     qf = q.to(gl.float32)
-    amax = gl.max(gl.abs(qf), axis=1)
+    e = head_exponent(gl.max(gl.abs(qf), axis=1))
+    return qf * gl.expand_dims(pow2(-e), 1), e
+
+
+@gluon.jit
+def head_exponent(amax):
+    """Each head's largest |q| (fp32, any shape) -> the E of :func:`scale_q_per_head` (int32)."""
     e = ((amax.to(gl.int32, bitcast=True) >> 23) & 0xFF) - 127 - Q_TOP
-    e = gl.minimum(gl.maximum(e, -Q_EXP_CLAMP), Q_EXP_CLAMP)
-    return qf * gl.expand_dims(_pow2(-e), 1), e
+    return gl.minimum(gl.maximum(e, -Q_EXP_CLAMP), Q_EXP_CLAMP)
 
 
 @gluon.jit
@@ -416,8 +421,8 @@ def qk_scale(sm_scale_log2, q_exp, F16: gl.constexpr):
     """The per-head factor that turns an MMA score into log2 units: sm_scale * log2(e) * 2**E, and 2**-7 more
     for the f16 K tile (it holds K * 2**F16_K_SHIFT)."""
     if F16:
-        return sm_scale_log2 * _pow2(q_exp - _K_SHIFT)
-    return sm_scale_log2 * _pow2(q_exp)
+        return sm_scale_log2 * pow2(q_exp - _K_SHIFT)
+    return sm_scale_log2 * pow2(q_exp)
 
 
 @gluon.jit

@@ -68,8 +68,8 @@ from triton.experimental.gluon.language.nvidia.ampere import mbarrier, mma_v2
 
 from .common import cdiv, launch, split_args
 from .configs import TiledConfig
-from .gluon_common import (bf16_scale_pairs, cache_constexprs, dequant_words, epilogue_args, launch_dependents,
-                           load_idx, load_q, load_tile, split_lse2, store_lse)
+from .gluon_common import (cache_constexprs, dequant_tile, epilogue_args, launch_dependents, load_idx, load_q,
+                           load_tile, split_lse2, store_lse)
 
 # the targets the kernel is written for (mma.sync, ldmatrix, mbarrier try_wait, setmaxnreg): the lab compiles it for
 # these in its own process (resources.gluon_archs)
@@ -333,8 +333,10 @@ def _qk_chunk(q_smem, kb, s, k0, A_OP: gl.constexpr, B_OP: gl.constexpr):
 @gluon.jit
 def _producer(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row, start, end,
               D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
-              SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr):
-    """Gather and dequantise (bf16, exact) each tile of the split into the next free slot, then mark it full. A slot
+              SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr,
+              F16: gl.constexpr = 0):
+    """Gather and dequantise (bf16, exact; with F16 f16 in wgmma_f16's window: gluon_common.dequant_tile) each tile
+    of the split into the next free slot, then mark it full. A slot
     is [BLOCK_T, D] (this module's rungs) or [2 G, BLOCK_T // 2, D // G], one plane a token half and scale group
     (portable_ws_h32t, whose consumer warps each read one group's columns, or two groups of one half): the same
     words, permuted before the store."""
@@ -371,10 +373,8 @@ def _producer(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size
         # a fresh barrier counts as completed in phase 1, so each slot's first wait passes. The dequant follows the
         # wait, so that its 64 words a thread need not be live beside the next tile's 32 across it (spills at 96)
         mbarrier.wait(empty.index(buf), ((i // NUM_BUFS) & 1) ^ 1)
-        lo, hi = dequant_words(words, gl.expand_dims(bf16_scale_pairs(sbyte), 2))
-        lo = gl.where(is_rope, rope.to(gl.int32), lo)          # the rope's bf16 pairs in the last group
-        hi = gl.where(is_rope, (rope >> 32).to(gl.int32), hi)
-        kw = gl.join(lo, hi)                                     # [BLOCK_T, G, W, 2] int32: bf16 pairs
+        lo, hi = dequant_tile(words, rope, sbyte, is_rope, F16)  # the rope's pairs in the last group
+        kw = gl.join(lo, hi)                                     # [BLOCK_T, G, W, 2] int32: 16-bit pairs
         if len(k_smem.shape) == 3:   # slots [BLOCK_T, D]
             k_smem.index(buf)._reinterpret(gl.int32, [BLOCK_T, D // 2], KW).store(gl.reshape(kw, [BLOCK_T, D // 2]))
         else:                        # slots [2 G, BLOCK_T // 2, D // G], by token half and group (portable_ws_h32t)

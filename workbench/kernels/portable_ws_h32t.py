@@ -46,7 +46,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mbarrier, mma_v2
 
 from .configs import TiledConfig
-from .gluon_common import launch_dependents, split_lse2, store_lse
+from .gluon_common import (F16_OUT_MULT, head_exponent, launch_dependents, load_q, not_finite, pow2, qk_scale,
+                           split_lse2, store_lse)
 from .portable_ws import LAB_ARCHS, _producer, launch_portable_partial  # noqa: F401 - LAB_ARCHS: read by the lab
 
 ALLOWED = dict(BLOCK_H=(32,), BLOCK_T=(32,), num_warps=(8,), num_stages=(1,))
@@ -69,11 +70,11 @@ MAXNREG = 168  # one block of 12 warps per SM: 65536 / 384 threads, rounded down
 
 
 def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, PRODUCER_WARPS: int = 4, PRODUCER_REGS: int = 96,
-                          P_PAIR: bool = False) -> int:
+                          P_PAIR: bool = False, F16: bool = False) -> int:
     """Shared bytes of one block: NUM_BUFS bf16 K slots (1 KB a token) with their valid bytes and two mbarriers
     each, q (1 KB a head; the partial scores reuse it: CW x heads x half a tile's tokens fp32, 16 KB at 32 heads, 32
     tokens and 8 warps; P_PAIR's low P takes 2 KB of the other half), P in bf16 (2 B a head-token), the factors
-    (4 B a head) and 256 B for the region's own words, rounded up to 128 B."""
+    (4 B a head) and 256 B for the region's own words, rounded up to 128 B. F16 views the same buffers as f16."""
     t, h = c.BLOCK_T, c.BLOCK_H
     total = NUM_BUFS * (1024 * t + t + 16) + max(1024 * h, 2 * c.num_warps * h * t) + 2 * h * t + 4 * h + 256
     return -(-total // 128) * 128
@@ -103,6 +104,7 @@ def portable_ws_h32t_partial_kernel(
     HAS_SINK: gl.constexpr = False,
     DIRECT: gl.constexpr = False,      # one split in all: write out and lse as the combine would (epilogue_args)
     P_PAIR: gl.constexpr = False,      # P as a bf16 pair (hi + lo) in PV: rung portable_ws_h32p
+    F16: gl.constexpr = False,         # K, q and P in f16 (wgmma_f16's window), a P_PAIR rerun: portable_ws_h32f
 ):
     D: gl.constexpr = D_NOPE + D_ROPE
     CW: gl.constexpr = gl.num_warps()   # consumer warps, one column group each
@@ -140,40 +142,104 @@ def portable_ws_h32t_partial_kernel(
     q_row = q_ptr + bi * stride_qb + si * stride_qs
     slot = (pid_q * H + pid_h * BLOCK_H) * s_total + split_offset + split  # the block's first head's partial
 
-    gl.warp_specialize([
-        (_consumer, (q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, end, q_row, stride_qh, pid_h,
-                     H, sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink, pid_q, S_Q, slot, s_total,
-                     BLOCK_H, BLOCK_T, D, NUM_BUFS, HAS_SINK, DIRECT, P_PAIR)),
+    gl.static_assert(not (F16 and P_PAIR), "F16's rerun is the P_PAIR pass")
+    l_i, = _pass(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
+                sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink, pid_q, S_Q, slot, s_total, cache_u8,
+                stride_page, block_size, num_tokens, idx_row, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES,
+                BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PRODUCER_WARPS, PRODUCER_REGS, HAS_SINK, DIRECT, F16, P_PAIR,
+                True)
+    if F16:
+        if not_finite(l_i):  # rare: a token outside the f16 window; the split again, exact for every cache (bf16,
+            # P as a pair), over the same buffers: every store of the f16 pass is written again
+            for i in gl.static_range(NUM_BUFS):
+                mbarrier.invalidate(full.index(i))
+                mbarrier.invalidate(empty.index(i))
+                mbarrier.init(full.index(i), count=1)
+                mbarrier.init(empty.index(i), count=1)
+            gl.thread_barrier()
+            _pass(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
+                  sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink, pid_q, S_Q, slot, s_total,
+                  cache_u8, stride_page, block_size, num_tokens, idx_row, D_NOPE, D_ROPE, TILE, DATA_BYTES,
+                  SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PRODUCER_WARPS, PRODUCER_REGS, HAS_SINK, DIRECT,
+                  False, True, False)
+
+
+@gluon.jit
+def _pass(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
+          sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink, pid_q, S_Q, slot, s_total, cache_u8,
+          stride_page, block_size, num_tokens, idx_row, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr,
+          TILE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr,
+          BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+          PRODUCER_REGS: gl.constexpr, HAS_SINK: gl.constexpr, DIRECT: gl.constexpr, F16: gl.constexpr,
+          P_PAIR: gl.constexpr, LAUNCH_DEPENDENTS: gl.constexpr):
+    """One pass over the split in both partitions, with the 16-bit buffers viewed as f16 (F16) or bf16; the
+    consumer stores the split's partial and returns (its row sums [BLOCK_H],): non-finite, run the split again."""
+    KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16
+    CW: gl.constexpr = gl.num_warps()
+    DS: gl.constexpr = (D_NOPE + D_ROPE) // CW
+    G_SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=3)
+    return gl.warp_specialize([
+        (_consumer, (q_smem._reinterpret(KT, [CW, BLOCK_H, DS], G_SMEM),
+                     k_smem._reinterpret(KT, [NUM_BUFS, 2 * CW, BLOCK_T // 2, DS], G_SMEM), valid_smem,
+                     p_smem._reinterpret(KT, [2 * BLOCK_H, BLOCK_T // 2], P_SMEM), a_smem, full, empty, start, end,
+                     q_row, stride_qh, pid_h, H, sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink, pid_q, S_Q,
+                     slot, s_total, BLOCK_H, BLOCK_T, D_NOPE + D_ROPE, NUM_BUFS, HAS_SINK, DIRECT, P_PAIR, F16,
+                     LAUNCH_DEPENDENTS)),
         (_producer, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row,
-                     start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS)),
+                     start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS, F16)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])
 
 
 @gluon.jit
-def _load_q_half(q_smem, q_row, stride_qh, pid_h, H, P: gl.constexpr, BLOCK_H: gl.constexpr, DS: gl.constexpr,
-                 A_OP: gl.constexpr):
-    """q's A operand for QK's parity P: batch b = half * 4 + g4 takes column group 2 * g4 + P of every head."""
+def _load_q_operands(q_smem, q_row, stride_qh, pid_h, H, BLOCK_H: gl.constexpr, DS: gl.constexpr,
+                     A_OP: gl.constexpr, F16: gl.constexpr):
+    """q's A operands for QK's two parities (batch b = half * 4 + g4 takes column group 2 * g4 + parity of every
+    head: [CW, BLOCK_H, DS] in q_smem's type, 32 registers a thread each) and each head's exponent E [BLOCK_H]
+    (F16: q scaled by 2**-E as wgmma_f16's, gluon_common.scale_q_per_head; else 0)."""
     CW: gl.constexpr = gl.num_warps()
     QL: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 4, 8], [CW, 1, 1], [2, 1, 0])
+    QH: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(2, QL))  # [BLOCK_H], every head in every warp
+    # [BLOCK_H, D] with a head's columns in one warp: its largest |q| by shuffles (a reduction across the column
+    # groups' warps took 1 KB of shared scratch, which put the block over sm_120's limit)
+    QA: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [CW, 1], [1, 0])
+    if F16:
+        q_exp = head_exponent(gl.max(gl.abs(load_q(q_row, stride_qh, pid_h, H, BLOCK_H, CW * DS, QA).to(gl.float32)),
+                                     1))
+        factor = gl.expand_dims(gl.expand_dims(gl.convert_layout(pow2(-q_exp), QH), 0), 2)
+    else:
+        q_exp = gl.zeros([BLOCK_H], gl.int32, layout=gl.SliceLayout(1, QA))
+        factor = 1.0
     qb = gl.arange(0, CW, layout=gl.SliceLayout(1, gl.SliceLayout(2, QL)))
-    qh = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, gl.SliceLayout(2, QL)))
+    qh3 = gl.expand_dims(gl.expand_dims(pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=QH), 0), 2)
     qd = gl.arange(0, DS, layout=gl.SliceLayout(0, gl.SliceLayout(1, QL)))
-    qg3 = gl.expand_dims(gl.expand_dims(2 * (qb % 4) + P, 1), 2)
-    qh3 = gl.expand_dims(gl.expand_dims(qh, 0), 2)
-    qd3 = gl.expand_dims(gl.expand_dims(qd, 0), 1)
-    gl.thread_barrier()  # every warp's reads of the other parity's q before this one overwrites the slot
-    q_smem.store(gl.load(q_row + qh3 * stride_qh + qg3 * DS + qd3, mask=qh3 < H, other=0.0))  # [CW, BLOCK_H, DS]
+    ptrs = q_row + qh3 * stride_qh + gl.expand_dims(gl.expand_dims(2 * (qb % 4) * DS, 1), 2) + \
+        gl.expand_dims(gl.expand_dims(qd, 0), 1)  # parity 0; parity 1 is DS on
+    gl.thread_barrier()  # a rerun's first store: every warp is past the last pass's reads of the slot
+    q_a0 = _q_operand(q_smem, ptrs, qh3 < H, factor, A_OP, F16)
+    gl.thread_barrier()  # every warp's reads of parity 0 before parity 1 overwrites the slot
+    return q_a0, _q_operand(q_smem, ptrs + DS, qh3 < H, factor, A_OP, F16), q_exp
+
+
+@gluon.jit
+def _q_operand(q_smem, ptrs, mask, factor, A_OP: gl.constexpr, F16: gl.constexpr):
+    """q's columns at ptrs [CW, BLOCK_H, DS] (F16: times factor, in f16) through q_smem as the A operand."""
+    q = gl.load(ptrs, mask=mask, other=0.0)
+    if F16:
+        q = (q.to(gl.float32) * factor).to(gl.float16)
+    q_smem.store(q)
     gl.thread_barrier()
-    return q_smem.load(A_OP)  # [CW, BLOCK_H, DS] bf16, 32 registers a thread
+    return q_smem.load(A_OP)
 
 
 @gluon.jit
 def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
               sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink, pid_q, S_Q, slot, s_total,
               BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr,
-              HAS_SINK: gl.constexpr, DIRECT: gl.constexpr, P_PAIR: gl.constexpr):
+              HAS_SINK: gl.constexpr, DIRECT: gl.constexpr, P_PAIR: gl.constexpr, F16: gl.constexpr,
+              LAUNCH_DEPENDENTS: gl.constexpr):
     """QK by 4 column groups of 128 x 2 token halves (warp b = half * 4 + g4), the 4 partials of a half reduced by
-    head, PV by 8 column groups of 64 over both halves."""
+    head, PV by 8 column groups of 64 over both halves; the partial stored; returns the row sums [BLOCK_H]."""
+    KT: gl.constexpr = k_smem.dtype  # the MMA operands' type (F16: f16, else bf16)
     CW: gl.constexpr = gl.num_warps()
     DS: gl.constexpr = D // CW
     TH: gl.constexpr = BLOCK_T // 2
@@ -191,9 +257,9 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, en
     V2: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
 
     # q [CW, BLOCK_H, DS] twice, zero past the last head: through shared memory once a split (ldmatrix)
-    q_a0 = _load_q_half(q_smem, q_row, stride_qh, pid_h, H, 0, BLOCK_H, DS, A_OP)
-    q_a1 = _load_q_half(q_smem, q_row, stride_qh, pid_h, H, 1, BLOCK_H, DS, A_OP)
+    q_a0, q_a1, q_exp = _load_q_operands(q_smem, q_row, stride_qh, pid_h, H, BLOCK_H, DS, A_OP, F16)
     gl.thread_barrier()  # every warp has its q before the slot is reused for the scores
+    scale = gl.expand_dims(gl.expand_dims(gl.convert_layout(qk_scale(sm_scale_log2, q_exp, F16), HEAD), 0), 2)
     s_smem = q_smem._reinterpret(gl.float32, [CW, BLOCK_H, TH], S_SMEM)
     s4_smem = q_smem._reinterpret(gl.float32, [2, CW // 2, BLOCK_H, TH], S4_SMEM)
     # P_PAIR: P's bf16 rounding error as a second P [2 * BLOCK_H, TH], in the half of q's slot the scores leave unused
@@ -208,7 +274,7 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, en
         buf = i % NUM_BUFS
         mbarrier.wait(full.index(buf), (i // NUM_BUFS) & 1)
         kb = k_smem.index(buf)  # [2 * CW, TH, DS] bf16: plane half * CW + group
-        kq = kb._reinterpret(gl.bfloat16, [CW, 2 * TH, DS], G_SMEM)  # batch b: planes 2b, 2b + 1
+        kq = kb._reinterpret(KT, [CW, 2 * TH, DS], G_SMEM)  # batch b: planes 2b, 2b + 1
         kt = kq.permute((0, 2, 1))  # [CW, DS, 2 * TH]
         sp = mma_v2(q_a0, kt.slice(0, TH, dim=2).load(B_OP), s_zero)  # [CW, BLOCK_H, TH] fp32, group 2 g4
         sp = mma_v2(q_a1, kt.slice(TH, TH, dim=2).load(B_OP), sp)     # + group 2 g4 + 1
@@ -217,15 +283,18 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, en
         if i > 0:  # every warp has stored this tile's scores, so it is past its reads of the last tile's slot
             mbarrier.arrive(empty.index((i - 1) % NUM_BUFS))
         ok = valid_smem.index(buf)._reinterpret(gl.int8, [2, TH], V2).load(TOK) != 0  # [2, TH]
-        s = gl.where(gl.expand_dims(ok, 1), gl.sum(s4_smem.load(RED), 1) * sm_scale_log2, float("-inf"))
+        s = gl.sum(s4_smem.load(RED), 1)  # [2, BLOCK_H, TH]
+        if F16:  # -inf (an f16 inf in K) would drop its token without a trace: NaN sends the split to the rerun
+            s = gl.where(s == float("-inf"), float("nan"), s)
+        s = gl.where(gl.expand_dims(ok, 1), s * scale, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(gl.max(s, 2), 0))
         alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))  # no (-inf) - (-inf)
         m_i = m_new
         m_b = gl.expand_dims(gl.expand_dims(gl.where(m_i == float("-inf"), 0.0, m_i), 0), 2)
         p = gl.exp2(s - m_b)  # [2, BLOCK_H, TH] fp32
         l_t = l_t * gl.expand_dims(gl.expand_dims(alpha, 0), 2) + p
-        p_hi = p.to(gl.bfloat16)
-        p_smem._reinterpret(gl.bfloat16, [2, BLOCK_H, TH], P3_SMEM).store(p_hi)
+        p_hi = p.to(KT)
+        p_smem._reinterpret(KT, [2, BLOCK_H, TH], P3_SMEM).store(p_hi)
         if P_PAIR:
             p_lo = (p - p_hi.to(gl.float32)).to(gl.bfloat16)
             pl_smem._reinterpret(gl.bfloat16, [2, BLOCK_H, TH], P3_SMEM).store(p_lo)
@@ -241,7 +310,8 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, en
                 acc = mma_v2(_p_operand(pl_smem, hf, P2), vb, acc)
         i += 1
     gl.thread_barrier()  # every warp's last reads of P and the factors before the epilogue reuses a_smem
-    launch_dependents()
+    if LAUNCH_DEPENDENTS:  # the first pass
+        launch_dependents()
 
     # epilogue: the LSE by the head's warp; 1 / l (and DIRECT's factor, in P's slot) to every warp through shared
     # memory, the output by the columns' warp
@@ -250,7 +320,7 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, en
     heads = gl.arange(0, BLOCK_H, layout=HEAD)
     f = store_lse(lse2, live, pid_q, pid_h * BLOCK_H + heads, H, S_Q, part_lse_ptr, slot + heads * s_total, sink_ptr,
                   stride_sink, HAS_SINK, DIRECT)
-    a_smem.store(gl.where(live, 1.0 / l_i, 0.0))
+    a_smem.store(gl.where(live, (F16_OUT_MULT if F16 else 1.0) / l_i, 0.0))  # F16: V holds K * 2**F16_K_SHIFT
     f_smem = p_smem._reinterpret(gl.float32, [BLOCK_H], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     if DIRECT:
         f_smem.store(f)
@@ -269,6 +339,7 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, en
         gl.store(ptrs, out.to(gl.bfloat16), mask=pid_h * BLOCK_H + oh3 < H)
     else:  # an empty split writes only its -inf LSE; the combine never reads its out
         gl.store(ptrs, out, mask=(pid_h * BLOCK_H + oh3 < H) & gl.expand_dims(gl.expand_dims(inv_l != 0, 0), 2))
+    return (l_i, )  # warp_specialize takes the default partition's results as a tuple
 
 
 @gluon.jit
