@@ -70,7 +70,7 @@ def test_otherwise_the_partials_and_the_combine(what):
 
 def test_the_gluon_rungs_write_directly_and_the_triton_ones_do_not():
     direct = {n for n in registry.names("split") if registry.get(n).direct}
-    portable = {"portable_ws", "portable_ws_h32q", "portable_ws_h32t", "portable_ws_h32p"}
+    portable = {"portable_ws", "portable_ws_h32q", "portable_ws_h32t", "portable_ws_h32p", "portable_ws_h32f"}
     assert direct == {n for n in registry.names("split") if isolate.is_gluon(registry.get(n))} | portable
     assert {"wgmma_ws", "wgmma_ws_h64", "wgmma_f16"} <= direct
     assert not direct & {"tile512", "mma"}

@@ -67,8 +67,9 @@ def _assert_exact(q, cache, idx, impl, queries=range(B)):
 
 
 def test_every_f16_rung_is_covered():
-    """The GPU tests below run every rung with an f16 window: the three "auto" picks among on sm_90."""
-    assert set(F16_RUNGS) == {"wgmma_f16", "wgmma_f16_2cta", "wgmma_ws"}
+    """The GPU tests below run every rung with an f16 window switch: the three "auto" picks among on sm_90, and rung 26
+    (portable_ws_h32f), which it picks among off sm_90."""
+    assert set(F16_RUNGS) == {"wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "portable_ws_h32f"}
 
 
 @pytest.mark.gpu

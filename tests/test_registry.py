@@ -135,14 +135,26 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     for h in (33, 40, 48, 63):
         assert registry.resolve("auto", "cuda", heads=h, tokens=4095) == "wgmma_f16_2cta", h
         assert registry.resolve("auto", "cuda", heads=h, tokens=4096) == "wgmma_xchg", h
-        assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 2048 - 1) == "wgmma_xchg", h
+        assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 1024 - 1) == "wgmma_xchg", h
+        assert registry.resolve("auto", "cuda", heads=h, tokens=4 * 2048, queries=2) == "portable_ws_h32p", h
+        assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 1024) == "portable_ws_h32p", h
         assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 2048) == "wgmma_ws_h64", h
         assert registry.resolve("auto", "cuda", heads=h, tokens=64 * 2048) == "wgmma_ws_h64", h
     # >= 64 heads, by head-tokens: the 16-head groups below 2**18, the bf16 rung below 2**20, then the 64-head block
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "wgmma_f16_2cta"  # small call, 64 heads
     assert registry.resolve("auto", "cuda", heads=64, tokens=4095) == "wgmma_f16_2cta"
     assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "wgmma_xchg"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048 - 1) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 1024 - 1) == "wgmma_xchg"
+    # ... and from 2**18 for calls of 2048 tokens a query or more (known queries; an extra scope counts its tokens)
+    assert registry.resolve("auto", "cuda", heads=64, tokens=2 * 2048, queries=2) == "portable_ws_h32p"  # b2 topk2048
+    assert registry.resolve("auto", "cuda", heads=64, tokens=2 * 2048, queries=2, scopes=2) == "portable_ws_h32p"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=2 * 2048 - 1, queries=2) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 512, queries=8) == "wgmma_xchg"  # b8 topk512
+    assert registry.resolve("auto", "cuda", heads=128, tokens=2048, queries=1) == "portable_ws_h32p"  # b1 topk2048
+    assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 512, queries=4) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=1024, queries=1) == "wgmma_f16_2cta"  # below 2**18
+    assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 1024) == "portable_ws_h32p"  # 2**19 head-tokens
+    assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048 - 1) == "portable_ws_h32p"
     assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "wgmma_ws_h64"
     # ... but wgmma_f16 for a call of one split (89 queries or more, one scope) of at most 512 tokens a query
@@ -158,24 +170,29 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=128, tokens=512) == "wgmma_f16_2cta"
     assert registry.resolve("auto", "cuda", heads=128, tokens=2047) == "wgmma_f16_2cta"
     assert registry.resolve("auto", "cuda", heads=128, tokens=2048) == "wgmma_xchg"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 2048 - 1) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 1024 - 1) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 2048 - 1) == "portable_ws_h32p"
     assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 2048) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 2048) == "wgmma_ws_h64"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (12, 0))
-    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "portable_ws_h32t"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "portable_ws_h32f"
     assert registry.resolve("auto", "cuda", heads=16, tokens=4 * 512) == "portable_ws"  # sm_120: no wgmma
-    # > 32 heads, by head-tokens: the 16-head groups up to 2**18, the 32-head groups on their own plan (P as a pair)
-    # up to 2**21, then the 32-head groups on the nominal plan
+    # > 32 heads, by head-tokens: the 16-head groups below 2**18, the 32-head groups on their own plan (P as a pair)
+    # up to 2**21, the same plan in f16 up to 2**23, then the 32-head groups on the nominal plan
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "portable_ws"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "portable_ws"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=4097) == "portable_ws_h32p"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4095) == "portable_ws"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "portable_ws_h32p"
     assert registry.resolve("auto", "cuda", heads=64, tokens=32768) == "portable_ws_h32p"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=32769) == "portable_ws_h32t"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=2048) == "portable_ws"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=2049) == "portable_ws_h32p"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=32769) == "portable_ws_h32f"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=131072) == "portable_ws_h32f"  # b64 topk2048: 2**23
+    assert registry.resolve("auto", "cuda", heads=64, tokens=131073) == "portable_ws_h32t"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=2047) == "portable_ws"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=2048) == "portable_ws_h32p"
     assert registry.resolve("auto", "cuda", heads=128, tokens=16384) == "portable_ws_h32p"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=16385) == "portable_ws_h32t"
-    assert registry.resolve("auto", "cuda", heads=33, tokens=64 * 2048) == "portable_ws_h32t"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=16385) == "portable_ws_h32f"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=65536) == "portable_ws_h32f"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=65537) == "portable_ws_h32t"  # b64 topk2048: 2**24
+    assert registry.resolve("auto", "cuda", heads=33, tokens=64 * 2048) == "portable_ws_h32f"
     assert registry.resolve("auto", "cuda", heads=20, tokens=8 * 2048) == "portable_ws_h32t"
     # <= 16 heads: portable_ws, but the one padded 32-head group from 8192 tokens
     assert registry.resolve("auto", "cuda", heads=16, tokens=8192 - 1) == "portable_ws"

@@ -318,7 +318,6 @@ def launch_stages(spec, *, q, scopes, attn_sink, sm_scale, config, work: Workspa
     direct = dict(direct=True, attn_sink=attn_sink) if work.direct else {}
     stages = []
     if spec.two_scopes and len(scopes) == 2:  # one partial launch over both scopes, so no launch waits on another
-        assert not work.direct, "each scope has a split at least: two in all, so a combine"
         ((c, ix, tl_), (xc, xix, xtl)), (split, xsplit) = scopes, work.splits
         stages.append(LaunchStage(("q",) + SCOPE_INPUTS[0] + SCOPE_INPUTS[1], partial(
             spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,

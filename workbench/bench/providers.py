@@ -344,7 +344,7 @@ class FineProbeProvider(ProbeProvider):
         return fine_grid(topk, plan.tokens_per_split, FINE_SPLIT_TOKENS)
 
     def config_for(self, tokens_per_program: int, config):
-        return config or fine_config(tokens_per_program)
+        return fine_config(tokens_per_program) if config is None else config
 
 
 def fine_config(tokens_per_program: int) -> dict:

@@ -47,9 +47,6 @@ from .gluon_common import (F16_OUT_MULT, bf16_scale_pairs, bf16x4_to_f16, cache_
 ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(64,), num_warps=(8,), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=bh, BLOCK_T=64, num_warps=8) for bh in ALLOWED["BLOCK_H"]]
 NUM_WARPS = 8  # two warpgroups
-# one scope's arguments (common.scope_args with the cache's bytes alone), which the extra scope's repeat as x_
-SCOPE_ARGS = ("cache_u8", "stride_page", "block_size", "num_tokens", "idx_ptr", "stride_ib", "stride_is",
-              "topk_len_ptr", "stride_tl")
 
 
 def estimate_shared_bytes(c: TiledConfig, K_BUFFERS: int = 2, F16: int = 0, LEAVE_OUT: int = 0) -> int:
@@ -361,13 +358,12 @@ def launch_wgmma_partial(*, q, cache, indices, topk_length, part_out, part_lse, 
         raise ValueError(f"extra_num_splits, extra_tokens_per_split: an extra scope needs a split of a token at "
                          f"least, got {extra_num_splits} and {extra_tokens_per_split}")
     shift = page_shift(cache)
-    if two:
-        args.update(scope_args("x_", extra_cache, extra_indices, extra_topk_length, views=("cache_u8",)),
-                    X_TOPK=extra_indices.shape[2], x_tokens_per_split=extra_tokens_per_split,
-                    x_bs_shift=page_shift(extra_cache), X_HAS_TOPK_LEN=extra_topk_length is not None)
-    else:  # unread stand-ins: scope 1's own arguments
-        args.update({f"x_{k}": args[k] for k in SCOPE_ARGS}, X_TOPK=args["TOPK"],
-                    x_tokens_per_split=tokens_per_split, x_bs_shift=shift, X_HAS_TOPK_LEN=False)
+    # the extra scope's arguments; with one scope, unread stand-ins: scope 1's own
+    x_cache, x_indices, x_tokens = (extra_cache, extra_indices, extra_tokens_per_split) if two else \
+        (cache, indices, tokens_per_split)
+    args.update(scope_args("x_", x_cache, x_indices, extra_topk_length if two else topk_length, views=("cache_u8",)),
+                X_TOPK=x_indices.shape[2], x_tokens_per_split=x_tokens, x_bs_shift=page_shift(x_cache),
+                X_HAS_TOPK_LEN=two and extra_topk_length is not None)
     args.update(splits_1=num_splits, bs_shift=shift, TWO_SCOPES=two)
     constexprs = two_scope_constexprs(cache, extra_cache) if two else cache_constexprs(cache)
     grid = (cdiv(h, cfg.BLOCK_H), num_splits + (extra_num_splits if two else 0), b * s_q)
