@@ -222,29 +222,26 @@ def test_auto_portable_provider_records_what_auto_runs_without_wgmma():
 
 
 # the sweeps auto_kernel's and portable_kernel's docstrings cite for the rule as it stands, and the margins they claim
-RULE_TABLES = ("bench_h200_20261204-1707_crossover.csv", "bench_h200_20261204-1705_heads.csv")
-# (batch, heads, topk): the pick's time over the fastest Hopper rung's, as auto_kernel's docstring lists them
-HOPPER_MARGINS = {(16, 128, 512): 1.028,
-                  # rung 25, a candidate since dcff189, where the rule runs wgmma_xchg (its band on sm_90 is untimed)
-                  (2, 128, 2048): 1.143, (4, 64, 2048): 1.121, (8, 128, 512): 1.102, (2, 64, 2048): 1.075,
-                  (16, 64, 512): 1.065, (1, 128, 2048): 1.062}
-# (batch, heads, topk): the pick's time over the fastest portable rung's, as portable_kernel's docstring lists them
-PORTABLE_MARGINS = {(2, 64, 2048): 1.54, (1, 128, 2048): 1.51, (8, 64, 512): 1.25, (4, 128, 512): 1.23,
-                    (1, 64, 2048): 1.011, (16, 32, 512): 1.007}
+RULE_TABLES = ("bench_h200_20261204-1930_crossover.csv", "bench_h200_20261204-1928_heads.csv")
+# (batch, heads, topk): the pick's time over the fastest Hopper rung's where over 2% (docs/decisions.md)
+HOPPER_MARGINS = {(128, 32, 2048): 1.027, (8, 64, 2048): 1.023}
+# (batch, heads, topk): the pick's time over the fastest portable rung's where over 0.5% (docs/decisions.md): rung 26
+# at 2**22-2**23 head-tokens with 512 tokens a query, where rung 24 is faster
+PORTABLE_MARGINS = {(128, 128, 512): 1.081, (64, 128, 512): 1.079, (128, 64, 512): 1.077, (16, 32, 512): 1.028,
+                    (1, 64, 2048): 1.009}
 HOPPER = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal", "portable_ws_h32t",
-          "portable_ws_h32p")
-PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32t", "portable_ws_h32p")
+          "portable_ws_h32p", "portable_ws_h32f")
+PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32t", "portable_ws_h32p", "portable_ws_h32f")
 
 
 @pytest.mark.parametrize("table", RULE_TABLES)
 def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
-    """What the docstrings claim of the committed sweeps: on sm_90 the pick within the per-shape margins
-    auto_kernel's docstring lists (among the rungs it chooses from up to 2.8%, at b16 h128 topk512; rung 25, which
-    it does not run on sm_90, up to 14.2% faster at six shapes of 2**18-2**19 head-tokens) and 2.0% at every other
-    shape; off it within the
-    per-shape margins portable_kernel's docstring lists (up to 1.53x at the four shapes on 2**18 head-tokens, where
-    the rule still runs portable_ws and rung 25 is faster) and 0.5% at every other shape with more than 16 heads,
-    and at 16 heads within 2% everywhere. A new rule or new tables must update the docstrings and this test."""
+    """What the docstrings and docs/decisions.md claim of the committed sweeps: on sm_90 the pick within 2% of the
+    fastest Hopper rung at every shape but the two HOPPER_MARGINS names (2.7% at most); off it within 0.5% of the
+    fastest portable rung at every shape with more than 16 heads but those PORTABLE_MARGINS names (8.1% at most), and
+    at 16 heads within 2% everywhere. A rung the sweep does not time by name (rung 26 at c8e518c) is timed where
+    auto_portable runs it (its rows name the kernel). A new rule or new tables must update the docstrings and this
+    test."""
     import pandas as pd
 
     from workbench.report.results import find_table
@@ -254,16 +251,20 @@ def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
     misses16 = set()
     for (b, h, k), g in df.groupby(["batch", "heads", "topk"]):
         t = g.groupby("provider").median_us.median()
+        ran = g[g.provider == "auto_portable"].kernel
+        if len(ran) and ran.iloc[0] not in t:
+            t[ran.iloc[0]] = t["auto_portable"]
+        hopper, portable = [r for r in HOPPER if r in t], [r for r in PORTABLE if r in t]
         pick = registry.auto_kernel("sm_90", heads=h, tokens=b * k, queries=b)
         margin = HOPPER_MARGINS.get((b, h, k), 1.020)
-        assert t[pick] <= margin * t[list(HOPPER)].min(), (b, h, k, pick, t[list(HOPPER)].idxmin())
+        assert t[pick] <= margin * t[hopper].min(), (b, h, k, pick, t[hopper].idxmin())
         pp = registry.portable_kernel("sm_120", heads=h, tokens=b * k)
         if h > 16:
             margin = PORTABLE_MARGINS.get((b, h, k), 1.005)
-            assert t[pp] <= margin * t[list(PORTABLE)].min(), (b, h, k, pp, t[list(PORTABLE)].idxmin())
-        elif t[pp] > 1.02 * t[list(PORTABLE)].min():
+            assert t[pp] <= margin * t[portable].min(), (b, h, k, pp, t[portable].idxmin())
+        elif t[pp] > 1.02 * t[portable].min():
             misses16.add((b, k))
-    assert misses16 == set(), misses16  # the docstring names none at 16 heads
+    assert misses16 == set(), misses16  # none at 16 heads
 
 
 @pytest.mark.parametrize("heads", [20, 32, 40, 64])

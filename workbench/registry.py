@@ -89,7 +89,7 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
 
     Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the
     history are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands:
-    data/bench_h200_20261204-1707_crossover.csv and data/bench_h200_20261204-1705_heads.csv (the margins:
+    data/bench_h200_20261204-1930_crossover.csv and data/bench_h200_20261204-1928_heads.csv (the margins:
     tests/test_registry.py, HOPPER_MARGINS). ``tokens`` is the call's selected tokens in all: b * s_q * (topk +
     extra topk).
     """
@@ -127,10 +127,10 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
     26: the same plan, f16 operands) up to PORTABLE_H32F_MAX_HEAD_TOKENS, "portable_ws_h32t" (rung 24: planned as
     64-head programs) beyond. Elsewhere "tile512".
 
-    Why: the H200 is the proxy; the crossover and heads sweeps time every portable rung, and each rule was checked
-    by the next sweeps. The tables, the margins and the history: docs/decisions.md ("What `auto` runs off sm_90").
-    The tables that hold the rule as it stands: data/bench_h200_20261204-1707_crossover.csv and
-    data/bench_h200_20261204-1705_heads.csv (the margins: tests/test_registry.py, PORTABLE_MARGINS).
+    Why: the H200 is the proxy; the crossover and heads sweeps time every portable rung (rung 26 in the tables at
+    c8e518c only where auto_portable runs it), and each rule was checked by the next sweeps. The tables, the margins and the history: docs/decisions.md ("What `auto` runs off sm_90").
+    The tables that hold the rule as it stands: data/bench_h200_20261204-1930_crossover.csv and
+    data/bench_h200_20261204-1928_heads.csv (the margins: tests/test_registry.py, PORTABLE_MARGINS).
     """
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"

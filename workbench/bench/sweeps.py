@@ -53,11 +53,12 @@ OVERHEAD_MODES = ("eager", "eager_idle", "graph", "overhead")
 # the rungs auto chooses among on sm_90 and off it (registry.auto_kernel; auto_portable: what it runs without wgmma),
 # the newest Hopper rung (wgmma_ws_bal, a candidate for the rule), rung 20 (portable_ws_h32q: out of the rule since
 # rung 21, timed beside it as the reference its successors are measured against; at f78a059 it won only b1 h64
-# topk2048, below 2^18 head-tokens, where the rule runs portable_ws), rung 25 (portable_ws_h32p: rung 24 on its own
-# 32-head plan, P as a bf16 pair), the fastest bf16 Gluon rung and the best Triton one, timed from small to large calls
+# topk2048, below 2^18 head-tokens, where the rule runs portable_ws), rungs 25 and 26 (portable_ws_h32p and
+# portable_ws_h32f: rung 24 on its own 32-head plan, P as a bf16 pair or in f16; the sweeps at c8e518c timed rung 26
+# only where auto_portable ran it), the fastest bf16 Gluon rung and the best Triton one, timed from small to large calls
 CROSSOVER_PROVIDERS = ("tile512", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64",
                        "wgmma_ws_bal", "portable_ws", "portable_ws_h32q", "portable_ws_h32t", "portable_ws_h32p",
-                       "auto_portable")
+                       "portable_ws_h32f", "auto_portable")
 # Head counts between the powers of two (issue 25): each pads up to a head group, and must cost no more than the next
 # power of two; the default and every crossover rung beside FlashMLA and the floors, at a large and a small call
 ODD_HEADS = (16, 20, 24, 32, 40, 48, 64, 128)
