@@ -74,8 +74,9 @@ def test_rung_26_is_rung_25s_plan_with_f16_operands_and_rung_25s_pass_as_its_rer
     assert spec.split_granule == pair.split_granule and spec.split_waves == 1
     assert spec.fixed_meta == dict(portable_ws_h32t.SWITCHES, F16=True)
     assert spec.prediction and "b64 h64" in spec.prediction and spec.summary
-    assert registry.portable_kernel("sm_120", heads=64, tokens=64 * 2048) == F16  # 2**23 head-tokens
-    assert registry.portable_kernel("sm_120", heads=64, tokens=32 * 1024 + 1) == F16  # past 2**21
+    assert registry.portable_kernel("sm_120", heads=64, tokens=64 * 2048, queries=64) == F16  # 2**23 head-tokens
+    assert registry.portable_kernel("sm_120", heads=64, tokens=32 * 1024 + 1, queries=16) == F16  # past 2**21
+    assert registry.portable_kernel("sm_120", heads=64, tokens=128 * 512, queries=128) == NAME  # 512 a query
     # the kernel body: the f16 pass, then, on a non-finite row sum, the bf16 pass with P as a pair (rung 25's)
     body = " ".join(inspect.getsource(portable_ws_h32t.portable_ws_h32t_partial_kernel.fn).split())
     assert "F16, P_PAIR, True)" in body and "if F16: if not_finite(l_i):" in body and "False, True, False)" in body

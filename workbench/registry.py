@@ -54,7 +54,9 @@ XCHG_BELOW_HEAD_TOKENS = 1 << 20     # >= 33 heads: below b8 topk2048 at h64, b4
 H32P_MIN_HEAD_TOKENS_SM90 = 1 << 19  # >= 33 heads, below XCHG_BELOW_HEAD_TOKENS: rung 25 beat wgmma_xchg at every
                                      # 2**19 shape of the crossover at dcff189 (6.4-14.2%) and of the A/B at 875fc90
 H32P_MIN_TOPK_SM90 = 2048            # ... and at 2**18 with 2048 tokens a query (b2 h64, b1 h128 topk2048: 6-7.4% at
-                                     # dcff189), not with 512 (b8 h64, b4 h128 topk512: wgmma_xchg 4-8% faster)
+                                     # dcff189), not with 512 (b8 h64, b4 h128 topk512: wgmma_xchg 4-8% faster); a
+                                     # call of one scope only (b8 h128 topk 128 + extra 512: 27.5 us against
+                                     # wgmma_xchg's 18.8, the production sweeps at c8e518c and dcff189)
 ONE_SPLIT_MAX_TOPK_SM90 = 512        # >= 33 heads, from XCHG_BELOW_HEAD_TOKENS: a call of one split (from
                                      # ONE_SPLIT_MIN_QUERIES_SM90 queries) of at most 512 tokens a query runs
                                      # wgmma_f16: b128 h64 topk512 39.6-40.0 us against the 64-head block's 41.5-41.8
@@ -66,6 +68,9 @@ PORTABLE_H32P_MAX_HEAD_TOKENS = 1 << 21  # off Hopper, > 32 heads: up to b64 top
 PORTABLE_H32F_MAX_HEAD_TOKENS = 1 << 23  # ... rung 26 (its plan, f16 operands) up to b64 topk2048 at h64 (104.5 us
                                          # against rung 24's 108.4, the A/B at 875fc90); at b64 h128 rung 24 (186.6
                                          # against 199.2)
+PORTABLE_H32F_MIN_TOPK = 2048  # ... for calls of 2048 tokens a query (the crossover at c8e518c: b32 h128 topk2048
+                               # 100.93 against rung 24's 103.9), not 512 (rung 24 7.6-8.0% faster at b64 h128,
+                               # b128 h64 and b128 h128)
 PORTABLE_H32_MIN_TOKENS_H16 = 8192  # off Hopper, <= 32 heads: from b4 topk2048 (b16 topk512) the 32-head kernel (half
                                     # its heads padding at 16) beats portable_ws's split plan (16-head groups)
 
@@ -83,18 +88,18 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     "portable_ws_h32t" (one 32-head block, mma.sync) from H32_MIN_TOKENS_SM90 tokens, else "wgmma_xchg". At >= 33
     heads, by head-tokens (heads * tokens, 33-63 heads counted as HEAD_BLOCK: they run padded to one 64-head
     block): "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS; below XCHG_BELOW_HEAD_TOKENS "portable_ws_h32p"
-    (rung 25) from H32P_MIN_HEAD_TOKENS_SM90, and below it for calls of H32P_MIN_TOPK_SM90 tokens a query or more,
-    else "wgmma_xchg"; from there "wgmma_ws_h64" (but "wgmma_f16" for a one-split call of at most
+    (rung 25) for a call of one scope from H32P_MIN_HEAD_TOKENS_SM90, and below it with H32P_MIN_TOPK_SM90 tokens a
+    query or more, else "wgmma_xchg"; from there "wgmma_ws_h64" (but "wgmma_f16" for a one-split call of at most
     ONE_SPLIT_MAX_TOPK_SM90 tokens a query). Any other GPU: :func:`portable_kernel`.
 
     Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the
     history are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands:
     data/bench_h200_20261204-1930_crossover.csv and data/bench_h200_20261204-1928_heads.csv (the margins:
-    tests/test_registry.py, HOPPER_MARGINS). ``tokens`` is the call's selected tokens in all: b * s_q * (topk +
-    extra topk).
+    tests/test_registry.py, HOPPER_MARGINS); they were measured at c8e518c, before the band asked for one scope
+    (docs/decisions.md). ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
-        return portable_kernel(capability, heads=heads, tokens=tokens)
+        return portable_kernel(capability, heads=heads, tokens=tokens, queries=queries)
     if heads <= 16:
         if tokens <= XCHG_MAX_TOKENS_H16:
             return "wgmma_xchg"
@@ -111,26 +116,29 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
         return "wgmma_f16_2cta"
     if work < XCHG_BELOW_HEAD_TOKENS:
         long_rows = queries is not None and tokens >= H32P_MIN_TOPK_SM90 * queries
-        return "portable_ws_h32p" if work >= H32P_MIN_HEAD_TOKENS_SM90 or long_rows else "wgmma_xchg"
+        band = scopes == 1 and (work >= H32P_MIN_HEAD_TOKENS_SM90 or long_rows)
+        return "portable_ws_h32p" if band else "wgmma_xchg"
     return "wgmma_f16" if one_split and tokens <= ONE_SPLIT_MAX_TOPK_SM90 * queries else "wgmma_ws_h64"
 
 
 PORTABLE_CAPABILITIES = ("sm_100", "sm_103", "sm_110", "sm_120", "sm_121")  # warp specialisation, no wgmma
 
 
-def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
+def portable_kernel(capability: str, *, heads: int, tokens: int, queries: int | None = None) -> str:
     """What "auto" runs off sm_90. On a GPU that can run warp-specialised rungs (register reallocation: sm_90 and
     newer; ``PORTABLE_CAPABILITIES``): at <= 32 heads "portable_ws" (16-head groups) below
     PORTABLE_H32_MIN_TOKENS_H16 tokens and "portable_ws_h32t" (one 32-head group) from there; above 32 heads by
     head-tokens (heads * tokens), "portable_ws" below PORTABLE_WS_BELOW_HEAD_TOKENS, "portable_ws_h32p" (rung 25:
     32-head groups planned as such, P as a bf16 pair) up to PORTABLE_H32P_MAX_HEAD_TOKENS, "portable_ws_h32f" (rung
-    26: the same plan, f16 operands) up to PORTABLE_H32F_MAX_HEAD_TOKENS, "portable_ws_h32t" (rung 24: planned as
-    64-head programs) beyond. Elsewhere "tile512".
+    26: the same plan, f16 operands) up to PORTABLE_H32F_MAX_HEAD_TOKENS for calls of PORTABLE_H32F_MIN_TOPK tokens
+    a query (``queries``: b * s_q; None, not known: rung 24), "portable_ws_h32t" (rung 24: planned as 64-head
+    programs) otherwise. Elsewhere "tile512".
 
     Why: the H200 is the proxy; the crossover and heads sweeps time every portable rung (rung 26 in the tables at
     c8e518c only where auto_portable runs it), and each rule was checked by the next sweeps. The tables, the margins and the history: docs/decisions.md ("What `auto` runs off sm_90").
     The tables that hold the rule as it stands: data/bench_h200_20261204-1930_crossover.csv and
-    data/bench_h200_20261204-1928_heads.csv (the margins: tests/test_registry.py, PORTABLE_MARGINS).
+    data/bench_h200_20261204-1928_heads.csv (the margins: tests/test_registry.py, PORTABLE_MARGINS), measured at
+    c8e518c, before rung 26 asked for 2048 tokens a query.
     """
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
@@ -140,7 +148,8 @@ def portable_kernel(capability: str, *, heads: int, tokens: int) -> str:
         return "portable_ws"
     if heads * tokens <= PORTABLE_H32P_MAX_HEAD_TOKENS:
         return "portable_ws_h32p"
-    return "portable_ws_h32f" if heads * tokens <= PORTABLE_H32F_MAX_HEAD_TOKENS else "portable_ws_h32t"
+    long_rows = queries is not None and tokens >= PORTABLE_H32F_MIN_TOPK * queries
+    return "portable_ws_h32f" if heads * tokens <= PORTABLE_H32F_MAX_HEAD_TOKENS and long_rows else "portable_ws_h32t"
 
 
 def resolve(impl: str, device, *, heads: int, tokens: int, queries: int | None = None, scopes: int = 1) -> str:

@@ -148,15 +148,15 @@ class AutoPortableProvider(WorkbenchProvider):
         b, s_q, h, _ = q.shape
         tokens = b * s_q * (kw["indices"].shape[-1] + (kw["extra_indices"].shape[-1]
                                                         if kw.get("extra_indices") is not None else 0))
-        impl = portable_impl(heads=h, tokens=tokens)
+        impl = portable_impl(heads=h, tokens=tokens, queries=b * s_q)
         if q.is_cuda and (reason := not_on_this_gpu(impl)):  # e.g. portable_ws on sm_89: a skipped row, no abort
             raise Skip(reason)
         return lambda: sparse_mla_decode(**kw, impl=impl, config=config)
 
 
-def portable_impl(*, heads: int, tokens: int) -> str:
+def portable_impl(*, heads: int, tokens: int, queries: int | None = None) -> str:
     from .. import registry
-    return registry.auto_kernel(PORTABLE_PROXY, heads=heads, tokens=tokens)
+    return registry.auto_kernel(PORTABLE_PROXY, heads=heads, tokens=tokens, queries=queries)
 
 
 PLAN = "+plan"  # suffix of a decode provider that launches through a plan
@@ -471,7 +471,8 @@ def kernel_of(provider: str, shape) -> str:
     recorded as what it resolved to (with or without a plan)."""
     provider = base_impl(provider)
     if provider == AUTO_PORTABLE:
-        return portable_impl(heads=shape.heads, tokens=shape.batch * shape.s_q * (shape.topk + shape.extra_topk))
+        return portable_impl(heads=shape.heads, tokens=shape.batch * shape.s_q * (shape.topk + shape.extra_topk),
+                             queries=shape.batch * shape.s_q)
     if provider != "auto":
         return provider
     from .. import registry
