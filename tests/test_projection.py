@@ -148,5 +148,5 @@ def test_projection_of_the_committed_headline_table():
     assert r["proxy_us"] == pytest.approx(sel.median_us.median()) and r["kernel"] == sel.kernel.iloc[0]
     assert r["kernel"] == registry.auto_kernel("sm_120", heads=16, tokens=64 * 2048)
     assert r["lab_status"] == "fits" and r["mma"] == "HMMA" and r["spill_stores_max"] == 0
-    assert set(proj.kernel) <= {"portable_ws", "portable_ws_h32t", "tile512"}
+    assert set(proj.kernel) <= {"portable_ws", "portable_ws_h32t", "portable_ws_h32f", "tile512"}
     assert proj.warps_per_sm_max.notna().all()

@@ -199,7 +199,8 @@ def fig_batch_model(show):
     groups = [g for p in PROVIDER_ORDER for m in ("graph", "eager")
               for g in [f"{PROVIDER_LABELS[p]}, {m}"] if g in set(show.group)]
     heads = sorted(show.heads.unique())
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.4))
+    # the r² labels stand on bars of 0.8 / groups of a heads slot: wider with more groups, so that they never touch
+    fig, axes = plt.subplots(1, 2, figsize=(max(13.0, 1.45 * len(groups)), 4.4))
     width = 0.8 / max(1, len(groups))
     colors = {}
     for j, g in enumerate(groups):
