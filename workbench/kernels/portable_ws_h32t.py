@@ -38,6 +38,13 @@ maximum, that rounding is the output's error, and longer splits make it likelier
 takes P to ~2^-17, so that rung can run its split plan on its own 32-head programs (fewer, longer splits). It also
 costs two more bar.sync a tile: Triton's barrier pass sees lo as part of q's buffer, where the partial scores live,
 though neither access needs one (tests/test_portable_ws_h32t.py counts them).
+
+Rung "portable_ws_h32f" is this kernel with F16, on rung 25's plan: K, q and P in f16 with wgmma_f16's window (the
+producer's hardware e4m3x2 -> f16x2 dequant, q scaled per head by a power of two, the scores scaled back), one f16 P
+8x finer than bf16's. A split whose row sums come out non-finite (a token outside the window, or NaN in the data)
+runs again as rung 25's pass (bf16, P as a pair) in a second warp-specialised region over the same buffers, and
+every store of the first pass is written again. Plan for plan it takes 6-7% more than rung 24 on the H200 (ncu:
+the consumer's HMMAs wait longer on their ldmatrix operands; docs/decisions.md, rung 26).
 """
 from __future__ import annotations
 
