@@ -1,4 +1,4 @@
-"""The f16 rungs' window and their exact fallback (GPU only: Gluon, sm_90).
+"""The f16 rungs' window and their exact fallback (GPU only: Gluon; the H200).
 
 ``F16=1`` dequantises with the hardware e4m3 -> f16 pair convert and one f16 multiply by 2**(e-127+7): exact for
 scale bytes in [F16_MIN_SCALE_BYTE, F16_MAX_SCALE_BYTE] = [105, 127] and rope values below 512; q is scaled per
@@ -20,7 +20,8 @@ from workbench.kernels.gluon_common import F16_K_SHIFT, F16_MAX_SCALE_BYTE, F16_
 from workbench.kernels.wgmma_ws import ws_partial_kernel
 from workbench.metrics import compare
 
-# the rungs with an f16 window: those of wgmma's kernel with F16=1, and wgmma_ws's (f16 throughout, no switch)
+# the rungs with an f16 window: those of wgmma's kernel and of portable_ws_h32t's with F16=1 (rung 26), and wgmma_ws's
+# (f16 throughout, no switch)
 F16_RUNGS = tuple(n for n in registry.names("split")
                   if registry.get(n).fixed_meta.get("F16") or registry.get(n).jit is ws_partial_kernel)
 B, H, TOPK, PAGES, BS = 3, 16, 128, 6, 64

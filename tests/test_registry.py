@@ -136,11 +136,14 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
         assert registry.resolve("auto", "cuda", heads=h, tokens=4095) == "wgmma_f16_2cta", h
         assert registry.resolve("auto", "cuda", heads=h, tokens=4096) == "wgmma_xchg", h
         assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 1024 - 1) == "wgmma_xchg", h
-        assert registry.resolve("auto", "cuda", heads=h, tokens=4 * 2048, queries=2) == "portable_ws_h32p", h
+        assert registry.resolve("auto", "cuda", heads=h, tokens=2 * 2048, queries=2) == "portable_ws_h32p", h  # 2**18
+        assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 512, queries=8) == "wgmma_xchg", h  # 512 a query
+        assert registry.resolve("auto", "cuda", heads=h, tokens=2 * 2048) == "wgmma_xchg", h  # queries unknown
         assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 1024) == "portable_ws_h32p", h
         assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 2048) == "wgmma_ws_h64", h
         assert registry.resolve("auto", "cuda", heads=h, tokens=64 * 2048) == "wgmma_ws_h64", h
-    # >= 64 heads, by head-tokens: the 16-head groups below 2**18, the bf16 rung below 2**20, then the 64-head block
+    # >= 64 heads, by head-tokens: the 16-head groups below 2**18, the bf16 rung or rung 25 below 2**20, then the
+    # 64-head block
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "wgmma_f16_2cta"  # small call, 64 heads
     assert registry.resolve("auto", "cuda", heads=64, tokens=4095) == "wgmma_f16_2cta"
     assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "wgmma_xchg"
@@ -273,6 +276,28 @@ def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
         elif t[pp] > 1.02 * t[portable].min():
             misses16.add((b, k))
     assert misses16 == set(), misses16  # none at 16 heads
+    for margins, default in ((HOPPER_MARGINS, 1.020), (PORTABLE_MARGINS, 1.005)):  # no entry a stale one
+        assert all(m > default for m in margins.values()), margins
+
+
+@pytest.mark.parametrize("table", RULE_TABLES)
+def test_every_margin_listed_is_needed_in_the_crossover(table):
+    """Each shape HOPPER_MARGINS or PORTABLE_MARGINS names misses the default margin in the crossover table (so a
+    margin the next sweeps no longer need is dropped, not kept silently)."""
+    import pandas as pd
+
+    from workbench.report.results import find_table
+    if "crossover" not in table:
+        pytest.skip("the margins are the crossover's")
+    df = pd.read_csv(find_table(table))
+    df = df[(df["mode"] == "graph") & (df.status == "ok")]
+    for margins, rungs, default, pick in ((HOPPER_MARGINS, HOPPER, 1.020, "sm_90"),
+                                          (PORTABLE_MARGINS, PORTABLE, 1.005, "sm_120")):
+        for (b, h, k) in margins:
+            g = df[(df.batch == b) & (df.heads == h) & (df.topk == k)]
+            t = g.groupby("provider").median_us.median()
+            chosen = registry.auto_kernel(pick, heads=h, tokens=b * k, queries=b)
+            assert t[chosen] > default * t[[r for r in rungs if r in t]].min(), (pick, b, h, k)
 
 
 @pytest.mark.parametrize("heads", [20, 32, 40, 64])

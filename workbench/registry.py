@@ -54,9 +54,7 @@ XCHG_BELOW_HEAD_TOKENS = 1 << 20     # >= 33 heads: below b8 topk2048 at h64, b4
 H32P_MIN_HEAD_TOKENS_SM90 = 1 << 19  # >= 33 heads, below XCHG_BELOW_HEAD_TOKENS: rung 25 beat wgmma_xchg at every
                                      # 2**19 shape of the crossover at dcff189 (6.4-14.2%) and of the A/B at 875fc90
 H32P_MIN_TOPK_SM90 = 2048            # ... and at 2**18 with 2048 tokens a query (b2 h64, b1 h128 topk2048: 6-7.4% at
-                                     # dcff189), not with 512 (b8 h64, b4 h128 topk512: wgmma_xchg 4-8% faster); a
-                                     # call of one scope only (b8 h128 topk 128 + extra 512: 27.5 us against
-                                     # wgmma_xchg's 18.8, the production sweeps at c8e518c and dcff189)
+                                     # dcff189), not with 512 (b8 h64, b4 h128 topk512: wgmma_xchg 4-8% faster)
 ONE_SPLIT_MAX_TOPK_SM90 = 512        # >= 33 heads, from XCHG_BELOW_HEAD_TOKENS: a call of one split (from
                                      # ONE_SPLIT_MIN_QUERIES_SM90 queries) of at most 512 tokens a query runs
                                      # wgmma_f16: b128 h64 topk512 39.6-40.0 us against the 64-head block's 41.5-41.8
@@ -65,6 +63,7 @@ PORTABLE_WS_BELOW_HEAD_TOKENS = 1 << 18  # off Hopper, > 32 heads: below b8 topk
                                          # at h128; then the 32-head groups (rung 25 first: the crossover at dcff189)
 PORTABLE_H32P_MAX_HEAD_TOKENS = 1 << 21  # off Hopper, > 32 heads: up to b64 topk512 (b16 topk2048) at h64 the 32-head
                                          # rung that plans on its own head group (P as a bf16 pair); then rung 26
+                                         # at 2048 tokens a query, else rung 24
 PORTABLE_H32F_MAX_HEAD_TOKENS = 1 << 23  # ... rung 26 (its plan, f16 operands) up to b64 topk2048 at h64 (104.5 us
                                          # against rung 24's 108.4, the A/B at 875fc90); at b64 h128 rung 24 (186.6
                                          # against 199.2)
@@ -116,6 +115,8 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
         return "wgmma_f16_2cta"
     if work < XCHG_BELOW_HEAD_TOKENS:
         long_rows = queries is not None and tokens >= H32P_MIN_TOPK_SM90 * queries
+        # one scope only: the portable rungs launch a scope at a time (production b8 h128, topk 128 + extra 512,
+        # 2**19.3 head-tokens: 27.5 us against wgmma_xchg's 18.8; the production sweeps at c8e518c and dcff189)
         band = scopes == 1 and (work >= H32P_MIN_HEAD_TOKENS_SM90 or long_rows)
         return "portable_ws_h32p" if band else "wgmma_xchg"
     return "wgmma_f16" if one_split and tokens <= ONE_SPLIT_MAX_TOPK_SM90 * queries else "wgmma_ws_h64"
@@ -135,7 +136,8 @@ def portable_kernel(capability: str, *, heads: int, tokens: int, queries: int | 
     programs) otherwise. Elsewhere "tile512".
 
     Why: the H200 is the proxy; the crossover and heads sweeps time every portable rung (rung 26 in the tables at
-    c8e518c only where auto_portable runs it), and each rule was checked by the next sweeps. The tables, the margins and the history: docs/decisions.md ("What `auto` runs off sm_90").
+    c8e518c only where auto_portable runs it), and each rule was checked by the next sweeps. The tables, the
+    margins and the history: docs/decisions.md ("What `auto` runs off sm_90").
     The tables that hold the rule as it stands: data/bench_h200_20261204-1930_crossover.csv and
     data/bench_h200_20261204-1928_heads.csv (the margins: tests/test_registry.py, PORTABLE_MARGINS), measured at
     c8e518c, before rung 26 asked for 2048 tokens a query.

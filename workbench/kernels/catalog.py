@@ -166,7 +166,7 @@ def _block(module, launch, jit, *, name, rung, summary, prediction, split_waves=
     module.SWITCHES unless given, its launcher (module.launch_*) called with the rung's name, configs, cap and
     switches; direct: its launcher writes a call of one split itself (KernelSpec.direct); split_block_h: the heads
     its split plan counts a program as (KernelSpec.split_block_h)."""
-    allowed = module.ALLOWED if allowed is None else allowed  # (an empty value given is an error, not a default)
+    allowed = module.ALLOWED if allowed is None else allowed  # (a value given, even empty, is used as given)
     config_space = tuple(module.CONFIG_SPACE if config_space is None else config_space)
     maxnreg = module.MAXNREG if maxnreg is None else maxnreg
     switches = dict(module.SWITCHES if switches is None else switches)

@@ -189,8 +189,8 @@ def _pass(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, end, q
         (_consumer, (q_smem._reinterpret(KT, [CW, BLOCK_H, DS], G_SMEM),
                      k_smem._reinterpret(KT, [NUM_BUFS, 2 * CW, BLOCK_T // 2, DS], G_SMEM), valid_smem,
                      p_smem._reinterpret(KT, [2 * BLOCK_H, BLOCK_T // 2], P_SMEM), a_smem, full, empty, start, end,
-                     q_row, stride_qh, pid_h, H, sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink, pid_q, S_Q,
-                     slot, s_total, BLOCK_H, BLOCK_T, D_NOPE + D_ROPE, NUM_BUFS, HAS_SINK, DIRECT, P_PAIR, F16,
+                     q_row, stride_qh, pid_h, H, sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink,
+                     pid_q, S_Q, slot, s_total, BLOCK_H, BLOCK_T, D_NOPE + D_ROPE, NUM_BUFS, HAS_SINK, DIRECT, P_PAIR, F16,
                      LAUNCH_DEPENDENTS)),
         (_producer, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row,
                      start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS, F16)),
@@ -280,7 +280,7 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, en
     for t0 in range(start, end, BLOCK_T):
         buf = i % NUM_BUFS
         mbarrier.wait(full.index(buf), (i // NUM_BUFS) & 1)
-        kb = k_smem.index(buf)  # [2 * CW, TH, DS] bf16: plane half * CW + group
+        kb = k_smem.index(buf)  # [2 * CW, TH, DS] KT: plane half * CW + group
         kq = kb._reinterpret(KT, [CW, 2 * TH, DS], G_SMEM)  # batch b: planes 2b, 2b + 1
         kt = kq.permute((0, 2, 1))  # [CW, DS, 2 * TH]
         sp = mma_v2(q_a0, kt.slice(0, TH, dim=2).load(B_OP), s_zero)  # [CW, BLOCK_H, TH] fp32, group 2 g4
