@@ -247,58 +247,64 @@ _block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws
        allowed=portable_ws.ALLOWED_H32, config_space=portable_ws.CONFIG_SPACE_H32, maxnreg=portable_ws.MAXNREG_H32,
        split_granule=32, direct=True)
 
-from . import portable_ws_h32t  # noqa: E402 - beside its entry
+from . import portable_ws_h32t  # noqa: E402 - beside its entries
 
-_block(portable_ws_h32t, portable_ws_h32t.launch_portable_h32t_partial,
-       portable_ws_h32t.portable_ws_h32t_partial_kernel, name="portable_ws_h32t", rung=24,
-       summary=("rung 23 (portable_ws_h32r) with QK split as 4 column groups of 128 by 2 token halves (q's two "
-                "parities in registers, 64 a thread): 4 partial scores a head-token meet in shared memory, not 8; "
-                "the slot stored as [token half x group] planes"),
-       prediction=("ncu of rung 23 at b64 h64 (8431ecd): the consumer runs one tile at a time through a serial "
-                   "chain in which the 8 partial scores of each head-token (32 KB of fp32 a tile) are stored and "
-                   "read back; halving them halves that traffic and the reduction's loads and adds. An A/B of this "
-                   "kernel as an uncommitted variant on 99ed294 (data/explore/explore_h200_20261204-0620_h32t.csv, "
-                   "two timings a shape) took b64 h64 topk2048 from 119.3-120.7 us to 108.3-108.9, b64 h128 from "
-                   "215.4-217.0 to 191.2-192.0, b64 h16 as one padded group from 62.2 to 57.0, b16 h64 topk512 from "
-                   "22.6-23.1 to 21.4-22.0, none slower; its ncu: the partial 100.0 us against 112.5, the "
-                   "consumer's mio throttle from 10.9% to 1.8% of its samples. The same shared bytes (100,692) and "
-                   "register cap (168). Expect b64 h64 topk2048 at 106-111 us, b64 h128 at 187-196, b64 h16 (one "
-                   "padded group) 55-59, b1 h64 topk512 level with rung 23; the issue's 100 us at b64 h64 stays "
-                   "about 8% away"),
-       split_granule=32, direct=True)
-_block(portable_ws_h32t, portable_ws_h32t.launch_portable_h32t_partial,
-       portable_ws_h32t.portable_ws_h32t_partial_kernel, name="portable_ws_h32p", rung=25,
-       summary=("rung 24 with P as a bf16 pair (hi + lo) in PV, so that its split plan counts its own 32-head "
-                "programs: fewer, longer splits, one wave where the nominal 64-head count made two"),
-       prediction=("Rung 24 on a plan of 32-head programs took b64 h64 topk2048 from 108.8 us to 101.7 and b8 h64 "
-                   "from 27.2 to 20.8 (data/explore/explore_h200_20261204-1442_split_block_h.csv), but failed the "
-                   "extreme-scale check at 256-token splits (3.09e-3): bf16 P's rounding. Written before the A/B: "
-                   "the pair takes P to ~2^-17 and the error near the output's own rounding; 32 more HMMA a warp a "
-                   "tile at the end of the consumer's chain (tensor pipe 27% active, ncu f78a059) should add 8-15%, "
-                   "so b64 h64 topk2048 at 103-112 us (about rung 24's), b8 h64 topk2048 at 21-23. Measured "
-                   "(data/explore/explore_h200_20261204-1637_p_pair.csv, as xp_h32t_pair): b64 h64 113.5 against "
-                   "rung 24's 109.7 (over the range), b8 h64 23.2 against 27.8, b64 h64 topk512 34.9 against 41.6, "
-                   "b64 h128 218.1 against 191.9; the extreme-scale case at b4 h128 topk2048 1.40e-3 (FlashMLA "
-                   "1.54e-3). So it runs between portable_ws and rung 24: 2**18 to 2**21 head-tokens"),
-       split_granule=32, split_block_h=32, direct=True,
-       switches=dict(portable_ws_h32t.SWITCHES, P_PAIR=True))
-_block(portable_ws_h32t, portable_ws_h32t.launch_portable_h32t_partial,
-       portable_ws_h32t.portable_ws_h32t_partial_kernel, name="portable_ws_h32f", rung=26,
-       summary=("rung 25's plan with K, q and P in f16 (wgmma_f16's window: the hardware e4m3x2 -> f16x2 convert in "
-                "the producer, q scaled per head, one P of 2^-12); a split with a token outside the window runs "
-                "again as rung 25 (bf16, P as a pair)"),
-       prediction=("Written before the A/B: rung 24 on the 32-head plan took b64 h64 topk2048 to 100.9 us with "
-                   "bf16 P (inexact), the pair to 113.5. f16 P drops the pair's 32 HMMA a warp a tile and is 8x "
-                   "finer than bf16; the producer's dequant becomes two converts and two multiplies a word "
-                   "(wgmma_f16's). Expect b64 h64 topk2048 at 95-102 us, b8 h64 topk2048 at 20-22, b64 h128 "
-                   "within 3% of rung 24's plan-for-plan, and the extreme-scale case (scale bytes outside the "
-                   "window) to take the rerun at rung 25's error. Measured (data/explore/"
-                   "explore_h200_20261204-1907_f16.csv, 875fc90): b64 h64 topk2048 104.5 against rung 25's 113.0 and "
-                   "rung 24's 108.4, b8 h64 24.5 against 23.7, b64 h128 199.2 against rung 24's 186.6: plan for plan "
-                   "6-7% slower than rung 24 (ncu: more short-scoreboard stalls in the consumer), so it runs from "
-                   "2**21 to 2**23 head-tokens; its catalogue check 43 of 43, memcheck clean"),
-       split_granule=32, split_block_h=32, direct=True,
-       switches=dict(portable_ws_h32t.SWITCHES, F16=True))
+
+def _h32t_rung(**kw):
+    """A rung of portable_ws_h32t's kernel (rungs 24-26): that module's launcher and kernel, 32-token split granule,
+    a call of one split written directly; the rung's own name, notes, plan and switches in ``kw``."""
+    _block(portable_ws_h32t, portable_ws_h32t.launch_portable_h32t_partial,
+           portable_ws_h32t.portable_ws_h32t_partial_kernel, split_granule=32, direct=True, **kw)
+
+
+_h32t_rung(name="portable_ws_h32t", rung=24,
+           summary=("rung 23 (portable_ws_h32r) with QK split as 4 column groups of 128 by 2 token halves (q's two "
+                    "parities in registers, 64 a thread): 4 partial scores a head-token meet in shared memory, not 8; "
+                    "the slot stored as [token half x group] planes"),
+           prediction=("ncu of rung 23 at b64 h64 (8431ecd): the consumer runs one tile at a time through a serial "
+                       "chain in which the 8 partial scores of each head-token (32 KB of fp32 a tile) are stored and "
+                       "read back; halving them halves that traffic and the reduction's loads and adds. An A/B of this "
+                       "kernel as an uncommitted variant on 99ed294 (data/explore/explore_h200_20261204-0620_h32t.csv, "
+                       "two timings a shape) took b64 h64 topk2048 from 119.3-120.7 us to 108.3-108.9, b64 h128 from "
+                       "215.4-217.0 to 191.2-192.0, b64 h16 as one padded group from 62.2 to 57.0, b16 h64 topk512 "
+                       "from "
+                       "22.6-23.1 to 21.4-22.0, none slower; its ncu: the partial 100.0 us against 112.5, the "
+                       "consumer's mio throttle from 10.9% to 1.8% of its samples. The same shared bytes (100,692) and "
+                       "register cap (168). Expect b64 h64 topk2048 at 106-111 us, b64 h128 at 187-196, b64 h16 (one "
+                       "padded group) 55-59, b1 h64 topk512 level with rung 23; the issue's 100 us at b64 h64 stays "
+                       "about 8% away"))
+_h32t_rung(name="portable_ws_h32p", rung=25,
+           summary=("rung 24 with P as a bf16 pair (hi + lo) in PV, so that its split plan counts its own 32-head "
+                    "programs: fewer, longer splits, one wave where the nominal 64-head count made two"),
+           prediction=("Rung 24 on a plan of 32-head programs took b64 h64 topk2048 from 108.8 us to 101.7 and b8 h64 "
+                       "from 27.2 to 20.8 (data/explore/explore_h200_20261204-1442_split_block_h.csv), but failed the "
+                       "extreme-scale check at 256-token splits (3.09e-3): bf16 P's rounding. Written before the A/B: "
+                       "the pair takes P to ~2^-17 and the error near the output's own rounding; 32 more HMMA a warp a "
+                       "tile at the end of the consumer's chain (tensor pipe 27% active, ncu f78a059) should add "
+                       "8-15%, "
+                       "so b64 h64 topk2048 at 103-112 us (about rung 24's), b8 h64 topk2048 at 21-23. Measured "
+                       "(data/explore/explore_h200_20261204-1637_p_pair.csv, as xp_h32t_pair): b64 h64 113.5 against "
+                       "rung 24's 109.7 (over the range), b8 h64 23.2 against 27.8, b64 h64 topk512 34.9 against 41.6, "
+                       "b64 h128 218.1 against 191.9; the extreme-scale case at b4 h128 topk2048 1.40e-3 (FlashMLA "
+                       "1.54e-3). So it runs between portable_ws and rung 24: 2**18 to 2**21 head-tokens"),
+           split_block_h=32, switches=dict(portable_ws_h32t.SWITCHES, P_PAIR=True))
+_h32t_rung(name="portable_ws_h32f", rung=26,
+           summary=("rung 25's plan with K, q and P in f16 (wgmma_f16's window: the hardware e4m3x2 -> f16x2 convert "
+                    "in the producer, q scaled per head, one P of 2^-12); a split with a token outside the window "
+                    "runs again as rung 25 (bf16, P as a pair)"),
+           prediction=("Written before the A/B: rung 24 on the 32-head plan took b64 h64 topk2048 to 100.9 us with "
+                       "bf16 P (inexact), the pair to 113.5. f16 P drops the pair's 32 HMMA a warp a tile and is 8x "
+                       "finer than bf16; the producer's dequant becomes two converts and two multiplies a word "
+                       "(wgmma_f16's). Expect b64 h64 topk2048 at 95-102 us, b8 h64 topk2048 at 20-22, b64 h128 "
+                       "within 3% of rung 24's plan-for-plan, and the extreme-scale case (scale bytes outside the "
+                       "window) to take the rerun at rung 25's error. Measured (data/explore/"
+                       "explore_h200_20261204-1907_f16.csv, 875fc90): b64 h64 topk2048 104.5 against rung 25's 113.0 "
+                       "and "
+                       "rung 24's 108.4, b8 h64 24.5 against 23.7, b64 h128 199.2 against rung 24's 186.6: plan for "
+                       "plan "
+                       "6-7% slower than rung 24 (ncu: more short-scoreboard stalls in the consumer), so it runs from "
+                       "2**21 to 2**23 head-tokens; its catalogue check 43 of 43, memcheck clean"),
+           split_block_h=32, switches=dict(portable_ws_h32t.SWITCHES, F16=True))
 
 register(KernelSpec(
     name="gather", kind="probe", summary="speed-of-light probe: the decode's bytes and split plan, no math",
