@@ -9,9 +9,12 @@ registers, for this run only, a rung of the warp-specialised kernel with wgmma_w
 kernel BASE with a boolean (V 0 or 1) or integer KernelSpec field so set (e.g.
 ``f16_2cta_ps:wgmma_f16_2cta:two_scopes=0``: the same kernel, a launch per KV scope, each scope's splits planned
 apart as well: decode.spec_split_plans; ``h32t_p32:portable_ws_h32t:split_block_h=32``: its splits planned on
-32-head programs), for a same-run A/B of a decode path.
+32-head programs), for a same-run A/B of a decode path; ``NAME:BASE:switches.KEY=V`` sets one of the kernel's
+constexpr switches (an integer) instead, e.g. an A/B switch added to a kernel for one run (BASE may be a variant
+named before it, to set two).
 """
 import argparse
+import inspect
 import json
 import sys
 
@@ -91,6 +94,17 @@ def register_spec_variant(p: argparse.ArgumentParser, text: str) -> None:
         spec = registry.get(base)
     except (ValueError, KeyError) as e:
         p.error(f"--spec-variant {text!r}: expected NAME:BASE:FIELD=V with BASE a registered kernel ({e})")
+    key = field.removeprefix("switches.")
+    if key != field:  # a constexpr switch of the kernel: an integer (booleans as 0 or 1)
+        takes = spec.launch is not None and "switches" in inspect.signature(spec.launch).parameters
+        if name in registry.names() or not takes or not key.isidentifier() or not value.isdigit():
+            p.error(f"--spec-variant {text!r}: switches.KEY=V takes a new NAME, a BASE whose launcher takes switches "
+                    f"(a rung of catalog._block) and a non-negative integer V")
+        switches = {**spec.fixed_meta, key: int(value)}
+        register(dataclasses.replace(spec, name=name, rung=None, fixed_meta=switches,
+                                     launch=lambda switches=switches, base=spec.launch, **kw: base(**kw,
+                                                                                                   switches=switches)))
+        return
     flags = [f.name for f in dataclasses.fields(spec) if isinstance(getattr(spec, f.name), bool)]
     ints = [f.name for f in dataclasses.fields(spec)
             if f.name not in flags and f.name != "rung" and f.type in ("int", "int | None")]

@@ -20,6 +20,7 @@ def parser():
     p.error = lambda message: (_ for _ in ()).throw(ValueError(message))  # an error, not an exit
     yield p
     unregister("v_test")
+    unregister("v_test2")
 
 
 def test_an_integer_field_changes_the_plan_of_the_copy_only(parser):
@@ -37,11 +38,28 @@ def test_a_boolean_field(parser):
     assert registry.get("v_test").two_scopes is False and registry.get("wgmma_f16").two_scopes is True
 
 
+def test_a_switch_reaches_the_launcher_and_chains(parser, monkeypatch):
+    """switches.KEY=V: the copy's launcher passes the rung's switches with KEY set (a second variant on the first
+    sets two); the base rung still passes its own."""
+    from workbench.kernels import portable_ws_h32t
+    seen = []
+    monkeypatch.setattr(portable_ws_h32t, "launch_portable_partial", lambda **kw: seen.append(kw["switches"]))
+    explore.register_spec_variant(parser, "v_test:portable_ws_h32f:switches.EARLY_PV=1")
+    explore.register_spec_variant(parser, "v_test2:v_test:switches.NUM_BUFS=3")
+    for name in ("portable_ws_h32f", "v_test", "v_test2"):
+        registry.get(name).launch()
+    base = dict(portable_ws_h32t.SWITCHES, F16=True)
+    assert seen == [base, {**base, "EARLY_PV": 1}, {**base, "EARLY_PV": 1, "NUM_BUFS": 3}]
+    assert registry.get("v_test2").fixed_meta == seen[2] and registry.get("portable_ws_h32f").fixed_meta == base
+
+
 @pytest.mark.parametrize("text", ["v_test:portable_ws:rung=3", "v_test:portable_ws:split_granule=0",
                                   "v_test:portable_ws:split_waves=-1", "v_test:portable_ws:direct=2",
                                   "v_test:portable_ws:name=1", "portable_ws:portable_ws:direct=0",
-                                  "v_test:no_such_kernel:direct=0"],
-                         ids=["rung", "zero", "negative", "bool-2", "not-a-field", "name-taken", "no-base"])
+                                  "v_test:no_such_kernel:direct=0", "v_test:portable_ws:switches.NUM_BUFS=-1",
+                                  "v_test:wgmma_xchg:switches.X=1", "v_test:portable_ws:switches.1x=1"],
+                         ids=["rung", "zero", "negative", "bool-2", "not-a-field", "name-taken", "no-base",
+                              "switch-negative", "switch-no-switches", "switch-bad-key"])
 def test_what_it_refuses(parser, text):
     with pytest.raises(ValueError, match="--spec-variant"):
         explore.register_spec_variant(parser, text)

@@ -175,7 +175,8 @@ def _block(module, launch, jit, *, name, rung, summary, prediction, split_waves=
         name=name, kind="split", rung=rung, interpretable=False, split_waves=split_waves,
         split_granule=split_granule, split_block_h=split_block_h, pdl=True, direct=direct, summary=summary,
         prediction=prediction,
-        launch=lambda **kw: launch(**kw, name=name, allowed=allowed, maxnreg=maxnreg, switches=switches),
+        launch=lambda switches=switches, **kw: launch(**kw, name=name, allowed=allowed, maxnreg=maxnreg,
+                                                     switches=switches),  # (a same-run A/B may pass others)
         jit=jit, config_cls=TiledConfig, allowed=allowed, config_space=config_space, fixed_meta=switches,
         shared_model=lambda c: module.estimate_shared_bytes(c, **switches),
         check_configs=({"BLOCK_H": first.BLOCK_H, "BLOCK_T": first.BLOCK_T, "num_warps": first.num_warps},),
