@@ -61,17 +61,15 @@ ONE_SPLIT_MAX_TOPK_SM90 = 512        # >= 33 heads, from XCHG_BELOW_HEAD_TOKENS:
                                      # in three crossover runs (1125, 1322, 1515), b128 h128 within 0.5-2.1%
 PORTABLE_WS_BELOW_HEAD_TOKENS = 1 << 18  # off Hopper, > 32 heads: below b8 topk512 (b2 topk2048) at h64, b4 topk512
                                          # at h128; then the 32-head groups (rung 25 first: the crossover at dcff189)
-PORTABLE_H32P_BELOW_HEAD_TOKENS = 1 << 19  # off Hopper, > 32 heads: below b4 topk2048 (b16 topk512) at h64 the 32-head
-                                           # rung that plans on its own head group (P as a bf16 pair); then rung 26
-                                           # (the crossover at bb8550e, the first to time rung 26 by name: 2^19-2^21
-                                           # rung 26 first at 9 of 12 shapes, by up to 8.2% at b8 h128 topk2048)
-PORTABLE_H32F_ANY_TOPK_BELOW_HEAD_TOKENS = 1 << 22  # ... rung 26 (its plan, f16 operands) at any topk below b64
-                                                    # topk1024 at h64 (b64 h64 topk512: 32.79 us against rung 24's
-                                                    # 40.28, bb8550e); from there as below
-PORTABLE_H32F_MAX_HEAD_TOKENS = 1 << 23  # ... and up to b64 topk2048 at h64 (103.75 us against rung 24's 108.75 at
-                                         # bb8550e); at b64 h128 rung 24 (185.44 against 198.43)
-PORTABLE_H32F_MIN_TOPK = 2048  # ... for calls of 2048 tokens a query from PORTABLE_H32F_ANY_TOPK_BELOW_HEAD_TOKENS, not
-                               # 512 (rung 24 7.6-8.0% faster at b64 h128, b128 h64 and b128 h128 topk512)
+PORTABLE_H32P_MAX_HEAD_TOKENS = 1 << 21  # off Hopper, > 32 heads: up to b64 topk512 (b16 topk2048) at h64 the 32-head
+                                         # rung that plans on its own head group (P as a bf16 pair); then rung 26
+                                         # at 2048 tokens a query, else rung 24
+PORTABLE_H32F_MAX_HEAD_TOKENS = 1 << 23  # ... rung 26 (its plan, f16 operands) up to b64 topk2048 at h64 (104.5 us
+                                         # against rung 24's 108.4, the A/B at 875fc90); at b64 h128 rung 24 (186.6
+                                         # against 199.2)
+PORTABLE_H32F_MIN_TOPK = 2048  # ... for calls of 2048 tokens a query (the crossover at c8e518c: b32 h128 topk2048
+                               # 100.93 against rung 24's 103.9), not 512 (rung 24 7.6-8.0% faster at b64 h128,
+                               # b128 h64 and b128 h128)
 PORTABLE_H32_MIN_TOKENS_H16 = 8192  # off Hopper, <= 32 heads: from b4 topk2048 (b16 topk512) the 32-head kernel (half
                                     # its heads padding at 16) beats portable_ws's split plan (16-head groups)
 
@@ -96,7 +94,8 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the
     history are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands:
     data/bench_h200_20261204-2131_crossover.csv and data/bench_h200_20261204-2129_heads.csv (the margins:
-    tests/test_registry.py, HOPPER_MARGINS), measured at bb8550e under this rule. ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra topk).
+    tests/test_registry.py, HOPPER_MARGINS), measured at bb8550e under this rule. ``tokens`` is the call's
+    selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
         return portable_kernel(capability, heads=heads, tokens=tokens, queries=queries)
@@ -131,18 +130,18 @@ def portable_kernel(capability: str, *, heads: int, tokens: int, queries: int | 
     newer; ``PORTABLE_CAPABILITIES``): at <= 32 heads "portable_ws" (16-head groups) below
     PORTABLE_H32_MIN_TOKENS_H16 tokens and "portable_ws_h32t" (one 32-head group) from there; above 32 heads by
     head-tokens (heads * tokens), "portable_ws" below PORTABLE_WS_BELOW_HEAD_TOKENS, "portable_ws_h32p" (rung 25:
-    32-head groups planned as such, P as a bf16 pair) below PORTABLE_H32P_BELOW_HEAD_TOKENS, "portable_ws_h32f"
-    (rung 26: the same plan, f16 operands) below PORTABLE_H32F_ANY_TOPK_BELOW_HEAD_TOKENS, and up to
-    PORTABLE_H32F_MAX_HEAD_TOKENS for calls of PORTABLE_H32F_MIN_TOPK tokens a query (``queries``: b * s_q; None,
-    not known: rung 24), "portable_ws_h32t" (rung 24: planned as 64-head programs) otherwise. Elsewhere "tile512".
+    32-head groups planned as such, P as a bf16 pair) up to PORTABLE_H32P_MAX_HEAD_TOKENS, "portable_ws_h32f" (rung
+    26: the same plan, f16 operands) up to PORTABLE_H32F_MAX_HEAD_TOKENS for calls of PORTABLE_H32F_MIN_TOPK tokens
+    a query (``queries``: b * s_q; None, not known: rung 24), "portable_ws_h32t" (rung 24: planned as 64-head
+    programs) otherwise. Elsewhere "tile512".
 
     Why: the H200 is the proxy; the crossover and heads sweeps time every portable rung, and each rule was checked
-    by the next sweeps. The tables, the
-    margins and the history: docs/decisions.md ("What `auto` runs off sm_90").
+    by the next sweeps. The tables, the margins and the history: docs/decisions.md ("What `auto` runs off sm_90").
     The tables that hold the rule as it stands: data/bench_h200_20261204-2131_crossover.csv and
     data/bench_h200_20261204-2129_heads.csv (the margins: tests/test_registry.py, PORTABLE_MARGINS), measured at
-    bb8550e, before rung 26 took the calls of 2^19-2^22 head-tokens from rung 25 (in-sample: the next crossover is
-    the test).
+    bb8550e under this rule. They are the first to time rung 26 by name at every shape, and put it first at 9 of
+    12 shapes of 2^19-2^21 head-tokens, where this rule runs rung 25 (up to 8.2% slower): the rule that follows
+    from them is data/explore/explore_untimed_20261204-2200_h32f_from_2_19.patch, not yet timed.
     """
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
@@ -150,10 +149,8 @@ def portable_kernel(capability: str, *, heads: int, tokens: int, queries: int | 
         return "portable_ws_h32t" if tokens >= PORTABLE_H32_MIN_TOKENS_H16 else "portable_ws"
     if heads * tokens < PORTABLE_WS_BELOW_HEAD_TOKENS:
         return "portable_ws"
-    if heads * tokens < PORTABLE_H32P_BELOW_HEAD_TOKENS:
+    if heads * tokens <= PORTABLE_H32P_MAX_HEAD_TOKENS:
         return "portable_ws_h32p"
-    if heads * tokens < PORTABLE_H32F_ANY_TOPK_BELOW_HEAD_TOKENS:
-        return "portable_ws_h32f"
     long_rows = queries is not None and tokens >= PORTABLE_H32F_MIN_TOPK * queries
     return "portable_ws_h32f" if heads * tokens <= PORTABLE_H32F_MAX_HEAD_TOKENS and long_rows else "portable_ws_h32t"
 
