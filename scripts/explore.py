@@ -32,8 +32,9 @@ def main(argv=None) -> int:
     p.add_argument("--ws-variant", action="append", default=[], metavar="NAME:K=V[,K=V]",
                    help="register a wgmma_ws rung with these switches changed (repeatable)")
     p.add_argument("--spec-variant", action="append", default=[], metavar="NAME:BASE:FIELD=V",
-                   help="register kernel BASE again as NAME with a boolean or integer KernelSpec field changed "
-                        "(repeatable)")
+                   help="register kernel BASE again as NAME with a boolean or integer KernelSpec field changed, or "
+                        "with FIELD switches.KEY one of its constexpr switches (repeatable; BASE may be a variant "
+                        "named before)")
     a = p.parse_args(argv)
     for v in a.ws_variant:
         register_ws_variant(p, v)
@@ -83,7 +84,8 @@ def register_ws_variant(p: argparse.ArgumentParser, text: str) -> None:
 
 def register_spec_variant(p: argparse.ArgumentParser, text: str) -> None:
     """NAME:BASE:FIELD=V -> a registered copy of kernel BASE with that KernelSpec field set: a boolean (V 0 or 1) or
-    an integer (or an optional one, left None by BASE)."""
+    an integer (or an optional one, left None by BASE); FIELD switches.KEY: the constexpr switch KEY, a non-negative
+    integer, passed by BASE's launcher (a rung of catalog._block, or a variant of one)."""
     import dataclasses
 
     from workbench import registry
@@ -97,10 +99,12 @@ def register_spec_variant(p: argparse.ArgumentParser, text: str) -> None:
     key = field.removeprefix("switches.")
     if key != field:  # a constexpr switch of the kernel: an integer (booleans as 0 or 1)
         takes = spec.launch is not None and "switches" in inspect.signature(spec.launch).parameters
-        if name in registry.names() or not takes or not key.isidentifier() or not value.isdigit():
+        if name in registry.names() or not takes or not key.isidentifier() or not (value.isascii() and value.isdigit()):
             p.error(f"--spec-variant {text!r}: switches.KEY=V takes a new NAME, a BASE whose launcher takes switches "
                     f"(a rung of catalog._block) and a non-negative integer V")
         switches = {**spec.fixed_meta, key: int(value)}
+        # the copy keeps BASE's shared_model and lab_constexprs (only the lab reads them, and explore never does): a
+        # switch that changes the shared bytes (NUM_BUFS) is timed right but would be modelled as BASE
         register(dataclasses.replace(spec, name=name, rung=None, fixed_meta=switches,
                                      launch=lambda switches=switches, base=spec.launch, **kw: base(**kw,
                                                                                                    switches=switches)))
