@@ -249,61 +249,50 @@ HOPPER = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64
 PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32t", "portable_ws_h32p", "portable_ws_h32f")
 
 
+DEFAULT_MARGINS = {"sm_90": 1.020, "sm_120": 1.005}  # the pick's time over the fastest rung's, unless listed
+
+
+def _pick_ratios(table: str) -> dict:
+    """(arch, batch, heads, topk) -> the time of the rung the rule picks there over the fastest rung's time, among
+    the Hopper rungs ("sm_90") and the portable ones ("sm_120"), in one committed sweep (graph replay)."""
+    import pandas as pd
+
+    from workbench.report.results import find_table
+    df = pd.read_csv(find_table(table))
+    df = df[(df["mode"] == "graph") & (df.status == "ok")]
+    ratios = {}
+    for (b, h, k), g in df.groupby(["batch", "heads", "topk"]):
+        t = g.groupby("provider").median_us.median()
+        for arch, rungs in (("sm_90", HOPPER), ("sm_120", PORTABLE)):
+            pick = registry.auto_kernel(arch, heads=h, tokens=b * k, queries=b)
+            ratios[arch, b, h, k] = t[pick] / t[[r for r in rungs if r in t]].min()
+    return ratios
+
+
 @pytest.mark.parametrize("table", RULE_TABLES)
 def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(table):
     """What the docstrings and docs/decisions.md claim of the committed sweeps: on sm_90 the pick within 2% of the
     fastest Hopper rung at every shape but those HOPPER_MARGINS names (each with its own bound); off it within 0.5%
     of the fastest portable rung at every shape with more than 16 heads but those PORTABLE_MARGINS names, and at 16
-    heads within 2% everywhere. A rung the sweep does not time by name is timed where auto_portable runs it (its
-    rows name the kernel). A new rule or new tables must update the docstrings and this test."""
-    import pandas as pd
-
-    from workbench.report.results import find_table
+    heads within 2% everywhere. Every rung is timed by name in these sweeps. A new rule or new tables must update
+    the docstrings and this test."""
     assert table in registry.auto_kernel.__doc__ and table in registry.portable_kernel.__doc__
-    df = pd.read_csv(find_table(table))
-    df = df[(df["mode"] == "graph") & (df.status == "ok")]
-    misses16 = set()
-    for (b, h, k), g in df.groupby(["batch", "heads", "topk"]):
-        t = g.groupby("provider").median_us.median()
-        ran = g[g.provider == "auto_portable"].kernel
-        if len(ran) and ran.iloc[0] not in t:
-            t[ran.iloc[0]] = t["auto_portable"]
-        hopper, portable = [r for r in HOPPER if r in t], [r for r in PORTABLE if r in t]
-        pick = registry.auto_kernel("sm_90", heads=h, tokens=b * k, queries=b)
-        margin = HOPPER_MARGINS.get((b, h, k), 1.020)
-        assert t[pick] <= margin * t[hopper].min(), (b, h, k, pick, t[hopper].idxmin())
-        pp = registry.portable_kernel("sm_120", heads=h, tokens=b * k, queries=b)
-        if h > 16:
-            margin = PORTABLE_MARGINS.get((b, h, k), 1.005)
-            assert t[pp] <= margin * t[portable].min(), (b, h, k, pp, t[portable].idxmin())
-        elif t[pp] > 1.02 * t[portable].min():
-            misses16.add((b, k))
-    assert misses16 == set(), misses16  # none at 16 heads
-    for margins, default in ((HOPPER_MARGINS, 1.020), (PORTABLE_MARGINS, 1.005)):  # no entry a stale one
-        assert all(m > default for m in margins.values()), margins
+    margins = {"sm_90": HOPPER_MARGINS, "sm_120": PORTABLE_MARGINS}
+    for (arch, b, h, k), ratio in _pick_ratios(table).items():
+        bound = 1.02 if arch == "sm_120" and h <= 16 else margins[arch].get((b, h, k), DEFAULT_MARGINS[arch])
+        assert ratio <= bound, (arch, b, h, k, ratio)
+    for arch, default in DEFAULT_MARGINS.items():  # no entry a stale one
+        assert all(m > default for m in margins[arch].values()), margins[arch]
 
 
 def test_every_margin_listed_is_needed():
     """Each shape HOPPER_MARGINS or PORTABLE_MARGINS names misses the default margin in one of the tables the rule
     cites (so a margin the next sweeps no longer need is dropped, not kept silently)."""
-    import pandas as pd
-
-    from workbench.report.results import find_table
-    worst = {}
-    for table in RULE_TABLES:
-        df = pd.read_csv(find_table(table))
-        df = df[(df["mode"] == "graph") & (df.status == "ok")]
-        for margins, rungs, pick in ((HOPPER_MARGINS, HOPPER, "sm_90"), (PORTABLE_MARGINS, PORTABLE, "sm_120")):
-            for (b, h, k) in margins:
-                g = df[(df.batch == b) & (df.heads == h) & (df.topk == k)]
-                t = g.groupby("provider").median_us.median()
-                chosen = registry.auto_kernel(pick, heads=h, tokens=b * k, queries=b)
-                if chosen in t:
-                    ratio = t[chosen] / t[[r for r in rungs if r in t]].min()
-                    worst[pick, b, h, k] = max(worst.get((pick, b, h, k), 0.0), ratio)
-    for margins, default, pick in ((HOPPER_MARGINS, 1.020, "sm_90"), (PORTABLE_MARGINS, 1.005, "sm_120")):
+    ratios = [_pick_ratios(table) for table in RULE_TABLES]
+    for arch, margins in (("sm_90", HOPPER_MARGINS), ("sm_120", PORTABLE_MARGINS)):
         for (b, h, k) in margins:
-            assert worst[pick, b, h, k] > default, (pick, b, h, k, worst.get((pick, b, h, k)))
+            worst = max(r.get((arch, b, h, k), 0.0) for r in ratios)
+            assert worst > DEFAULT_MARGINS[arch], (arch, b, h, k, worst)
 
 
 @pytest.mark.parametrize("heads", [20, 32, 40, 64])
