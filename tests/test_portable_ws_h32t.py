@@ -24,6 +24,7 @@ import pytest
 from workbench import registry
 from workbench.kernels import portable_ws, portable_ws_h32t
 from workbench.kernels.configs import TiledConfig
+from workbench.lab import sass_loops
 from workbench.lab.resources import without_interpreter
 from workbench.lab.targets import get_target
 from workbench.report.results import DATA
@@ -158,25 +159,15 @@ def test_compiles_with_hmma_only_and_no_spills_and_fits_sm120(lab, arch):
     assert r["blocks_per_sm"] == 1 and r["warps_per_sm"] == 12
 
 
-def _loops(sass: str) -> tuple[list, list]:
-    """(instructions [(address, text)], loops [(first, last address)]) of SASS: a loop is a backward branch before
-    the last EXIT and its target (the out-of-line mbarrier retries after the last EXIT branch back into the loops
-    they serve, and are not loops of their own)."""
-    ins = [(int(a, 16), t) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
-    last_exit = max(a for a, t in ins if re.search(r"\bEXIT\b", t))
-    loops = [(int(m.group(1), 16), a) for a, t in ins if a < last_exit
-             for m in [re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", t)] if m and int(m.group(1), 16) < a]
-    return ins, loops
-
-
 def test_rung_26s_spills_are_outside_every_loop(labs):
     """Rung 26's 12 B of spills (sm_90 SASS) are values kept across its two passes (a pointer the f16 pass's
     epilogue computes and the rerun's reads again, and one word of the kernel's body), stored and loaded once a
-    program: no STL or LDL lies inside a loop (:func:`_loops`)."""
-    ins, loops = _loops(labs[F16]["sass"])
-    spills = [a for a, t in ins if re.search(r"\b(STL|LDL)\b", t)]
-    assert spills and len([b for b in loops if b[1] - b[0] > 1000]) >= 4  # both passes' consumer and producer loops
-    assert not [(hex(a), hex(b0), hex(b1)) for a in spills for b0, b1 in loops if b0 <= a <= b1]
+    program: no STL or LDL lies inside a loop (:func:`workbench.lab.sass_loops.loops`)."""
+    sass = labs[F16]["sass"]
+    spills = [a for a, t in sass_loops.instructions(sass) if sass_loops.opcode(t) in ("STL", "LDL")]
+    found = sass_loops.loops(sass)
+    assert spills and len([lp for lp in found if lp.last - lp.first > 1000]) >= 4  # both passes' two partitions
+    assert not [(hex(a), hex(lp.first), hex(lp.last)) for a in spills for lp in found if lp.first <= a <= lp.last]
 
 
 @pytest.mark.parametrize("arch", ["sm_120", "sm_100", "sm_90"])
@@ -233,9 +224,9 @@ def test_shared_memory_traffic_in_sass_operands_by_ldmatrix(lab):
     # a valid-byte load a pass; warp_specialize's state byte a region, and rung 26 one more (not derived here)
     assert ops["LDSM.16.M88"] == len(passes) and ops["LDS.U8"] == {NAME: 1, PAIR: 1, F16: 3}[lab["name"]], ops
     if lab["name"] == F16:
-        ins, loops = _loops(lab["sass"])
-        in_loops = sum(1 for a, t in ins if re.search(r"\bLDS\.128\b", t) and any(b0 <= a <= b1 for b0, b1 in loops
-                                                                                      if b1 - b0 > 1000))
+        big = [lp for lp in sass_loops.loops(lab["sass"]) if lp.last - lp.first > 1000]
+        in_loops = sum(1 for a, t in sass_loops.instructions(lab["sass"])
+                       if re.search(r"\bLDS\.128\b", t) and any(lp.first <= a <= lp.last for lp in big))
         assert in_loops == 4 * len(passes), in_loops
 
 
