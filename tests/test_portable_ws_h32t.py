@@ -224,10 +224,9 @@ def test_shared_memory_traffic_in_sass_operands_by_ldmatrix(lab):
     # a valid-byte load a pass; warp_specialize's state byte a region, and rung 26 one more (not derived here)
     assert ops["LDSM.16.M88"] == len(passes) and ops["LDS.U8"] == {NAME: 1, PAIR: 1, F16: 3}[lab["name"]], ops
     if lab["name"] == F16:
-        big = [lp for lp in sass_loops.loops(lab["sass"]) if lp.last - lp.first > 1000]
-        in_loops = sum(1 for a, t in sass_loops.instructions(lab["sass"])
-                       if re.search(r"\bLDS\.128\b", t) and any(lp.first <= a <= lp.last for lp in big))
-        assert in_loops == 4 * len(passes), in_loops
+        tiles = [lp for lp in sass_loops.innermost(sass_loops.loops(lab["sass"])) if lp.count("HMMA")]
+        in_loops = sum(1 for lp in tiles for _, t in lp.body if re.search(r"\bLDS\.128\b", t))
+        assert len(tiles) == len(passes) and in_loops == 4 * len(passes), (len(tiles), in_loops)
 
 
 # ----------------------------------------------------------------------------- the layouts, by hand

@@ -1,5 +1,6 @@
-"""workbench.lab.sass_loops on a hand-written disassembly, laid out as cuobjdump prints it: two nested loops, a
-forward branch, and an mbarrier retry after the last EXIT that branches back into the inner loop."""
+"""workbench.lab.sass_loops on hand-written disassemblies, laid out as cuobjdump prints them: nested loops, a loop
+with two back-edges (a ``continue``), a forward branch, two EXITs, sm_120's scheduling annotations, and an mbarrier
+retry after the last EXIT that branches back into a loop."""
 import pytest
 
 from workbench.lab import sass_loops
@@ -20,6 +21,19 @@ SASS = """
         /*00c0*/                   BRA 0x40 ;                                     /* 0xfffffffc00000947 */
 """
 
+# a loop (0x10-0x60) with a `continue` (the back-edge at 0x30) and its last back-edge on a uniform predicate, an
+# EXIT inside the kernel and one at its end, and sm_120's annotations after the operands
+SASS_TWO_EDGES = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;                                           /* 0x0 */
+        /*0010*/                   LDS.U8 R4, [R2+UR6+0x18880] &wr=0x1 ?trans2 ;                    /* 0x0 */
+        /*0020*/                   ISETP.NE.AND P0, PT, R4, RZ, PT ;                                /* 0x0 */
+        /*0030*/               @P0 BRA 0x10 ;                                                       /* 0x0 */
+        /*0040*/                   STL [R1], R0 &rd=0x0 ?trans1 ;                                   /* 0x0 */
+        /*0050*/              @!P2 EXIT ;                                                           /* 0x0 */
+        /*0060*/                   BRA.U !UP0, 0x10 ;                                               /* 0x0 */
+        /*0070*/                   EXIT ;                                                           /* 0x0 */
+"""
+
 
 def test_instructions_keep_address_and_text():
     ins = sass_loops.instructions(SASS)
@@ -28,7 +42,8 @@ def test_instructions_keep_address_and_text():
 
 
 @pytest.mark.parametrize("text, op", [("@!P1 LDL.LU.64 R12, [R1+0x8]", "LDL"), ("NOP", "NOP"),
-                                      ("HMMA.16816.F32.BF16 R4, R8, R12, R4", "HMMA"), ("@P0 BRA 0x30", "BRA")])
+                                      ("HMMA.16816.F32.BF16 R4, R8, R12, R4", "HMMA"), ("@P0 BRA 0x30", "BRA"),
+                                      ("STL [R1], R0 &rd=0x0 ?trans1", "STL"), ("BRA.U !UP0, 0x10", "BRA")])
 def test_opcode_drops_predicate_and_modifiers(text, op):
     assert sass_loops.opcode(text) == op
 
@@ -39,10 +54,19 @@ def test_loops_are_backward_branches_before_the_last_exit():
     assert [(lp.first, lp.last) for lp in found] == [(0x20, 0x70), (0x30, 0x50)]
     outer, inner = found
     assert outer.contains(inner) and not inner.contains(outer) and not outer.contains(outer)
+    assert not outer.contains(sass_loops.loops(SASS)[0])  # the same loop, found again
     assert [lp.first for lp in sass_loops.innermost(found)] == [0x30]
     assert (outer.count("LDL"), outer.count("STL"), outer.count("HMMA"), outer.count("NOP")) == (1, 1, 1, 1)
     assert (inner.count("LDL"), inner.count("STL"), inner.count("HMMA"), inner.count("NOP")) == (0, 0, 1, 1)
     assert inner.opcodes() == {"HMMA": 1, "NOP": 1, "BRA": 1}
+
+
+def test_a_loop_with_two_back_edges_is_one_loop_to_its_furthest():
+    found = sass_loops.loops(SASS_TWO_EDGES)
+    # one loop 0x10-0x60 (not a second, nested 0x10-0x30); the EXIT at 0x50 is not the last, so 0x60 counts
+    assert [(lp.first, lp.last) for lp in found] == [(0x10, 0x60)]
+    assert sass_loops.innermost(found) == found
+    assert (found[0].count("STL"), found[0].count("LDS"), found[0].count("EXIT")) == (1, 1, 1)
 
 
 def test_a_text_without_exit_is_refused():

@@ -2,8 +2,10 @@
 ladder asks what a kernel's loops hold (local-memory traffic, NOPs, the order of loads and MMAs), and a count over
 the whole kernel mixes a hot loop with code that runs once a program.
 
-A loop is a backward branch and its target. Only branches before the kernel's last EXIT count: after it sit the
-out-of-line retries of the mbarrier waits, which branch back into the loops they serve and are not loops of their own.
+A loop is a branch target that a later ``BRA`` jumps back to; it ends at the furthest such branch (a loop with a
+``continue`` has several). Only branches before the kernel's last EXIT count: after it sit the out-of-line retries
+of the mbarrier waits, which branch back into the loops they serve and are not loops of their own. Indirect
+branches (``BRX``, ``JMX``) are not followed; the kernels here have none in their loops.
 """
 from __future__ import annotations
 
@@ -40,7 +42,9 @@ class Loop:
         return Counter(opcode(t) for _, t in self.body)
 
     def contains(self, other: "Loop") -> bool:
-        return other is not self and self.first <= other.first and other.last <= self.last
+        """Whether ``other`` is another loop nested in this one (a loop does not contain itself)."""
+        return (other.first, other.last) != (self.first, self.last) and \
+            self.first <= other.first and other.last <= self.last
 
 
 def loops(sass: str) -> list[Loop]:
@@ -49,9 +53,12 @@ def loops(sass: str) -> list[Loop]:
     exits = [a for a, t in ins if opcode(t) == "EXIT"]
     if not exits:
         raise ValueError("no EXIT in this SASS: not a kernel's disassembly")
-    spans = sorted({(int(m.group(1), 16), a) for a, t in ins if a < max(exits)
-                    for m in [_BRANCH_TARGET.search(t)] if m and int(m.group(1), 16) < a})
-    return [Loop(lo, hi, tuple((a, t) for a, t in ins if lo <= a <= hi)) for lo, hi in spans]
+    last = {}  # target -> its furthest backward branch
+    for a, t in ins:
+        m = _BRANCH_TARGET.search(t) if opcode(t) == "BRA" and a < max(exits) else None
+        if m and int(m.group(1), 16) < a:
+            last[int(m.group(1), 16)] = a
+    return [Loop(lo, hi, tuple((a, t) for a, t in ins if lo <= a <= hi)) for lo, hi in sorted(last.items())]
 
 
 def innermost(found: list[Loop]) -> list[Loop]:
