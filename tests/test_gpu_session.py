@@ -20,6 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_session.sh"
 RTX = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
 SM90_ONLY = ["wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal"]
+# what runs on any GPU of sm_90 or newer, in the registry's order
+ANY_GPU = ["simt", "mma", "tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32t", "portable_ws_h32p",
+           "portable_ws_h32f"]
 
 
 def test_script_parses():
@@ -143,9 +146,9 @@ def test_session_on_an_sm120_gpu_skips_flashmla_in_one_line_and_runs_only_what_r
     tag = "rtx_pro_6000_blackwell_workstation_edition"
     check = [c for c in calls if c.startswith("python3 -m workbench check ") and "--sanitize" not in c]
     assert len(check) == 1 and f"--name correctness_{tag}.csv" in check[0]
-    assert check[0].endswith("--impls simt mma tile512 portable_ws portable_ws_h32q portable_ws_h32t portable_ws_h32p portable_ws_h32f auto")
+    assert check[0].endswith(f"--impls {' '.join(ANY_GPU)} auto")
     sanitized = [c.split("--sanitize ")[1] for c in calls if c.startswith("compute-sanitizer ")]
-    assert sanitized == ["simt", "mma", "tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32t", "portable_ws_h32p", "portable_ws_h32f"]
+    assert sanitized == ANY_GPU
     benched = [c.split("--sweep ")[1].split()[0] for c in calls if " bench " in c]
     assert benched == ["headline", "ladder"]
     # the sanitizer logs' provenance names the GPU and its capability, as every table's rows do
@@ -163,4 +166,4 @@ def test_session_on_an_h200_checks_every_kernel_under_the_old_names(tmp_path):
     parts = [c for c in calls if c.startswith("python3 -m workbench check ")]
     assert len(parts) == 2 and all("--name correctness_h200.csv" in c for c in parts)
     checked = [k for c in parts for k in c.split("--impls ")[1].split()]
-    assert sorted(checked) == sorted(["simt", "mma", "tile512", *SM90_ONLY, "portable_ws", "portable_ws_h32q", "portable_ws_h32t", "portable_ws_h32p", "portable_ws_h32f", "auto"])
+    assert sorted(checked) == sorted([*ANY_GPU, *SM90_ONLY, "auto"])

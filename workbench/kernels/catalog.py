@@ -2,8 +2,9 @@
 
 Only the kernels that serve a purpose today are registered: the per-head "before" (simt), the seed (mma), the
 portable kernels off Hopper (tile512, and portable_ws where warp specialisation runs), the fastest bf16 Hopper rung
-(wgmma_xchg), the f16 rungs "auto" runs (registry.auto_kernel), the two gather probes and the reference. Every rung that was ever registered, with the commit
-that still runs it and the tables that hold its measured rows, is in data/rungs.csv.
+(wgmma_xchg), the f16 rungs "auto" runs (registry.auto_kernel), the two gather probes and the reference. Every rung
+that was ever registered, with the commit that still runs it and the tables that hold its measured rows, is in
+data/rungs.csv.
 """
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ WGMMA_SIGNATURE = {**GLUON_SIGNATURE, **{f"x_{k}": GLUON_SIGNATURE[k] for k in S
 # runtime arguments of the fused SIMT baseline: both scopes (the extra one's prefixed x_), the sink, out and lse
 SIMT_SIGNATURE = dict(
     **Q_SIGNATURE, **{f"{p}{k}": t for p in ("", "x_") for k, t in SCOPE_SIGNATURE.items()}, TOPK="i32",
-    X_TOPK="i32", sink_ptr="*fp32", stride_sink="i32", out_ptr="*bf16", lse_ptr="*fp32", sm_scale_log2="fp32", H="i32", S_Q="i32",
-    TOPK_BUCKET="i32")
+    X_TOPK="i32", sink_ptr="*fp32", stride_sink="i32", out_ptr="*bf16", lse_ptr="*fp32", sm_scale_log2="fp32",
+    H="i32", S_Q="i32", TOPK_BUCKET="i32")
 
 register(KernelSpec(
     name="reference", kind="reference", summary="fp32 torch: gather, dequantise, softmax, PV"))
@@ -207,14 +208,14 @@ _block(wgmma_ws_bal, wgmma_ws_bal.launch_ws_bal_partial, wgmma_ws_bal.ws_bal_par
                    "tile: expect the loop ~25% shorter, b64 h128 topk2048 at 85-95 us (rung 15: 113) and b64 h64 at "
                    "55-60 us (68)"), direct=True)
 # The portable rungs write a call of one split directly (no combine). Rungs 14, 20 and 24 plan their splits on the
-# nominal 64-head programs, not their own 16 or 32 heads (split_block_h; rung 25 does, with P as a bf16 pair), though a same-call A/B at 72b0880
-# (data/explore/explore_h200_20261204-1442_split_block_h.csv) made them faster on their own head group (b64 h64
-# topk2048 101.7 us against 108.8, b8 h64 20.8 against 27.2, b8 h128 topk512 15.8 against 21.3; portable_ws b8 h64
-# topk512 12.6 against 18.0; none slower at the 11 shapes timed): the longer splits it gives fail the GPU check's
-# extreme-scale case at b4 h128 topk2048 (out_rel_norm 3.09e-3 against the 3e-3 tolerance, 1.40e-3 on the nominal
-# plan: 128-token splits for the 32-head rungs, 64 for portable_ws; the correctness table at 11c7000:
-# data/explore/explore_h200_20261204-1453_split_block_h_check.csv; docs/decisions.md): bf16 P rounds a dominant
-# token that shares a split with a larger one
+# nominal 64-head programs, not their own 16 or 32 heads (split_block_h; rung 25 does, with P as a bf16 pair), though
+# a same-call A/B at 72b0880 (data/explore/explore_h200_20261204-1442_split_block_h.csv) made them faster on their own
+# head group (b64 h64 topk2048 101.7 us against 108.8, b8 h64 20.8 against 27.2, b8 h128 topk512 15.8 against 21.3;
+# portable_ws b8 h64 topk512 12.6 against 18.0; none slower at the 11 shapes timed): the longer splits it gives fail
+# the GPU check's extreme-scale case at b4 h128 topk2048 (out_rel_norm 3.09e-3 against the 3e-3 tolerance, 1.40e-3 on
+# the nominal plan: 128-token splits for the 32-head rungs, 64 for portable_ws; the correctness table at 11c7000:
+# data/explore/explore_h200_20261204-1453_split_block_h_check.csv; docs/decisions.md): bf16 P rounds a dominant token
+# that shares a split with a larger one
 _block(portable_ws, portable_ws.launch_portable_partial, portable_ws.portable_ws_partial_kernel,
        name="portable_ws", rung=14,
        summary=("wgmma_ws's schedule from instructions sm_120 has: a producer partition (4 warps) gathers and "
@@ -268,8 +269,7 @@ _h32t_rung(name="portable_ws_h32t", rung=24,
                        "kernel as an uncommitted variant on 99ed294 (data/explore/explore_h200_20261204-0620_h32t.csv, "
                        "two timings a shape) took b64 h64 topk2048 from 119.3-120.7 us to 108.3-108.9, b64 h128 from "
                        "215.4-217.0 to 191.2-192.0, b64 h16 as one padded group from 62.2 to 57.0, b16 h64 topk512 "
-                       "from "
-                       "22.6-23.1 to 21.4-22.0, none slower; its ncu: the partial 100.0 us against 112.5, the "
+                       "from 22.6-23.1 to 21.4-22.0, none slower; its ncu: the partial 100.0 us against 112.5, the "
                        "consumer's mio throttle from 10.9% to 1.8% of its samples. The same shared bytes (100,692) and "
                        "register cap (168). Expect b64 h64 topk2048 at 106-111 us, b64 h128 at 187-196, b64 h16 (one "
                        "padded group) 55-59, b1 h64 topk512 level with rung 23; the issue's 100 us at b64 h64 stays "
@@ -282,8 +282,7 @@ _h32t_rung(name="portable_ws_h32p", rung=25,
                        "extreme-scale check at 256-token splits (3.09e-3): bf16 P's rounding. Written before the A/B: "
                        "the pair takes P to ~2^-17 and the error near the output's own rounding; 32 more HMMA a warp a "
                        "tile at the end of the consumer's chain (tensor pipe 27% active, ncu f78a059) should add "
-                       "8-15%, "
-                       "so b64 h64 topk2048 at 103-112 us (about rung 24's), b8 h64 topk2048 at 21-23. Measured "
+                       "8-15%, so b64 h64 topk2048 at 103-112 us (about rung 24's), b8 h64 topk2048 at 21-23. Measured "
                        "(data/explore/explore_h200_20261204-1637_p_pair.csv, as xp_h32t_pair): b64 h64 113.5 against "
                        "rung 24's 109.7 (over the range), b8 h64 23.2 against 27.8, b64 h64 topk512 34.9 against 41.6, "
                        "b64 h128 218.1 against 191.9; the extreme-scale case at b4 h128 topk2048 1.40e-3 (FlashMLA "
@@ -300,11 +299,9 @@ _h32t_rung(name="portable_ws_h32f", rung=26,
                        "within 3% of rung 24's plan-for-plan, and the extreme-scale case (scale bytes outside the "
                        "window) to take the rerun at rung 25's error. Measured (data/explore/"
                        "explore_h200_20261204-1907_f16.csv, 875fc90): b64 h64 topk2048 104.5 against rung 25's 113.0 "
-                       "and "
-                       "rung 24's 108.4, b8 h64 24.5 against 23.7, b64 h128 199.2 against rung 24's 186.6: plan for "
-                       "plan "
-                       "6-7% slower than rung 24 (ncu: more short-scoreboard stalls in the consumer), so it runs from "
-                       "2**21 to 2**23 head-tokens; its catalogue check 43 of 43, memcheck clean"),
+                       "and rung 24's 108.4, b8 h64 24.5 against 23.7, b64 h128 199.2 against rung 24's 186.6: plan "
+                       "for plan 6-7% slower than rung 24 (ncu: more short-scoreboard stalls in the consumer), so it "
+                       "runs from 2**21 to 2**23 head-tokens; its catalogue check 43 of 43, memcheck clean"),
            split_block_h=32, switches=dict(portable_ws_h32t.SWITCHES, F16=True))
 
 register(KernelSpec(

@@ -53,9 +53,10 @@ def loops(sass: str) -> list[Loop]:
     exits = [a for a, t in ins if opcode(t) == "EXIT"]
     if not exits:
         raise ValueError("no EXIT in this SASS: not a kernel's disassembly")
+    last_exit = max(exits)
     last = {}  # target -> its furthest backward branch
     for a, t in ins:
-        m = _BRANCH_TARGET.search(t) if opcode(t) == "BRA" and a < max(exits) else None
+        m = _BRANCH_TARGET.search(t) if a < last_exit and opcode(t) == "BRA" else None
         if m and int(m.group(1), 16) < a:
             last[int(m.group(1), 16)] = a
     return [Loop(lo, hi, tuple((a, t) for a, t in ins if lo <= a <= hi)) for lo, hi in sorted(last.items())]
