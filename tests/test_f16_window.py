@@ -18,12 +18,15 @@ from workbench.format.codec import page_bytes_view, quantize_kv, raw_scale_bytes
 from workbench.decode import sparse_mla_decode
 from workbench.kernels.gluon_common import F16_K_SHIFT, F16_MAX_SCALE_BYTE, F16_MIN_SCALE_BYTE
 from workbench.kernels.wgmma_ws import ws_partial_kernel
+from workbench.kernels.wgmma_ws_bal import ws_bal_partial_kernel
+from workbench.kernels.wgmma_ws_h64 import ws_h64_partial_kernel
 from workbench.metrics import compare
 
-# the rungs with an f16 window: those of wgmma's kernel and of portable_ws_h32t's with F16=1 (rung 26), and wgmma_ws's
-# (f16 throughout, no switch)
+# the rungs with an f16 window: those of wgmma's kernel and of portable_ws_h32t's with F16=1 (rung 26), and the
+# warp-specialised Hopper rungs' (f16 throughout, no switch: wgmma_ws, and rungs 15 and 16 in 64-head groups)
+F16_ALWAYS = (ws_partial_kernel, ws_h64_partial_kernel, ws_bal_partial_kernel)
 F16_RUNGS = tuple(n for n in registry.names("split")
-                  if registry.get(n).fixed_meta.get("F16") or registry.get(n).jit is ws_partial_kernel)
+                  if registry.get(n).fixed_meta.get("F16") or registry.get(n).jit in F16_ALWAYS)
 B, H, TOPK, PAGES, BS = 3, 16, 128, 6, 64
 Q_COL, ROPE_AT = 5, (4, 17, 448 + 9)  # (page, token, column): a token only query 2 selects
 ROPE_LIMIT = 2.0 ** (16 - F16_K_SHIFT)  # 512: the first rope magnitude outside the f16 tile
@@ -68,9 +71,12 @@ def _assert_exact(q, cache, idx, impl, queries=range(B)):
 
 
 def test_every_f16_rung_is_covered():
-    """The GPU tests below run every rung with an f16 window switch: the three "auto" picks among on sm_90, and rung 26
-    (portable_ws_h32f), which it picks among off sm_90."""
-    assert set(F16_RUNGS) == {"wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "portable_ws_h32f"}
+    """The GPU tests below run every rung with an f16 window: the four "auto" picks among on sm_90 (rung 15,
+    wgmma_ws_h64, is its default at b64 h64 and h128; its 64-head group holds the tests' 16 heads and 48 masked
+    ones), rung 16 (wgmma_ws_bal, rung 15's sibling), and rung 26 (portable_ws_h32f), which it picks among off
+    sm_90."""
+    assert set(F16_RUNGS) == {"wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal",
+                              "portable_ws_h32f"}
 
 
 @pytest.mark.gpu
