@@ -63,7 +63,7 @@ def test_rung_25_is_rung_24_with_the_p_pair_on_its_own_plan():
     assert spec.fixed_meta == dict(portable_ws_h32t.SWITCHES, P_PAIR=True) and "P_PAIR" not in base.fixed_meta
     assert (spec.split_block_h, base.split_block_h) == (32, None)  # planned on its own 32 heads, rung 24 on 64
     assert spec.prediction and "b64 h64" in spec.prediction and spec.summary
-    assert registry.portable_kernel("sm_120", heads=64, tokens=8 * 2048) == PAIR  # 2**20 head-tokens
+    assert registry.portable_kernel("sm_120", heads=64, tokens=2 * 2048) == PAIR  # 2**18 head-tokens
     assert registry.portable_kernel("sm_120", heads=128, tokens=64 * 2048) == NAME
 
 
@@ -76,7 +76,8 @@ def test_rung_26_is_rung_25s_plan_with_f16_operands_and_rung_25s_pass_as_its_rer
     assert spec.fixed_meta == dict(portable_ws_h32t.SWITCHES, F16=True)
     assert spec.prediction and "b64 h64" in spec.prediction and spec.summary
     assert registry.portable_kernel("sm_120", heads=64, tokens=64 * 2048, queries=64) == F16  # 2**23 head-tokens
-    assert registry.portable_kernel("sm_120", heads=64, tokens=32 * 1024 + 1, queries=16) == F16  # past 2**21
+    assert registry.portable_kernel("sm_120", heads=64, tokens=8 * 1024) == F16  # 2**19, any topk
+    assert registry.portable_kernel("sm_120", heads=64, tokens=64 * 512, queries=64) == F16  # 2**21, 512 a query
     assert registry.portable_kernel("sm_120", heads=64, tokens=128 * 512, queries=128) == NAME  # 512 a query
     # the kernel body: the f16 pass, then, on a non-finite row sum, the bf16 pass with P as a pair (rung 25's)
     body = " ".join(inspect.getsource(portable_ws_h32t.portable_ws_h32t_partial_kernel.fn).split())

@@ -186,21 +186,27 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "portable_ws_h32t"  # queries unknown
     assert registry.resolve("auto", "cuda", heads=16, tokens=4 * 512) == "portable_ws"  # sm_120: no wgmma
     # > 32 heads, by head-tokens: the 16-head groups below 2**18, the 32-head groups on their own plan (P as a pair)
-    # up to 2**21, the same plan in f16 up to 2**23, then the 32-head groups on the nominal plan
+    # below 2**19, the same plan in f16 below 2**22 at any topk and up to 2**23 at 2048 tokens a query, then the
+    # 32-head groups on the nominal plan
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "portable_ws"
     assert registry.resolve("auto", "cuda", heads=64, tokens=4095) == "portable_ws"
     assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "portable_ws_h32p"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=32768) == "portable_ws_h32p"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=32769, queries=16) == "portable_ws_h32f"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=8191) == "portable_ws_h32p"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=8192) == "portable_ws_h32f"  # 2**19: queries unknown
+    assert registry.resolve("auto", "cuda", heads=40, tokens=8 * 2048) == "portable_ws_h32f"  # 2**19.3
+    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 1024 - 1) == "portable_ws_h32f"  # any topk
+    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 512, queries=64) == "portable_ws_h32f"
     assert registry.resolve("auto", "cuda", heads=64, tokens=131072, queries=64) == "portable_ws_h32f"  # 2**23
-    # ... rung 26 for calls of 2048 tokens a query, else rung 24 (b128 topk512: 7.6% faster at c8e518c)
+    # ... from 2**22 rung 26 for calls of 2048 tokens a query, else rung 24 (b128 topk512: 7.6% faster at c8e518c)
+    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 1024) == "portable_ws_h32t"  # queries unknown
     assert registry.resolve("auto", "cuda", heads=64, tokens=128 * 512, queries=128) == "portable_ws_h32t"
     assert registry.resolve("auto", "cuda", heads=64, tokens=32 * 2048, queries=33) == "portable_ws_h32t"
     assert registry.resolve("auto", "cuda", heads=64, tokens=131073) == "portable_ws_h32t"
     assert registry.resolve("auto", "cuda", heads=128, tokens=2047) == "portable_ws"
     assert registry.resolve("auto", "cuda", heads=128, tokens=2048) == "portable_ws_h32p"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=16384) == "portable_ws_h32p"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=16385, queries=8) == "portable_ws_h32f"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=4095) == "portable_ws_h32p"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=4096) == "portable_ws_h32f"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=32767) == "portable_ws_h32f"
     assert registry.resolve("auto", "cuda", heads=128, tokens=65536, queries=32) == "portable_ws_h32f"
     assert registry.resolve("auto", "cuda", heads=128, tokens=65536, queries=128) == "portable_ws_h32t"
     assert registry.resolve("auto", "cuda", heads=128, tokens=65537) == "portable_ws_h32t"  # b64 topk2048: 2**24
@@ -225,7 +231,8 @@ def test_auto_portable_provider_records_what_auto_runs_without_wgmma():
     assert bench.kernel_of("auto_portable", BenchShape(64, 16, 2048)) == "portable_ws_h32t"
     assert bench.kernel_of("auto_portable", BenchShape(1, 64, 512)) == "portable_ws"
     assert bench.kernel_of("auto_portable", BenchShape(64, 128, 2048)) == "portable_ws_h32t"
-    assert bench.kernel_of("auto_portable", BenchShape(8, 64, 2048)) == "portable_ws_h32p"
+    assert bench.kernel_of("auto_portable", BenchShape(8, 64, 2048)) == "portable_ws_h32f"
+    assert bench.kernel_of("auto_portable", BenchShape(2, 64, 2048)) == "portable_ws_h32p"
     # the extra scope's tokens count: 8 x 512 alone is below the 16-head threshold, 8 x (512 + 512) is on it
     assert bench.kernel_of("auto_portable", BenchShape(8, 16, 512)) == "portable_ws"
     assert bench.kernel_of("auto_portable", BenchShape(8, 16, 512, extra_topk=512)) == "portable_ws_h32t"
@@ -238,12 +245,9 @@ RULE_TABLES = ("bench_h200_20261204-2131_crossover.csv", "bench_h200_20261204-21
 # (batch, heads, topk): the pick's time over the fastest Hopper rung's where over 2% in either table (docs/decisions.md)
 HOPPER_MARGINS = {(4, 64, 2048): 1.021, (4, 128, 2048): 1.029, (32, 64, 512): 1.029, (128, 32, 2048): 1.023,
                   (8, 64, 2048): 1.035}
-# (batch, heads, topk): the pick's time over the fastest portable rung's where over 0.5% in either table: rung 25
-# where rung 26 is faster, 2^19-2^21 head-tokens (docs/decisions.md; the untimed patch that answers it:
-# data/explore/explore_untimed_20261204-2200_h32f_from_2_19.patch), and 32 heads at b16 topk512
-PORTABLE_MARGINS = {(4, 64, 2048): 1.021, (4, 128, 2048): 1.008, (8, 128, 512): 1.016, (8, 128, 2048): 1.083,
-                    (16, 64, 2048): 1.053, (16, 128, 512): 1.044, (32, 64, 512): 1.043, (32, 128, 512): 1.047,
-                    (64, 64, 512): 1.051, (8, 40, 2048): 1.048, (8, 48, 2048): 1.039, (16, 32, 512): 1.021}
+# (batch, heads, topk): the pick's time over the fastest portable rung's where over 0.5% in either table
+# (docs/decisions.md)
+PORTABLE_MARGINS = {(2, 128, 2048): 1.007, (8, 64, 2048): 1.038, (16, 32, 512): 1.021, (16, 64, 512): 1.016}
 HOPPER = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal", "portable_ws_h32t",
           "portable_ws_h32p", "portable_ws_h32f")
 PORTABLE = ("tile512", "portable_ws", "portable_ws_h32q", "portable_ws_h32t", "portable_ws_h32p", "portable_ws_h32f")

@@ -61,15 +61,18 @@ ONE_SPLIT_MAX_TOPK_SM90 = 512        # >= 33 heads, from XCHG_BELOW_HEAD_TOKENS:
                                      # in three crossover runs (1125, 1322, 1515), b128 h128 within 0.5-2.1%
 PORTABLE_WS_BELOW_HEAD_TOKENS = 1 << 18  # off Hopper, > 32 heads: below b8 topk512 (b2 topk2048) at h64, b4 topk512
                                          # at h128; then the 32-head groups (rung 25 first: the crossover at dcff189)
-PORTABLE_H32P_MAX_HEAD_TOKENS = 1 << 21  # off Hopper, > 32 heads: up to b64 topk512 (b16 topk2048) at h64 the 32-head
-                                         # rung that plans on its own head group (P as a bf16 pair); then rung 26
-                                         # at 2048 tokens a query, else rung 24
-PORTABLE_H32F_MAX_HEAD_TOKENS = 1 << 23  # ... rung 26 (its plan, f16 operands) up to b64 topk2048 at h64 (104.5 us
-                                         # against rung 24's 108.4, the A/B at 875fc90); at b64 h128 rung 24 (186.6
-                                         # against 199.2)
-PORTABLE_H32F_MIN_TOPK = 2048  # ... for calls of 2048 tokens a query (the crossover at c8e518c: b32 h128 topk2048
-                               # 100.93 against rung 24's 103.9), not 512 (rung 24 7.6-8.0% faster at b64 h128,
-                               # b128 h64 and b128 h128)
+PORTABLE_H32P_BELOW_HEAD_TOKENS = 1 << 19  # off Hopper, > 32 heads: below b4 topk2048 (b16 topk512) at h64 the 32-head
+                                           # rung that plans on its own head group (P as a bf16 pair); then rung 26
+                                           # (the crossover at bb8550e, the first to time rung 26 by name: 2^19-2^21
+                                           # rung 26 first at 9 of 12 shapes, by up to 8.2% at b8 h128 topk2048)
+PORTABLE_H32F_ANY_TOPK_BELOW_HEAD_TOKENS = 1 << 22  # ... rung 26 (its plan, f16 operands) at any topk below b64
+                                                    # topk1024 at h64 (b64 h64 topk512: 32.79 us against rung 24's
+                                                    # 40.28, bb8550e); from there as below
+PORTABLE_H32F_MAX_HEAD_TOKENS = 1 << 23  # ... and up to b64 topk2048 at h64 (103.75 us against rung 24's 108.75 at
+                                         # bb8550e); at b64 h128 rung 24 (185.44 against 198.43)
+PORTABLE_H32F_MIN_TOPK = 2048  # ... for calls of 2048 tokens a query from PORTABLE_H32F_ANY_TOPK_BELOW_HEAD_TOKENS, not
+                               # 512 (rung 24 7.6-8.0% faster at b64 h128, b128 h64 and b128 h128 topk512 at c8e518c,
+                               # 7.7-8.4% at bb8550e)
 PORTABLE_H32_MIN_TOKENS_H16 = 8192  # off Hopper, <= 32 heads: from b4 topk2048 (b16 topk512) the 32-head kernel (half
                                     # its heads padding at 16) beats portable_ws's split plan (16-head groups)
 
@@ -114,12 +117,17 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     if work < TWO_BLOCK_BELOW_HEAD_TOKENS:
         return "wgmma_f16_2cta"
     if work < XCHG_BELOW_HEAD_TOKENS:
-        long_rows = queries is not None and tokens >= H32P_MIN_TOPK_SM90 * queries
+        long_rows = _rows_at_least(H32P_MIN_TOPK_SM90, tokens=tokens, queries=queries)
         # one scope only: the portable rungs launch a scope at a time (production b8 h128, topk 128 + extra 512,
         # 2**19.3 head-tokens: 27.5 us against wgmma_xchg's 18.8; the production sweeps at c8e518c and dcff189)
         band = scopes == 1 and (work >= H32P_MIN_HEAD_TOKENS_SM90 or long_rows)
         return "portable_ws_h32p" if band else "wgmma_xchg"
     return "wgmma_f16" if one_split and tokens <= ONE_SPLIT_MAX_TOPK_SM90 * queries else "wgmma_ws_h64"
+
+
+def _rows_at_least(topk: int, *, tokens: int, queries: int | None) -> bool:
+    """Whether a call selects at least ``topk`` tokens a query on average (False where queries is not known)."""
+    return queries is not None and tokens >= topk * queries
 
 
 PORTABLE_CAPABILITIES = ("sm_100", "sm_103", "sm_110", "sm_120", "sm_121")  # warp specialisation, no wgmma
@@ -130,18 +138,17 @@ def portable_kernel(capability: str, *, heads: int, tokens: int, queries: int | 
     newer; ``PORTABLE_CAPABILITIES``): at <= 32 heads "portable_ws" (16-head groups) below
     PORTABLE_H32_MIN_TOKENS_H16 tokens and "portable_ws_h32t" (one 32-head group) from there; above 32 heads by
     head-tokens (heads * tokens), "portable_ws" below PORTABLE_WS_BELOW_HEAD_TOKENS, "portable_ws_h32p" (rung 25:
-    32-head groups planned as such, P as a bf16 pair) up to PORTABLE_H32P_MAX_HEAD_TOKENS, "portable_ws_h32f" (rung
-    26: the same plan, f16 operands) up to PORTABLE_H32F_MAX_HEAD_TOKENS for calls of PORTABLE_H32F_MIN_TOPK tokens
-    a query (``queries``: b * s_q; None, not known: rung 24), "portable_ws_h32t" (rung 24: planned as 64-head
-    programs) otherwise. Elsewhere "tile512".
+    32-head groups planned as such, P as a bf16 pair) below PORTABLE_H32P_BELOW_HEAD_TOKENS, "portable_ws_h32f"
+    (rung 26: the same plan, f16 operands) below PORTABLE_H32F_ANY_TOPK_BELOW_HEAD_TOKENS, and up to
+    PORTABLE_H32F_MAX_HEAD_TOKENS for calls of PORTABLE_H32F_MIN_TOPK tokens a query (``queries``: b * s_q; None,
+    not known: rung 24), "portable_ws_h32t" (rung 24: planned as 64-head programs) otherwise. Elsewhere "tile512".
 
     Why: the H200 is the proxy; the crossover and heads sweeps time every portable rung, and each rule was checked
     by the next sweeps. The tables, the margins and the history: docs/decisions.md ("What `auto` runs off sm_90").
     The tables that hold the rule as it stands: data/bench_h200_20261204-2131_crossover.csv and
     data/bench_h200_20261204-2129_heads.csv (the margins: tests/test_registry.py, PORTABLE_MARGINS), measured at
-    bb8550e under this rule. They are the first to time rung 26 by name at every shape, and put it first at 9 of
-    12 shapes of 2^19-2^21 head-tokens, where this rule runs rung 25 (up to 8.2% slower): the rule that follows
-    from them is data/explore/explore_untimed_20261204-2200_h32f_from_2_19.patch, not yet timed.
+    bb8550e, before rung 26 took the calls of 2^19-2^22 head-tokens from rung 25 (in-sample: the next crossover is
+    the test; this rule was data/explore/explore_untimed_20261204-2200_h32f_from_2_19.patch).
     """
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
@@ -149,9 +156,11 @@ def portable_kernel(capability: str, *, heads: int, tokens: int, queries: int | 
         return "portable_ws_h32t" if tokens >= PORTABLE_H32_MIN_TOKENS_H16 else "portable_ws"
     if heads * tokens < PORTABLE_WS_BELOW_HEAD_TOKENS:
         return "portable_ws"
-    if heads * tokens <= PORTABLE_H32P_MAX_HEAD_TOKENS:
+    if heads * tokens < PORTABLE_H32P_BELOW_HEAD_TOKENS:
         return "portable_ws_h32p"
-    long_rows = queries is not None and tokens >= PORTABLE_H32F_MIN_TOPK * queries
+    if heads * tokens < PORTABLE_H32F_ANY_TOPK_BELOW_HEAD_TOKENS:
+        return "portable_ws_h32f"
+    long_rows = _rows_at_least(PORTABLE_H32F_MIN_TOPK, tokens=tokens, queries=queries)
     return "portable_ws_h32f" if heads * tokens <= PORTABLE_H32F_MAX_HEAD_TOKENS and long_rows else "portable_ws_h32t"
 
 
