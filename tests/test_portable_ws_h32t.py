@@ -149,26 +149,43 @@ def test_compiles_with_hmma_only_and_no_spills_and_fits_sm120(lab, arch):
     # 2 halves x 2 (32 heads) x 8 (64 columns) x 1 (16 tokens) = 32, twice with P_PAIR (hi and lo)
     # rung 26 compiles its pass (64) and its rerun (rung 25's, 96)
     assert r["hmma"] == {NAME: 64, PAIR: 96, F16: 64 + 96}[lab["name"]]
-    if lab["name"] == F16:  # 12 B, stored by the f16 pass and reloaded by the rerun, none inside a loop
-        # (test_rung_26s_spills_are_outside_every_loop)
-        assert 0 < r["spill_stores"] <= 12 and r["spill_loads"] <= 12 and r["stack_bytes"] <= 16, r
-    else:
-        assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0
+    # rung 26 too, since its rerun loads q in a layout of its own (12 B before: test_rung_26s_f16_loop_...)
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0
     # the partial scores (16 KB) reuse q's 32 KB: the block no bigger than the model, under sm_120's limit
     assert r["shared_bytes"] <= r["model_shared_bytes"] <= SM120_SHARED
     assert r["registers"] <= portable_ws_h32t.MAXNREG
     assert r["blocks_per_sm"] == 1 and r["warps_per_sm"] == 12
 
 
-def test_rung_26s_spills_are_outside_every_loop(labs):
-    """Rung 26's 12 B of spills (sm_90 SASS) are values kept across its two passes (a pointer the f16 pass's
-    epilogue computes and the rerun's reads again, and one word of the kernel's body), stored and loaded once a
-    program: no STL or LDL lies inside a loop (:func:`workbench.lab.sass_loops.loops`)."""
-    sass = labs[F16]["sass"]
-    spills = [a for a, t in sass_loops.instructions(sass) if sass_loops.opcode(t) in ("STL", "LDL")]
-    found = sass_loops.loops(sass)
-    assert spills and len([lp for lp in found if lp.last - lp.first > 1000]) >= 4  # both passes' two partitions
-    assert not [(hex(a), hex(lp.first), hex(lp.last)) for a in spills for lp in found if lp.first <= a <= lp.last]
+def _qk_issue(sass: str) -> tuple[int, int]:
+    """(ldmatrix x4 issued before the first HMMA, NOPs) in the first innermost loop of the SASS with 64 HMMA: a
+    consumer loop of rung 24's QK and PV (rung 26's f16 pass compiles first; its rerun has 96)."""
+    loop = next(lp for lp in sass_loops.innermost(sass_loops.loops(sass)) if lp.count("HMMA") == 64)
+    body = [t for _, t in loop.body]
+    first = next(i for i, t in enumerate(body) if sass_loops.opcode(t) == "HMMA")
+    return sum(t.startswith("LDSM.16.M88.4 ") for t in body[:first]), loop.count("NOP")
+
+
+def test_rung_26s_f16_loop_issues_its_loads_as_rung_24s():
+    """sm_90 SASS of a call of one split (DIRECT, as b64 h64 topk2048 runs): rung 26's f16 pass issues all 4 of
+    QK's K loads (ldmatrix x4, 2 a parity) before its first HMMA, with as few NOPs as rung 24's loop. Before its
+    rerun loaded q in a layout of its own (the module's docstring), LLVM kept the rerun's q addresses live across
+    this loop: 2 loads ahead and 8 NOPs, where rung 24 has 4 and 1. What this compile still spills (the epilogue's
+    addresses, kept for the rerun's epilogue) lies outside every loop."""
+    code = ("import json; from workbench.lab.resources import compiled_sass\n"
+            "print(json.dumps([compiled_sass(n, 'sm_90', %r, DIRECT=True) for n in (%r, %r)]))" % (CFG, NAME, F16))
+    base_sass, f16_sass = json.loads(without_interpreter(code).splitlines()[-1])
+    base, f16 = _qk_issue(base_sass), _qk_issue(f16_sass)
+    assert base[0] == 4 and f16 == base, (base, f16)
+    spills = [a for a, t in sass_loops.instructions(f16_sass) if sass_loops.opcode(t) in ("STL", "LDL")]
+    assert not [hex(a) for a in spills for lp in sass_loops.loops(f16_sass) if lp.first <= a <= lp.last]
+
+
+@pytest.mark.xfail(strict=True, reason="a call of several splits: the rerun's own q layout takes the f16 loop's NOPs "
+                   "from 8 to 3, not to rung 24's 1 (docs/decisions.md, rung 26's late loads); an XPASS means the rest "
+                   "was found: drop this mark")
+def test_rung_26s_f16_loop_of_several_splits_has_rung_24s_nops(labs):
+    assert _qk_issue(labs[F16]["sass"])[1] == _qk_issue(labs[NAME]["sass"])[1]
 
 
 @pytest.mark.parametrize("arch", ["sm_120", "sm_100", "sm_90"])
@@ -181,8 +198,8 @@ def test_the_committed_lab_rows_are_this_compile(lab, arch):
     assert row.status == "fits" and row.mma == "HMMA"
     if arch in lab:
         assert (row.spill_stores, row.stack_bytes) == (lab[arch]["spill_stores"], lab[arch]["stack_bytes"])
-    elif name == F16:  # sm_100: 20 B, where sm_90 and sm_120 spill 12 (the rerun's values, as there)
-        assert 0 < row.spill_stores <= 24 and row.stack_bytes <= 24, row
+    elif name == F16:  # sm_100: 12 B (20 before the rerun's own q layout), where sm_90 and sm_120 spill none
+        assert 0 < row.spill_stores <= 12 and row.stack_bytes <= 16, row
     else:
         assert row.spill_stores == 0 and row.stack_bytes == 0
     if arch in lab:

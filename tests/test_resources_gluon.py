@@ -185,3 +185,28 @@ def test_rung_16_keeps_its_wgmmas_pipelined():
     hgmma, depbar = map(int, without_interpreter(code).split()[-2:])
     assert hgmma > 100, hgmma
     assert depbar < hgmma // 4, f"{depbar} DEPBAR for {hgmma} HGMMA: ptxas serialised the wgmmas"
+
+
+def test_rung_15s_f16_loops_read_no_local_memory():
+    """Rung 15 (wgmma_ws_h64) runs its f16 pass in three loops, one a partition (sm_90 SASS, innermost loops of
+    ``workbench.lab.sass_loops``): the PV warpgroup's and the softmax warpgroup's (f16 HGMMA: ``.F32`` without
+    ``.BF16``) and the producer's (gathers and f16 converts, F2FP). None of them touches local memory. When the bf16
+    rerun loaded q in the f16 pass's layout, LLVM kept those addresses for it and the softmax and producer loops
+    each reloaded a spilled value every tile (one LDL each); the rerun's own loops may still spill (it is rare)."""
+    code = ("import json; from workbench.lab.resources import compiled_sass\n"
+            "print(json.dumps(compiled_sass('wgmma_ws_h64', 'sm_90', {'BLOCK_H': 64, 'BLOCK_T': 64, 'num_warps': 4},"
+            " DIRECT=True)))")
+    from workbench.lab import sass_loops
+    sass = json.loads(without_interpreter(code).splitlines()[-1])
+
+    def f16(lp):
+        hgmma = [t for _, t in lp.body if sass_loops.opcode(t) == "HGMMA"]
+        if hgmma:
+            return all(".F32 " in t and ".BF16" not in t for t in hgmma)
+        return lp.count("LDG") > 0 and lp.count("F2FP") > 0
+
+    loops = [lp for lp in sass_loops.innermost(sass_loops.loops(sass)) if lp.count("HGMMA") or lp.count("LDG")]
+    f16_loops = [lp for lp in loops if f16(lp)]
+    assert len(loops) == 6 and len(f16_loops) == 3, [(hex(lp.first), lp.opcodes()) for lp in loops]
+    assert [(hex(lp.first), lp.count("LDL"), lp.count("STL")) for lp in f16_loops
+            if lp.count("LDL") or lp.count("STL")] == []

@@ -43,8 +43,19 @@ Rung "portable_ws_h32f" is this kernel with F16, on rung 25's plan: K, q and P i
 producer's hardware e4m3x2 -> f16x2 dequant, q scaled per head by a power of two, the scores scaled back), one f16 P
 8x finer than bf16's. A split whose row sums come out non-finite (a token outside the window, or NaN in the data)
 runs again as rung 25's pass (bf16, P as a pair) in a second warp-specialised region over the same buffers, and
-every store of the first pass is written again. Plan for plan it takes 6-7% more than rung 24 on the H200 (ncu:
-the consumer's HMMAs wait longer on their ldmatrix operands; docs/decisions.md, rung 26).
+every store of the first pass is written again. Plan for plan it took 6-7% more than rung 24 on the H200 (ncu at
+875fc90: the consumer's HMMAs wait longer on their ldmatrix operands; docs/decisions.md, rung 26). The lab (sm_90
+SASS, compiled on a CPU) points to why: with the rerun compiled after it, the f16 pass's consumer loop has 8 NOPs
+between its HMMAs and issues 2 of QK's 4 K loads (LDSM) before the first (287 instructions), where the same pass
+compiled with no rerun has 1 NOP, as rung 24 does (279). Both regions' consumers are inlined into one function, so
+LLVM merges the rerun's q-loading addresses with the f16 pass's and keeps them live across the f16 pass's loop. The
+rerun (FIRST_PASS false) therefore loads q in a layout of its own, whose addresses cannot be merged: as a call of one
+split (DIRECT) the f16 loop compiles to 277 instructions, 1 NOP, all 4 loads ahead (286, 8, 2 before); as a call of
+several splits to 279, 3 NOPs, 2 ahead, so there part of the effect remains (how many loads go ahead also moves with
+ptxas's schedule: the pass alone, as one split, issues 2). The lab's compile spills nothing on sm_120 (nor in the
+three other variants compiled there: one split, with a sink and topk_length) and sm_90 (12 B before) and 12 B on
+sm_100 (20); a call of one split on sm_90 keeps 4-8 B of the epilogue's addresses for the rerun, stored once a
+program, outside every loop. Rungs 24 and 25 compile to the same SASS as before. Not yet timed on a GPU.
 """
 from __future__ import annotations
 
@@ -150,11 +161,12 @@ def portable_ws_h32t_partial_kernel(
     slot = (pid_q * H + pid_h * BLOCK_H) * s_total + split_offset + split  # the block's first head's partial
 
     gl.static_assert(not (F16 and P_PAIR), "F16's rerun is the P_PAIR pass")
-    l_i, = _pass(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
-                sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink, pid_q, S_Q, slot, s_total, cache_u8,
-                stride_page, block_size, num_tokens, idx_row, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES,
-                BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PRODUCER_WARPS, PRODUCER_REGS, HAS_SINK, DIRECT, F16, P_PAIR,
-                True)
+    # what both passes take (tuples hold runtime values only: a constexpr in one comes out as a tensor)
+    bufs = (q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty)
+    where = (start, end, q_row, stride_qh, pid_h, H, sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink,
+             pid_q, S_Q, slot, s_total, cache_u8, stride_page, block_size, num_tokens, idx_row)
+    l_i, = _pass(bufs, where, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS,
+                 PRODUCER_WARPS, PRODUCER_REGS, HAS_SINK, DIRECT, F16, P_PAIR, True)
     if F16:
         if not_finite(l_i):  # rare: a token outside the f16 window; the split again, exact for every cache (bf16,
             # P as a pair), over the same buffers: every store of the f16 pass is written again
@@ -164,23 +176,21 @@ def portable_ws_h32t_partial_kernel(
                 mbarrier.init(full.index(i), count=1)
                 mbarrier.init(empty.index(i), count=1)
             gl.thread_barrier()
-            _pass(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
-                  sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink, pid_q, S_Q, slot, s_total,
-                  cache_u8, stride_page, block_size, num_tokens, idx_row, D_NOPE, D_ROPE, TILE, DATA_BYTES,
-                  SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PRODUCER_WARPS, PRODUCER_REGS, HAS_SINK, DIRECT,
-                  False, True, False)
+            _pass(bufs, where, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS,
+                  PRODUCER_WARPS, PRODUCER_REGS, HAS_SINK, DIRECT, False, True, False)
 
 
 @gluon.jit
-def _pass(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
-          sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink, pid_q, S_Q, slot, s_total, cache_u8,
-          stride_page, block_size, num_tokens, idx_row, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr,
-          TILE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr,
-          BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-          PRODUCER_REGS: gl.constexpr, HAS_SINK: gl.constexpr, DIRECT: gl.constexpr, F16: gl.constexpr,
-          P_PAIR: gl.constexpr, LAUNCH_DEPENDENTS: gl.constexpr):
+def _pass(bufs, where, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
+          SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr,
+          NUM_BUFS: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr, HAS_SINK: gl.constexpr,
+          DIRECT: gl.constexpr, F16: gl.constexpr, P_PAIR: gl.constexpr, FIRST_PASS: gl.constexpr):
     """One pass over the split in both partitions, with the 16-bit buffers viewed as f16 (F16) or bf16; the
-    consumer stores the split's partial and returns (its row sums [BLOCK_H],): non-finite, run the split again."""
+    consumer stores the split's partial and returns (its row sums [BLOCK_H],): non-finite, run the split again.
+    FIRST_PASS: False for rung 26's rerun (the first pass signalled the combine's launch)."""
+    q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty = bufs
+    (start, end, q_row, stride_qh, pid_h, H, sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink, pid_q,
+     S_Q, slot, s_total, cache_u8, stride_page, block_size, num_tokens, idx_row) = where
     KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16
     CW: gl.constexpr = gl.num_warps()
     DS: gl.constexpr = (D_NOPE + D_ROPE) // CW
@@ -191,7 +201,7 @@ def _pass(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, end, q
                      p_smem._reinterpret(KT, [2 * BLOCK_H, BLOCK_T // 2], P_SMEM), a_smem, full, empty, start, end,
                      q_row, stride_qh, pid_h, H, sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink,
                      pid_q, S_Q, slot, s_total, BLOCK_H, BLOCK_T, D_NOPE + D_ROPE, NUM_BUFS, HAS_SINK, DIRECT, P_PAIR, F16,
-                     LAUNCH_DEPENDENTS)),
+                     FIRST_PASS)),
         (_producer, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row,
                      start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS, F16)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])
@@ -199,12 +209,17 @@ def _pass(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, end, q
 
 @gluon.jit
 def _load_q_operands(q_smem, q_row, stride_qh, pid_h, H, BLOCK_H: gl.constexpr, DS: gl.constexpr,
-                     A_OP: gl.constexpr, F16: gl.constexpr):
+                     A_OP: gl.constexpr, F16: gl.constexpr, FIRST_PASS: gl.constexpr):
     """q's A operands for QK's two parities (batch b = half * 4 + g4 takes column group 2 * g4 + parity of every
     head: [CW, BLOCK_H, DS] in q_smem's type, 32 registers a thread each) and each head's exponent E [BLOCK_H]
-    (F16: q scaled by 2**-E as wgmma_f16's, gluon_common.scale_q_per_head; else 0)."""
+    (F16: q scaled by 2**-E as wgmma_f16's, gluon_common.scale_q_per_head; else 0). A rerun (not FIRST_PASS) loads
+    q in a layout of its own (4 lanes a head row, not 8), so that LLVM cannot merge its addresses with the first
+    pass's and keep them live across that pass's loop (the module's docstring, rung 26)."""
     CW: gl.constexpr = gl.num_warps()
-    QL: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 4, 8], [CW, 1, 1], [2, 1, 0])
+    if FIRST_PASS:
+        QL: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 4, 8], [CW, 1, 1], [2, 1, 0])
+    else:
+        QL: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 8, 4], [CW, 1, 1], [2, 1, 0])
     QH: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(2, QL))  # [BLOCK_H], every head in every warp
     # [BLOCK_H, D] with a head's columns in one warp: its largest |q| by shuffles (a reduction across the column
     # groups' warps took 1 KB of shared scratch, which put the block over sm_120's limit)
@@ -243,7 +258,7 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, en
               sm_scale_log2, part_out_ptr, part_lse_ptr, sink_ptr, stride_sink, pid_q, S_Q, slot, s_total,
               BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr,
               HAS_SINK: gl.constexpr, DIRECT: gl.constexpr, P_PAIR: gl.constexpr, F16: gl.constexpr,
-              LAUNCH_DEPENDENTS: gl.constexpr):
+              FIRST_PASS: gl.constexpr):
     """QK by 4 column groups of 128 x 2 token halves (warp b = half * 4 + g4), the 4 partials of a half reduced by
     head, PV by 8 column groups of 64 over both halves; the partial stored; returns the row sums [BLOCK_H]."""
     KT: gl.constexpr = k_smem.dtype  # the MMA operands' type (F16: f16, else bf16)
@@ -264,7 +279,7 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, en
     V2: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
 
     # q [CW, BLOCK_H, DS] twice, zero past the last head: through shared memory once a split (ldmatrix)
-    q_a0, q_a1, q_exp = _load_q_operands(q_smem, q_row, stride_qh, pid_h, H, BLOCK_H, DS, A_OP, F16)
+    q_a0, q_a1, q_exp = _load_q_operands(q_smem, q_row, stride_qh, pid_h, H, BLOCK_H, DS, A_OP, F16, FIRST_PASS)
     gl.thread_barrier()  # every warp has its q before the slot is reused for the scores
     scale = gl.expand_dims(gl.expand_dims(gl.convert_layout(qk_scale(sm_scale_log2, q_exp, F16), HEAD), 0), 2)
     s_smem = q_smem._reinterpret(gl.float32, [CW, BLOCK_H, TH], S_SMEM)
@@ -317,7 +332,7 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, a_smem, full, empty, start, en
                 acc = mma_v2(_p_operand(pl_smem, hf, P2), vb, acc)
         i += 1
     gl.thread_barrier()  # every warp's last reads of P and the factors before the epilogue reuses a_smem
-    if LAUNCH_DEPENDENTS:  # the first pass
+    if FIRST_PASS:
         launch_dependents()
 
     # epilogue: the LSE by the head's warp; 1 / l (and DIRECT's factor, in P's slot) to every warp through shared

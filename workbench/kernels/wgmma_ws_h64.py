@@ -18,7 +18,10 @@ decode, the block's three warpgroups have unequal shares:
 Both PV wgmmas read P from shared memory (P from registers, as FlashMLA's first warpgroup does, cost more
 registers than the softmax warpgroup had: lab). q is loaded and scaled 16 heads at a time: all 64 at once are
 256 fp32 a thread, and their spills serialised every wgmma of the kernel (ptxas C7515, lab). Lab (sm_90): 206 KB
-of shared memory, 76 B of spill stores, no serialised wgmma.
+of shared memory, 68 B of spill stores, no serialised wgmma. The bf16 rerun loads q in a layout of its own: with
+the f16 pass's, LLVM merged the two passes' q addresses and kept them for the rerun, and both f16 loops (softmax
+and producer) reloaded a spilled value every tile (1 LDL each, 76 B of spills in all; none in those loops now, as
+`workbench.lab.sass_loops` counts them; not yet timed on a GPU).
 
 The partitions meet at mbarriers: full/empty per K slot (both consumers hand a slot back), p_full/p_empty around
 the one P buffer, and done for the final row sums the PV warpgroup's half of the output needs. Each
@@ -202,7 +205,10 @@ def _softmax_warpgroup(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem
     # q 16 heads at a time (all 64 at once are 256 fp32 a thread while scaled); each head's exponent passes
     # through alpha_smem (free until the loop) into the scores' layout
     QC: gl.constexpr = 16
-    QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])  # [QC, D] bf16
+    if F16:
+        QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])  # [QC, D] bf16
+    else:  # the rerun: a layout of its own (the module's docstring)
+        QL: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
     for c in gl.static_range(BLOCK_H // QC):
         q = load_q(q_row, stride_qh, pid_h * (BLOCK_H // QC) + c, H, QC, D, QL)
         if F16:
