@@ -13,7 +13,8 @@
 #   which reported an older commit than the one sent (data/errata.csv, the 1102-1103 tables)
 #   SKIP_CHECK=1 / SKIP_PYTEST_GPU=1 / SKIP_SANITIZE=1 / SKIP_BENCH=1 leave a part out (to fit the 10-minute limit
 #   of one call); the pytest step (TRITON_INTERPRET=0 pytest -m gpu: the GPU checks as tests, and every other
-#   gpu-marked test) writes the same correctness table as check, as $OUT/correctness_<gpu>_pytest.csv;
+#   gpu-marked test) writes the same correctness table as check, as $OUT/correctness_<gpu>_pytest.csv, and runs
+#   under `timeout ${GPU_TEST_TIMEOUT:-540}` (exit 124), so a kernel that hangs fails the step, not the whole call;
 #   CHECK_IMPLS="a b" limits the correctness table to those kernels (and any "auto" named); CHECK_JOBS=N checks
 #   them in N processes at once (the check is bound by one core's compiling) and merges their rows into one table;
 #   SANITIZE_IMPLS="a b" limits compute-sanitizer to those kernels (default: every checked kernel);
@@ -138,7 +139,8 @@ elif [ "${SKIP_CHECK:-0}" != 1 ]; then
 fi
 if [ "${SKIP_PYTEST_GPU:-0}" != 1 ]; then
   WORKBENCH_CHECK_OUT="$OUT" WORKBENCH_CHECK_NAME="correctness_${GPU_TAG}_pytest.csv" TRITON_INTERPRET=0 \
-    python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider --continue-on-collection-errors tests 2>&1 | tee "$OUT/pytest_gpu.log" | tail -40
+    timeout "${GPU_TEST_TIMEOUT:-540}" python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider --continue-on-collection-errors tests \
+    2>&1 | tee "$OUT/pytest_gpu.log" | tail -40
   rc=$((rc | PIPESTATUS[0]))
 fi
 tag() {  # "--case ID --combine serial" -> "_case-ID_combine-serial": a log name's suffix for extra arguments
