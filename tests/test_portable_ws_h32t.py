@@ -181,9 +181,10 @@ def test_rung_26s_f16_loop_issues_its_loads_as_rung_24s():
     assert not [hex(a) for a in spills for lp in sass_loops.loops(f16_sass) if lp.first <= a <= lp.last]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="a call of several splits: the rerun's own q layout takes the f16 loop's NOPs "
-                   "from 8 to 3, not to rung 24's 1 (docs/decisions.md, rung 26's late loads); an XPASS means the rest "
-                   "was found: drop this mark")
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="a call of several splits: the rerun's own q layout takes the f16 loop's NOPs from 8 to 3, "
+                   "not to rung 24's 1 (docs/decisions.md, rung 26's late loads); an XPASS means the rest was found: "
+                   "drop this mark")
 def test_rung_26s_f16_loop_of_several_splits_has_rung_24s_nops(labs):
     assert _qk_issue(labs[F16]["sass"])[1] == _qk_issue(labs[NAME]["sass"])[1]
 
