@@ -18,6 +18,9 @@ from .provenance import ROOT, kernel_source_hash, kernels_changed_since
 DATA = ROOT / "data"
 ARCHIVE = "archive"  # data/archive/: the tables and logs no current result reads; history, read like data/ itself
 PEER_PROVIDERS = ("flashmla",)
+# The GPU data/'s figures and the issues' goals describe. Where a frame holds its rows, the current tables are its
+# only: a table another GPU published (an sm_120 owner's, an H100's) is current for that GPU, never over the H200's
+REFERENCE_GPU = "NVIDIA H200"
 CONFIG_COLUMNS = ("BLOCK_H", "BLOCK_T", "num_warps", "num_stages", "PREFETCH")
 
 
@@ -112,52 +115,75 @@ def _sweep_of(df):
     return df["sweep"].fillna("(none)") if "sweep" in df.columns else pd.Series("(none)", index=df.index)
 
 
-def current_tables(df=None, data_dir: Path | str = DATA):
+def _gpu_of(df):
+    import pandas as pd
+    return df["gpu"].fillna("(none)").astype(str) if "gpu" in df.columns else pd.Series("(none)", index=df.index)
+
+
+def pick_gpu(df, gpu=REFERENCE_GPU):
+    """The rows of ``df`` whose tables a figure may call current: those of ``gpu`` where ``df`` has any (by default
+    :data:`REFERENCE_GPU`, the H200 of data/), else all of them (a run folder of another GPU reads as it is).
+    ``gpu=None``: all rows, each GPU with its own current tables (:func:`current_tables`)."""
+    if gpu is None or not len(df):
+        return df
+    mine = _gpu_of(df) == gpu
+    return df[mine] if mine.any() else df
+
+
+def current_tables(df=None, data_dir: Path | str = DATA, gpu=REFERENCE_GPU):
     """Which bench table is current for each sweep: the newest (by its rows' date) whose rows of registered
-    kernels are all fresh (:func:`stale_flags`), else the newest. One row per sweep: sweep, source, date, git_commit,
-    rows, stale (True: no fresh table of that sweep exists; measure it again). This is the one rule: notebooks and
-    figures take a sweep's current numbers through it (``current_rows``, ``is_current``); the other tables are
-    history (notebook 05's ladder reads them)."""
+    kernels are all fresh (:func:`stale_flags`), else the newest. One row per sweep: sweep, gpu, source, date,
+    git_commit, rows, stale (True: no fresh table of that sweep exists; measure it again). This is the one rule:
+    notebooks and figures take a sweep's current numbers through it (``current_rows``, ``is_current``); the other
+    tables are history (notebook 05's ladder reads them).
+
+    Tables of one GPU only (:func:`pick_gpu`): ``gpu`` (the H200 by default) where the frame has its rows, so a
+    table published from another GPU never becomes the H200's figures' table. ``gpu=None``: one row per GPU and
+    sweep (what ``archive`` keeps and data/README.md lists)."""
     import pandas as pd
     df = load_bench(data_dir=data_dir) if df is None else df
     if not len(df):
-        return pd.DataFrame(columns=["sweep", "source", "date", "git_commit", "rows", "stale"])
+        return pd.DataFrame(columns=["sweep", "gpu", "source", "date", "git_commit", "rows", "stale"])
+    df = pick_gpu(df, gpu)
     from .. import registry
     # the rows that can vouch: our kernels that still exist (a peer's rows are never stale; a removed rung's
     # rows, kept as history, always are)
     kernel = df["kernel"] if "kernel" in df.columns else df["provider"]
     ours = df[~df["provider"].isin(PEER_PROVIDERS) & kernel.isin(registry.names())]
     out = []
-    for sweep, rows in df.groupby(_sweep_of(df)):
+    # one GPU's tables compete (or, where the frame has none of its rows, all tables: a run folder of another GPU)
+    keys = [_sweep_of(df)] if gpu is not None else [_sweep_of(df), _gpu_of(df)]
+    for key, rows in df.groupby(keys):
+        sweep = key[0]
         tables = []
         for source, t in rows.groupby("source"):
             mine = ours[(ours.source == source) & (_sweep_of(ours) == sweep)]
-            tables.append(dict(sweep=sweep, source=source, date=str(t["date"].max()),
+            tables.append(dict(sweep=sweep, gpu=_gpu_of(t).iloc[0], source=source, date=str(t["date"].max()),
                                git_commit=str(t["git_commit"].iloc[0]), rows=len(t),
                                stale=mine.empty or bool(mine["stale"].fillna(True).astype(bool).any())))
         tables.sort(key=lambda r: (r["date"], r["source"]))
         fresh = [r for r in tables if not r["stale"]]
         out.append((fresh or tables)[-1])
-    return pd.DataFrame(out).sort_values("sweep").reset_index(drop=True)
+    return pd.DataFrame(out).sort_values(["sweep", "gpu"]).reset_index(drop=True)
 
 
-def is_current(df):
+def is_current(df, gpu=REFERENCE_GPU):
     """Per row of ``df`` (bench rows, whole tables): True when it belongs to its sweep's current table
-    (:func:`current_tables` of ``df``)."""
+    (:func:`current_tables` of ``df`` and ``gpu``)."""
     import pandas as pd
     if not len(df):
         return pd.Series(False, index=df.index, dtype=bool)
-    cur = current_tables(df)
+    cur = current_tables(df, gpu=gpu)
     return pd.Series(list(zip(_sweep_of(df), df["source"])), index=df.index).isin(
         set(zip(cur.sweep, cur.source)))
 
 
-def current_rows(sweep=None, df=None, data_dir: Path | str = DATA):
-    """The rows of the current table (:func:`current_tables`) of ``sweep`` (a name), of each of several sweeps (a
-    list: those that have a table), or of every sweep (None). Only that sweep's rows of a table that holds several.
-    A single sweep with no table is a KeyError."""
+def current_rows(sweep=None, df=None, data_dir: Path | str = DATA, gpu=REFERENCE_GPU):
+    """The rows of the current table (:func:`current_tables`, of ``gpu``) of ``sweep`` (a name), of each of several
+    sweeps (a list: those that have a table), or of every sweep (None). Only that sweep's rows of a table that holds
+    several. A single sweep with no table is a KeyError."""
     df = load_bench(data_dir=data_dir) if df is None else df
-    keep = is_current(df)
+    keep = is_current(df, gpu=gpu)
     if sweep is None:
         return df[keep]
     names = [sweep] if isinstance(sweep, str) else list(sweep)
@@ -200,9 +226,9 @@ def apply_errata(df, path: Path):
     return df
 
 
-def load_correctness(data_dir: Path | str = DATA, name: str | None = None):
-    """One GPU correctness table (``correctness_*.csv``, in ``data_dir`` or its ``archive/``): the newest by
-    default, or the file ``name``.
+def load_correctness(data_dir: Path | str = DATA, name: str | None = None, gpu=REFERENCE_GPU):
+    """One GPU correctness table (``correctness_*.csv``, in ``data_dir`` or its ``archive/``): the newest of
+    ``gpu``'s by default (where none is of ``gpu``: the newest of any GPU; ``gpu=None``: of any), or the file ``name``.
 
     Newest means, among the tables whose rows all checked the checked-out kernel sources (:func:`stale_flags`;
     any table where none is fresh), the latest ``date`` in the table (its run time), then the latest file name: a
@@ -232,6 +258,11 @@ def load_correctness(data_dir: Path | str = DATA, name: str | None = None):
             cols = [c for c in ("kernel_hash", "git_commit") if c in head]
             runs = pd.read_csv(p, usecols=cols).drop_duplicates() if cols else pd.DataFrame()
             return len(runs) > 0 and not any(f is not False for f in stale_flags(runs))
+        def on_gpu(p):
+            head = pd.read_csv(p, nrows=0).columns
+            return "gpu" not in head or (pd.read_csv(p, usecols=["gpu"])["gpu"].astype(str) == gpu).any()
+        if gpu is not None:
+            paths = [p for p in paths if on_gpu(p)] or paths
         checked_here = [p for p in paths if fresh(p)]
         path = max(checked_here or paths, key=newest)
     df = pd.read_csv(path)
@@ -339,21 +370,24 @@ def _companions(table: Path) -> list[Path]:
 
 def superseded(data_dir: Path | str = DATA, bench=None) -> list[Path]:
     """What in ``data_dir`` itself (not its archive) no current result reads, to move to ``archive/``: the bench
-    tables that are no sweep's current table (:func:`current_tables`) with their ``.meta.json`` and ``.fit.csv``, the
-    correctness tables but the one :func:`load_correctness` reads, and the sanitizer folders none of whose logs
+    tables that are no sweep's current table on any GPU (:func:`current_tables`) with their ``.meta.json`` and
+    ``.fit.csv``, the correctness tables but each GPU's one :func:`load_correctness` reads, and the sanitizer folders none of whose logs
     :func:`sanitizer_summary` reads, unless a README.md explains something in them (loose logs beside the folders
     too). ``bench``: :func:`load_bench`'s frame, when the caller has it."""
     data_dir = Path(data_dir)
     bench = load_bench(data_dir=data_dir) if bench is None else bench
-    current = set(current_tables(bench).source)
+    current = set(current_tables(bench, gpu=None).source)  # each GPU's current tables stay
     out = []
     for p in sorted(data_dir.glob("bench_*.csv")):
         if not p.name.endswith(".fit.csv") and p.name not in current:
             out += _companions(p)
     correctness = [p for p in data_dir.glob("correctness_*.csv") if not p.name.endswith(".meta.csv")]
     if correctness:
-        keep = load_correctness(data_dir).source.iloc[0]
-        out += [q for p in sorted(correctness) if p.name != keep for q in _companions(p)]
+        import pandas as pd
+        gpus = {g for p in correctness if "gpu" in pd.read_csv(p, nrows=0).columns
+                for g in pd.read_csv(p, usecols=["gpu"])["gpu"].dropna().astype(str)}
+        keep = {load_correctness(data_dir, gpu=g).source.iloc[0] for g in (gpus or {REFERENCE_GPU})}  # each GPU's
+        out += [q for p in sorted(correctness) if p.name not in keep for q in _companions(p)]
     read = set(sanitizer_summary(load_sanitizer(data_dir)).folder)
     out += [p for p in sorted(data_dir.glob("sanitizer_*"))
             if (p.is_dir() and p.name not in read and not (p / README).exists()) or p.suffix == ".log"]
@@ -383,11 +417,11 @@ def archive_superseded(data_dir: Path | str = DATA, dry_run: bool = False) -> li
 
 def readme_section(bench=None, data_dir: Path | str = DATA) -> str:
     """data/README.md's list of the current tables, between its markers, from :func:`current_tables`."""
-    cur = current_tables(load_bench(data_dir=data_dir) if bench is None else bench)
-    lines = [README_BEGIN, "", "| sweep | current table | measured | commit | rows |", "|---|---|---|---|---|"]
+    cur = current_tables(load_bench(data_dir=data_dir) if bench is None else bench, gpu=None)
+    lines = [README_BEGIN, "", "| sweep | GPU | current table | measured | commit | rows |", "|---|---|---|---|---|---|"]
     for r in cur.itertuples():
-        lines.append(f"| {r.sweep} | `{r.source}` | {str(r.date)[:16].replace('T', ' ')} | {str(r.git_commit)[:7]} "
-                     f"| {r.rows} |")
+        lines.append(f"| {r.sweep} | {r.gpu} | `{r.source}` | {str(r.date)[:16].replace('T', ' ')} "
+                     f"| {str(r.git_commit)[:7]} | {r.rows} |")
     return "\n".join(lines + ["", README_END])
 
 
@@ -414,7 +448,7 @@ def _main(argv=None) -> int:
     p.add_argument("--dry-run", action="store_true", help="archive: only print what would move")
     a = p.parse_args(argv)
     if a.what == "current":
-        print(current_tables(data_dir=a.data_dir).to_string())
+        print(current_tables(data_dir=a.data_dir, gpu=None).to_string())
     elif a.what == "archive":
         for path in archive_superseded(a.data_dir, dry_run=a.dry_run):
             print(("would move " if a.dry_run else "moved ") + path.name)
