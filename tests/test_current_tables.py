@@ -90,3 +90,37 @@ def test_each_gpus_newest_correctness_table_is_kept(tmp_path):
         tmp_path / "bench_h200_20261201-0000_headline.csv", index=False)
     moving = {p.name for p in results.superseded(tmp_path)}
     assert moving == {"correctness_h200_20260101-0000.csv"}
+
+
+def test_tables_of_two_other_gpus_never_compete_and_a_missing_gpu_is_said():
+    """No H200 rows but an H100's and an RTX's table of one sweep: no silent winner across GPUs; a GPU named that
+    the frame lacks (a typo) and a sweep only another GPU measured are errors, not empty frames."""
+    rtx = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    two = pd.DataFrame(_on(_rows("h100.csv", "headline", "2026-12-01T10:00:00Z", False), "NVIDIA H100 80GB HBM3")
+                       + _on(_rows("rtx.csv", "headline", "2026-12-02T10:00:00Z", False), rtx))
+    with pytest.raises(ValueError, match="H100.*RTX"):
+        results.current_tables(two)
+    assert results.current_tables(two, gpu=rtx).source.tolist() == ["rtx.csv"]
+    mixed = pd.DataFrame(_on(_rows("h200.csv", "headline", "2026-12-01T10:00:00Z", False), "NVIDIA H200")
+                         + _on(_rows("rtx.csv", "sm120only", "2026-12-02T10:00:00Z", False), rtx))
+    with pytest.raises(ValueError, match="'H200'"):
+        results.current_tables(mixed, gpu="H200")
+    with pytest.raises(KeyError, match="sm120only"):
+        results.current_rows("sm120only", mixed)
+    assert set(results.current_rows("sm120only", mixed, gpu=rtx).source) == {"rtx.csv"}
+
+
+def test_a_correctness_table_without_a_gpu_column_is_the_h200s(tmp_path):
+    """Early tables name no GPU: they compete with the H200's only, and an H100's table beside them stays."""
+    for name, gpu, date in (("correctness_h200.csv", None, "2026-12-03T00:00:00Z"),
+                            ("correctness_h200_20261201-0000.csv", "NVIDIA H200", "2026-12-01T00:00:00Z"),
+                            ("correctness_h100_20261202-0000.csv", "NVIDIA H100 80GB HBM3", "2026-12-02T00:00:00Z")):
+        row = dict(impl="mma", check="golden", passed=True, git_commit="abc", date=date)
+        pd.DataFrame([row if gpu is None else dict(row, gpu=gpu)]).to_csv(tmp_path / name, index=False)
+    assert results.load_correctness(tmp_path).source.iloc[0] == "correctness_h200.csv"
+    assert results.load_correctness(tmp_path, gpu="NVIDIA H100 80GB HBM3").source.iloc[0] == (
+        "correctness_h100_20261202-0000.csv")
+    pd.DataFrame([dict(sweep="headline", provider="flashmla", kernel="flashmla", gpu="NVIDIA H200",
+                       date="2026-12-01T00:00:00Z", git_commit="abc", median_us=1.0)]).to_csv(
+        tmp_path / "bench_h200_20261201-0000_headline.csv", index=False)
+    assert {p.name for p in results.superseded(tmp_path)} == {"correctness_h200_20261201-0000.csv"}

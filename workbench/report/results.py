@@ -121,13 +121,20 @@ def _gpu_of(df):
 
 
 def pick_gpu(df, gpu=REFERENCE_GPU):
-    """The rows of ``df`` whose tables a figure may call current: those of ``gpu`` where ``df`` has any (by default
-    :data:`REFERENCE_GPU`, the H200 of data/), else all of them (a run folder of another GPU reads as it is).
-    ``gpu=None``: all rows, each GPU with its own current tables (:func:`current_tables`)."""
+    """The rows of ``df`` whose tables a figure may call current: those of ``gpu`` (by default
+    :data:`REFERENCE_GPU`, the H200 of data/). A frame with no rows of the H200 but one GPU's (a run folder of an
+    sm_120 owner) reads as it is; one of several other GPUs, or a ``gpu`` it does not hold, is a ValueError naming
+    the GPUs it has: tables of two GPUs never compete. ``gpu=None``: all rows, each GPU with its own current
+    tables (:func:`current_tables`)."""
     if gpu is None or not len(df):
         return df
-    mine = _gpu_of(df) == gpu
-    return df[mine] if mine.any() else df
+    on = _gpu_of(df)
+    if (on == gpu).any():
+        return df[on == gpu]
+    if gpu == REFERENCE_GPU and on.nunique() == 1:
+        return df
+    raise ValueError(f"no rows of GPU {gpu!r} here; the GPUs with rows: {sorted(set(on))} (name one with gpu=, "
+                     "or gpu=None for each GPU's current tables)")
 
 
 def current_tables(df=None, data_dir: Path | str = DATA, gpu=REFERENCE_GPU):
@@ -187,9 +194,10 @@ def current_rows(sweep=None, df=None, data_dir: Path | str = DATA, gpu=REFERENCE
     if sweep is None:
         return df[keep]
     names = [sweep] if isinstance(sweep, str) else list(sweep)
-    if isinstance(sweep, str) and not (_sweep_of(df) == sweep).any():
-        raise KeyError(f"no bench table of sweep {sweep!r} in data/; sweeps with tables: "
-                       f"{sorted(set(_sweep_of(df)))}")
+    picked = pick_gpu(df, gpu)
+    if isinstance(sweep, str) and not (_sweep_of(picked) == sweep).any():
+        raise KeyError(f"no bench table of sweep {sweep!r} of this GPU ({gpu}); sweeps with tables: "
+                       f"{sorted(set(_sweep_of(picked)))}")
     return df[keep & _sweep_of(df).isin(names)]
 
 
@@ -226,6 +234,14 @@ def apply_errata(df, path: Path):
     return df
 
 
+def _table_gpus(path: Path) -> set:
+    """The GPUs a correctness table's rows name; one with no gpu column (or none named) is an early H200 table."""
+    import pandas as pd
+    head = pd.read_csv(path, nrows=0).columns
+    named = set(pd.read_csv(path, usecols=["gpu"])["gpu"].dropna().astype(str)) if "gpu" in head else set()
+    return named or {REFERENCE_GPU}
+
+
 def load_correctness(data_dir: Path | str = DATA, name: str | None = None, gpu=REFERENCE_GPU):
     """One GPU correctness table (``correctness_*.csv``, in ``data_dir`` or its ``archive/``): the newest of
     ``gpu``'s by default (where none is of ``gpu``: the newest of any GPU; ``gpu=None``: of any), or the file ``name``.
@@ -258,11 +274,13 @@ def load_correctness(data_dir: Path | str = DATA, name: str | None = None, gpu=R
             cols = [c for c in ("kernel_hash", "git_commit") if c in head]
             runs = pd.read_csv(p, usecols=cols).drop_duplicates() if cols else pd.DataFrame()
             return len(runs) > 0 and not any(f is not False for f in stale_flags(runs))
-        def on_gpu(p):
-            head = pd.read_csv(p, nrows=0).columns
-            return "gpu" not in head or (pd.read_csv(p, usecols=["gpu"])["gpu"].astype(str) == gpu).any()
         if gpu is not None:
-            paths = [p for p in paths if on_gpu(p)] or paths
+            on = {p: _table_gpus(p) for p in paths}
+            mine = [p for p in paths if gpu in on[p]]
+            if not mine and not (gpu == REFERENCE_GPU and len(set().union(*on.values())) == 1):
+                raise ValueError(f"no correctness table of GPU {gpu!r} in {data_dir}; GPUs with tables: "
+                                 f"{sorted(set().union(*on.values()))}")
+            paths = mine or paths
         checked_here = [p for p in paths if fresh(p)]
         path = max(checked_here or paths, key=newest)
     df = pd.read_csv(path)
@@ -383,10 +401,8 @@ def superseded(data_dir: Path | str = DATA, bench=None) -> list[Path]:
             out += _companions(p)
     correctness = [p for p in data_dir.glob("correctness_*.csv") if not p.name.endswith(".meta.csv")]
     if correctness:
-        import pandas as pd
-        gpus = {g for p in correctness if "gpu" in pd.read_csv(p, nrows=0).columns
-                for g in pd.read_csv(p, usecols=["gpu"])["gpu"].dropna().astype(str)}
-        keep = {load_correctness(data_dir, gpu=g).source.iloc[0] for g in (gpus or {REFERENCE_GPU})}  # each GPU's
+        gpus = set().union(*(_table_gpus(p) for p in correctness))
+        keep = {load_correctness(data_dir, gpu=g).source.iloc[0] for g in gpus}  # each GPU's newest
         out += [q for p in sorted(correctness) if p.name not in keep for q in _companions(p)]
     read = set(sanitizer_summary(load_sanitizer(data_dir)).folder)
     out += [p for p in sorted(data_dir.glob("sanitizer_*"))
