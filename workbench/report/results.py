@@ -116,25 +116,33 @@ def _sweep_of(df):
 
 
 def _gpu_of(df):
+    """Per row, the GPU that measured it; a row that names none is from an early H200 table."""
     import pandas as pd
-    return df["gpu"].fillna("(none)").astype(str) if "gpu" in df.columns else pd.Series("(none)", index=df.index)
+    gpu = df["gpu"] if "gpu" in df.columns else pd.Series(None, index=df.index, dtype="object")
+    return gpu.fillna(REFERENCE_GPU).astype(str)
+
+
+def _chosen_gpu(gpu, present) -> str:
+    """The GPU whose tables compete, of the GPUs ``present`` in what is read: ``gpu`` where present; the only GPU
+    present where ``gpu`` is the default :data:`REFERENCE_GPU` (a run folder of an sm_120 owner reads as it is);
+    else a ValueError naming the GPUs present: tables of two GPUs never compete."""
+    present = set(present)
+    if gpu in present:
+        return gpu
+    if gpu == REFERENCE_GPU and len(present) == 1:
+        return next(iter(present))
+    raise ValueError(f"no rows of GPU {gpu!r} here; the GPUs with rows: {sorted(present)} (name one with gpu=, "
+                     "or gpu=None for each GPU's current tables)")
 
 
 def pick_gpu(df, gpu=REFERENCE_GPU):
-    """The rows of ``df`` whose tables a figure may call current: those of ``gpu`` (by default
-    :data:`REFERENCE_GPU`, the H200 of data/). A frame with no rows of the H200 but one GPU's (a run folder of an
-    sm_120 owner) reads as it is; one of several other GPUs, or a ``gpu`` it does not hold, is a ValueError naming
-    the GPUs it has: tables of two GPUs never compete. ``gpu=None``: all rows, each GPU with its own current
-    tables (:func:`current_tables`)."""
+    """The rows of ``df`` whose tables may be current: those of :func:`_chosen_gpu` (by default
+    :data:`REFERENCE_GPU`, the H200 of data/). ``gpu=None``: all rows, each GPU with its own current tables
+    (:func:`current_tables`)."""
     if gpu is None or not len(df):
         return df
     on = _gpu_of(df)
-    if (on == gpu).any():
-        return df[on == gpu]
-    if gpu == REFERENCE_GPU and on.nunique() == 1:
-        return df
-    raise ValueError(f"no rows of GPU {gpu!r} here; the GPUs with rows: {sorted(set(on))} (name one with gpu=, "
-                     "or gpu=None for each GPU's current tables)")
+    return df[on == _chosen_gpu(gpu, on.unique())]
 
 
 def current_tables(df=None, data_dir: Path | str = DATA, gpu=REFERENCE_GPU):
@@ -158,7 +166,7 @@ def current_tables(df=None, data_dir: Path | str = DATA, gpu=REFERENCE_GPU):
     kernel = df["kernel"] if "kernel" in df.columns else df["provider"]
     ours = df[~df["provider"].isin(PEER_PROVIDERS) & kernel.isin(registry.names())]
     out = []
-    # one GPU's tables compete (or, where the frame has none of its rows, all tables: a run folder of another GPU)
+    # one GPU's tables compete (pick_gpu), or with gpu=None each GPU's among themselves
     keys = [_sweep_of(df)] if gpu is not None else [_sweep_of(df), _gpu_of(df)]
     for key, rows in df.groupby(keys):
         sweep = key[0]
@@ -174,30 +182,33 @@ def current_tables(df=None, data_dir: Path | str = DATA, gpu=REFERENCE_GPU):
     return pd.DataFrame(out).sort_values(["sweep", "gpu"]).reset_index(drop=True)
 
 
-def is_current(df, gpu=REFERENCE_GPU):
-    """Per row of ``df`` (bench rows, whole tables): True when it belongs to its sweep's current table
-    (:func:`current_tables` of ``df`` and ``gpu``)."""
+def _in_tables(df, cur):
+    """Per row of ``df``: True when its (sweep, source) is one of ``cur``'s (a :func:`current_tables` frame)."""
     import pandas as pd
     if not len(df):
         return pd.Series(False, index=df.index, dtype=bool)
-    cur = current_tables(df, gpu=gpu)
-    return pd.Series(list(zip(_sweep_of(df), df["source"])), index=df.index).isin(
-        set(zip(cur.sweep, cur.source)))
+    return pd.Series(list(zip(_sweep_of(df), df["source"])), index=df.index).isin(set(zip(cur.sweep, cur.source)))
+
+
+def is_current(df, gpu=REFERENCE_GPU):
+    """Per row of ``df`` (bench rows, whole tables): True when it belongs to its sweep's current table
+    (:func:`current_tables` of ``df`` and ``gpu``)."""
+    return _in_tables(df, current_tables(df, gpu=gpu))
 
 
 def current_rows(sweep=None, df=None, data_dir: Path | str = DATA, gpu=REFERENCE_GPU):
     """The rows of the current table (:func:`current_tables`, of ``gpu``) of ``sweep`` (a name), of each of several
     sweeps (a list: those that have a table), or of every sweep (None). Only that sweep's rows of a table that holds
-    several. A single sweep with no table is a KeyError."""
+    several. A single sweep with no table of that GPU is a KeyError."""
     df = load_bench(data_dir=data_dir) if df is None else df
-    keep = is_current(df, gpu=gpu)
+    cur = current_tables(df, gpu=gpu)
+    keep = _in_tables(df, cur)
     if sweep is None:
         return df[keep]
     names = [sweep] if isinstance(sweep, str) else list(sweep)
-    picked = pick_gpu(df, gpu)
-    if isinstance(sweep, str) and not (_sweep_of(picked) == sweep).any():
+    if isinstance(sweep, str) and sweep not in set(cur.sweep):
         raise KeyError(f"no bench table of sweep {sweep!r} of this GPU ({gpu}); sweeps with tables: "
-                       f"{sorted(set(_sweep_of(picked)))}")
+                       f"{sorted(set(cur.sweep))}")
     return df[keep & _sweep_of(df).isin(names)]
 
 
@@ -235,16 +246,16 @@ def apply_errata(df, path: Path):
 
 
 def _table_gpus(path: Path) -> set:
-    """The GPUs a correctness table's rows name; one with no gpu column (or none named) is an early H200 table."""
+    """The GPUs a correctness table's rows name (:func:`_gpu_of`: a row that names none is the H200's)."""
     import pandas as pd
     head = pd.read_csv(path, nrows=0).columns
-    named = set(pd.read_csv(path, usecols=["gpu"])["gpu"].dropna().astype(str)) if "gpu" in head else set()
-    return named or {REFERENCE_GPU}
+    return set(_gpu_of(pd.read_csv(path, usecols=["gpu"]) if "gpu" in head else pd.DataFrame(index=[0])))
 
 
 def load_correctness(data_dir: Path | str = DATA, name: str | None = None, gpu=REFERENCE_GPU):
     """One GPU correctness table (``correctness_*.csv``, in ``data_dir`` or its ``archive/``): the newest of
-    ``gpu``'s by default (where none is of ``gpu``: the newest of any GPU; ``gpu=None``: of any), or the file ``name``.
+    ``gpu``'s by default (:func:`_chosen_gpu`: the H200's, or the only GPU's; ``gpu=None``: of any), or the file
+    ``name``.
 
     Newest means, among the tables whose rows all checked the checked-out kernel sources (:func:`stale_flags`;
     any table where none is fresh), the latest ``date`` in the table (its run time), then the latest file name: a
@@ -276,11 +287,8 @@ def load_correctness(data_dir: Path | str = DATA, name: str | None = None, gpu=R
             return len(runs) > 0 and not any(f is not False for f in stale_flags(runs))
         if gpu is not None:
             on = {p: _table_gpus(p) for p in paths}
-            mine = [p for p in paths if gpu in on[p]]
-            if not mine and not (gpu == REFERENCE_GPU and len(set().union(*on.values())) == 1):
-                raise ValueError(f"no correctness table of GPU {gpu!r} in {data_dir}; GPUs with tables: "
-                                 f"{sorted(set().union(*on.values()))}")
-            paths = mine or paths
+            chosen = _chosen_gpu(gpu, set().union(*on.values()))
+            paths = [p for p in paths if chosen in on[p]]
         checked_here = [p for p in paths if fresh(p)]
         path = max(checked_here or paths, key=newest)
     df = pd.read_csv(path)
@@ -389,8 +397,8 @@ def _companions(table: Path) -> list[Path]:
 def superseded(data_dir: Path | str = DATA, bench=None) -> list[Path]:
     """What in ``data_dir`` itself (not its archive) no current result reads, to move to ``archive/``: the bench
     tables that are no sweep's current table on any GPU (:func:`current_tables`) with their ``.meta.json`` and
-    ``.fit.csv``, the correctness tables but each GPU's one :func:`load_correctness` reads, and the sanitizer folders none of whose logs
-    :func:`sanitizer_summary` reads, unless a README.md explains something in them (loose logs beside the folders
+    ``.fit.csv``, the correctness tables but each GPU's one :func:`load_correctness` reads, and the sanitizer
+    folders none of whose logs :func:`sanitizer_summary` reads, unless a README.md explains something in them (loose logs beside the folders
     too). ``bench``: :func:`load_bench`'s frame, when the caller has it."""
     data_dir = Path(data_dir)
     bench = load_bench(data_dir=data_dir) if bench is None else bench
