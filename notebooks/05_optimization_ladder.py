@@ -53,7 +53,7 @@ from workbench.report.figures import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_p
                                       out_folder, same_run_times, save_figure, save_table, set_theme)
 from workbench.report.plots_ladder import fig_ladder
 from workbench.report.provenance import kernels_changed_since
-from workbench.report.results import current_rows, current_tables, load_bench
+from workbench.report.results import current_rows, current_tables, load_bench, pick_gpu
 
 # the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
 # root, device cuda only on a GPU): a wrong one stops here, in one line
@@ -61,7 +61,8 @@ globals().update(checked_parameters("05_optimization_ladder", globals()))
 set_theme()
 out_folder(out_dir)  # refused here, before anything runs, inside data/ or figures/: only publishing adds there
 df = load_bench(data_dir=data_dir)
-ok = df[df.status == "ok"].copy()
+# one GPU's tables only (the H200's in data/, or a run folder's one GPU): the history below never mixes GPUs
+ok = pick_gpu(df[df.status == "ok"]).copy()
 ok["config"] = ok.config.fillna("")
 # the ladder, removed rungs included, from its record in data/ (the registry holds the kept rungs only)
 record = pd.read_csv(Path(data_dir, "rungs.csv"),
