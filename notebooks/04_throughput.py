@@ -40,6 +40,8 @@ data_dir = "data"          # the committed tables; a relative folder here is fro
                            # papermill or Jupyter runs the notebook (workbench.report.pipeline.checked_parameters)
 fresh = False              # True on a GPU: run the sweep named below now and plot that instead
 sweep = "all"
+gpu = "NVIDIA H200"        # whose tables in data_dir to draw (results.REFERENCE_GPU; a folder of one other
+                           # GPU reads as it is); figures/ holds the H200's, so only it is published
 
 # %%
 import os
@@ -72,7 +74,7 @@ if fresh:  # on a GPU (device cuda): checked_parameters refuses fresh=True witho
     df = load_bench(paths=[path])
 else:
     df = load_bench(data_dir=data_dir)
-df = current_rows(df=df)  # each sweep's current table (the one rule, data/README.md); the rest is history
+df = current_rows(df=df, gpu=gpu)  # each sweep's current table (the one rule, data/README.md); the rest is history
 ok = df[df.status == "ok"].copy()
 ok["config"] = ok.config.fillna("")
 rows = default_kernel_rows(ok[~ok.sweep.isin(["ladder", "forced"])])  # the ladder tables are notebook 5's

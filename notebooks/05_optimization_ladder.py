@@ -34,6 +34,8 @@
 out_dir = "runs/scratch"   # figures and tables; the pipeline passes its run folder (publishing is its job)
 data_dir = "data"          # the committed tables; a relative folder here is from the repository root, wherever
                            # papermill or Jupyter runs the notebook (workbench.report.pipeline.checked_parameters)
+gpu = "NVIDIA H200"        # whose tables in data_dir to draw (results.REFERENCE_GPU; a folder of one other
+                           # GPU reads as it is); figures/ holds the H200's, so only it is published
 
 # %%
 import os
@@ -62,7 +64,7 @@ set_theme()
 out_folder(out_dir)  # refused here, before anything runs, inside data/ or figures/: only publishing adds there
 df = load_bench(data_dir=data_dir)
 # one GPU's tables only (the H200's in data/, or a run folder's one GPU): the history below never mixes GPUs
-ok = pick_gpu(df[df.status == "ok"]).copy()
+ok = pick_gpu(df[df.status == "ok"], gpu=gpu).copy()
 ok["config"] = ok.config.fillna("")
 # the ladder, removed rungs included, from its record in data/ (the registry holds the kept rungs only)
 record = pd.read_csv(Path(data_dir, "rungs.csv"),
@@ -90,7 +92,7 @@ ladders = (ok[ok.sweep == "ladder"].groupby("source")
            .agg(date=("date", "max"), commit=("git_commit", "first"),
                 stale=("stale", lambda s: bool(s[kept_rows.loc[s.index]].fillna(True).any())))
            .sort_values("date"))
-current = current_tables(ok).set_index("sweep").loc["ladder", "source"]  # data/README.md: one rule for every sweep
+current = current_tables(ok, gpu=gpu).set_index("sweep").loc["ladder", "source"]  # data/README.md: one rule for every sweep
 lad = ok[(ok.source == current) & (ok.config == "")]
 label = gpu_label(lad)
 note = bench_provenance(lad)
@@ -163,7 +165,7 @@ save_figure(fig, "ladder_b1_and_production", out_dir, title=f"Time per rung at b
 # %%
 from workbench.decode import pdl_by_splits, spec_split_plans  # noqa: E402  (the rule's split limit; splits a row)
 
-pdl_rows = current_rows(["pdl"], df=ok)  # the pdl sweep's current table (data/README.md: one rule)
+pdl_rows = current_rows(["pdl"], df=ok, gpu=gpu)  # the pdl sweep's current table (data/README.md: one rule)
 pdl_rows = pdl_rows[pdl_rows["mode"] == "graph"]
 if len(pdl_rows):
     pdl_src = pdl_rows.source.iloc[0]
@@ -296,7 +298,7 @@ display(Markdown(markdown_table(history, floatfmt=".3g")))
 # %%
 # the forced sweep's current table against the current ladder table's autotuned rows: a comparison only where
 # both measured the same kernel code (the same kernel hash), said below when they did not
-forced = current_rows(["forced"], df=ok)
+forced = current_rows(["forced"], df=ok, gpu=gpu)
 forced = forced[forced.config != ""]
 tune_commit = str(forced.git_commit.iloc[0])[:7] if len(forced) else None
 tune_lad = lad[lad.config == ""]

@@ -514,6 +514,26 @@ def test_publish_refuses_a_reduced_parameter_set(argv, tmp_path):
     assert _tree("figures") == before
 
 
+def test_the_notebooks_default_gpu_is_the_reference_gpu():
+    """The notebooks that take ``gpu`` draw the H200's tables by default, the GPU the figures and goals are of."""
+    from workbench.report.results import REFERENCE_GPU
+    declared = {p.stem: pipeline.declared_parameters(p) for p in pipeline.all_notebooks()}
+    takes = {stem for stem, names in declared.items() if "gpu" in names}
+    assert takes >= {"04_throughput", "05_optimization_ladder"}
+    assert {declared[stem]["gpu"] for stem in takes} == {REFERENCE_GPU}
+
+
+@pytest.mark.parametrize("extra", [[], ["--force"]], ids=["plain", "force"])
+def test_publish_refuses_another_gpus_figures(extra, tmp_path):
+    """Another GPU's figures never go into figures/, whose names do not say the GPU: not even with --force."""
+    before = _tree("figures")
+    msg = _pipeline_exit(["-p", "gpu", "NVIDIA H100 80GB HBM3", "--only", "04", "05", "--publish", *extra], tmp_path)
+    assert msg.startswith("--publish refused") and "NVIDIA H100 80GB HBM3" in msg and "05_optimization_ladder" in msg
+    assert _tree("figures") == before
+    declared = {p.stem: pipeline.declared_parameters(p) for p in pipeline.all_notebooks()}
+    assert pipeline.other_gpus({"04_throughput": {"gpu": "NVIDIA H200"}, "02_correctness": {}}, declared) == []
+
+
 def test_reductions_compare_with_each_notebooks_defaults():
     declared = {p.stem: pipeline.declared_parameters(p) for p in pipeline.all_notebooks()}
     nb2 = declared["02_correctness"]

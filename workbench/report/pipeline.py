@@ -393,6 +393,14 @@ def reductions(per_notebook: dict[str, dict], declared: dict[str, dict]) -> list
     return found
 
 
+def other_gpus(per_notebook: dict[str, dict], declared: dict[str, dict]) -> list[str]:
+    """The given ``gpu`` parameters that name another GPU than the notebook's default (the reference GPU whose
+    tables data/'s figures draw): such a run draws that GPU's tables, and must not be published over figures/."""
+    return [f"{stem} gpu={params['gpu']!r} (default {declared[stem]['gpu']!r})"
+            for stem, params in per_notebook.items()
+            if "gpu" in params and params["gpu"] != declared[stem].get("gpu")]
+
+
 def default_jobs() -> int:
     """Notebooks run at once by default on the CPU: one per core, at most two (each is a kernel process; they share
     data/, which they only read, and the run's figures/ folder, where each writes files of its own names). With
@@ -409,6 +417,11 @@ def run(params: dict, *, only=None, runs_dir: Path = ROOT / "runs", publish: boo
     if publish and reduced and not force:
         raise SystemExit(f"--publish refused: a reduced parameter set ({'; '.join(reduced)}) would replace "
                             "figures/ with a smaller run; drop those parameters, or add --force to publish it")
+    other_gpu = other_gpus(per_notebook, declared)
+    if publish and other_gpu:  # no --force: figures/ names no GPU, so this would put another GPU's under the H200's
+        raise SystemExit(f"--publish refused: figures/ holds the reference GPU's figures (the default gpu), and "
+                         f"{'; '.join(other_gpu)} would replace them with another GPU's under the same names; "
+                         "run without --publish (the run folder keeps them)")
     out_dirs = sorted({str(p["out_dir"]) for p in per_notebook.values() if "out_dir" in p})
     if publish and out_dirs:
         raise SystemExit(f"--publish refused: it copies the run folder's own figures/, and -p out_dir "
