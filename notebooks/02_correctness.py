@@ -59,7 +59,8 @@ from workbench.format import cases
 from workbench.format.golden import golden_expected, golden_kwargs, golden_names, load_golden
 from workbench.metrics import OUT_ELEM_REL, OUT_ELEM_RMS
 from workbench.report.pipeline import checked_parameters
-from workbench.report.figures import commit_provenance, gpu_label, out_folder, save_figure, save_table, set_theme
+from workbench.report.figures import (commit_provenance, gpu_label, out_folder, record_drawn_gpu, save_figure, save_table,
+                                      set_theme)
 from workbench.report.plots_correctness import fig_error_ecdf, fig_gpu_checks, fig_worst_by_shape
 from workbench.report.provenance import kernels_changed_since
 from workbench.report.results import load_correctness, load_sanitizer, sanitizer_summary
@@ -231,6 +232,7 @@ summary
 # %%
 gpu = load_correctness(data_dir)
 gpu_source = gpu.source.iloc[0]
+record_drawn_gpu(gpu, "02_correctness", out_dir)  # --publish takes only the reference GPU's figures
 gpu_note = commit_provenance(gpu, gpu_source)
 print(f"GPU table: {gpu_source}, {len(gpu)} checks, kernels {sorted(gpu.impl.unique())}")
 gpu_stale = any(kernels_changed_since(str(c)) for c in gpu.git_commit.unique())

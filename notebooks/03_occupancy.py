@@ -45,8 +45,8 @@ import workbench as wb
 from workbench.kernels.configs import TiledConfig
 from workbench.kernels.mma import MMA_CONFIG_SPACE, mma_prune_reason
 from workbench.report.pipeline import checked_parameters
-from workbench.report.figures import (bench_provenance, commit_provenance, gpu_label, out_folder, save_figure,
-                                      save_table, set_theme)
+from workbench.report.figures import (bench_provenance, commit_provenance, gpu_label, out_folder, record_drawn_gpu,
+                                      save_figure, save_table, set_theme)
 from workbench.report.plots_occupancy import fig_pruning, fig_registers, fig_shared_memory, fig_warps
 from workbench.lab.resources import apply_model, lab_frame
 from workbench.report.results import current_rows, load_bench, parse_config
@@ -187,6 +187,7 @@ sm120 = get_target("sm_120")
 timed = load_bench(data_dir=data_dir)
 headline = current_rows("headline", df=timed)  # the headline sweep's current table (data/README.md: one rule)
 forced_rows = current_rows(["forced"], df=timed)
+record_drawn_gpu(pd.concat([bench, headline, forced_rows]), "03_occupancy", out_dir)  # --publish: the reference GPU's only
 lab120 = pd.read_csv(os.path.join(data_dir, "resources_sm_120.csv"))  # whatever `archs` holds
 proj = sm120_projection(headline, lab120, sm120, forced=forced_rows)
 proj_lab = lab120[lab120.kernel.isin(set(proj.kernel))]

@@ -57,8 +57,8 @@ from workbench import registry
 from workbench.bench import fit_batch_model, overhead_table, rows_frame, run_sweep
 from workbench.report.pipeline import checked_parameters
 from workbench.report.figures import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, default_kernel_rows,
-                                      gpu_label, markdown_table, out_folder, same_run_times, save_figure, save_table,
-                                      set_theme)
+                                      gpu_label, markdown_table, out_folder, record_drawn_gpu, same_run_times,
+                                      save_figure, save_table, set_theme)
 from workbench.report.plots_throughput import (fig_batch_model, fig_heads, fig_overhead, fig_production,
                                                fig_roofline, fig_speedups, fig_time_vs_batch,
                                                next_power_of_two_ratios)
@@ -80,6 +80,7 @@ ok["config"] = ok.config.fillna("")
 rows = default_kernel_rows(ok[~ok.sweep.isin(["ladder", "forced"])])  # the ladder tables are notebook 5's
 tuned = rows[rows.config == ""]  # the autotuned kernel and the peers; forced configs are A/B material
 label = gpu_label(df)
+record_drawn_gpu(df, "04_throughput", out_dir)  # --publish takes only the reference GPU's figures
 hbm, gemm = df.hbm_copy_gbps.iloc[0], df.gemm_tflops.iloc[0]
 note = bench_provenance(tuned)
 stale = "STALE" in note
@@ -213,11 +214,11 @@ show[["provider", "mode", "heads", "fixed_us", "per_request_us", "r2", "points"]
 
 # %%
 def pick(mode, batch, heads, topk, extra_topk=0, peers=("flashmla", "gather")):
-    """Our default's time at a shape: the auto rows, else the rows of the rung auto picks there (on the H200)."""
-    rung = registry.auto_kernel("sm_90", heads=heads, tokens=batch * (topk + extra_topk), queries=batch,
+    """Our default's time at a shape: the auto rows, else the rows of the rung auto picks there (on the table's GPU)."""
+    rung = registry.auto_kernel(df.capability.iloc[0], heads=heads, tokens=batch * (topk + extra_topk), queries=batch,
                                 scopes=2 if extra_topk else 1)
     return same_run_times(ok, mode=mode, batch=batch, heads=heads, topk=topk, extra_topk=extra_topk,
-                          ours=(DEFAULT_PROVIDER, rung), peers=peers)
+                          ours=(DEFAULT_PROVIDER, rung), peers=peers, gpu=gpu)
 
 
 def speed(other, ours):

@@ -52,10 +52,11 @@ from IPython.display import Markdown, display
 from workbench import registry
 from workbench.report.pipeline import checked_parameters
 from workbench.report.figures import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_provenance, gpu_label, markdown_table,
-                                      out_folder, same_run_times, save_figure, save_table, set_theme)
+                                      out_folder, record_drawn_gpu, same_run_times, save_figure, save_table,
+                                      set_theme)
 from workbench.report.plots_ladder import fig_ladder
 from workbench.report.provenance import kernels_changed_since
-from workbench.report.results import current_rows, current_tables, load_bench, pick_gpu
+from workbench.report.results import DATA, REFERENCE_GPU, current_rows, current_tables, load_bench, pick_gpu
 
 # the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
 # root, device cuda only on a GPU): a wrong one stops here, in one line
@@ -67,7 +68,8 @@ df = load_bench(data_dir=data_dir)
 ok = pick_gpu(df[df.status == "ok"], gpu=gpu).copy()
 ok["config"] = ok.config.fillna("")
 # the ladder, removed rungs included, from its record in data/ (the registry holds the kept rungs only)
-record = pd.read_csv(Path(data_dir, "rungs.csv"),
+# a run folder of bench tables alone (another GPU's, as the README says) reads the ladder's record from data/
+record = pd.read_csv(next(p for p in (Path(data_dir, "rungs.csv"), Path(DATA, "rungs.csv")) if p.is_file()),
                      dtype={"rung": "Int64", "commit": str, "tried": str, "prediction": str})
 rungs = record[record.rung.notna()].sort_values("rung").reset_index(drop=True)
 RUNGS = list(rungs.name)
@@ -95,6 +97,7 @@ ladders = (ok[ok.sweep == "ladder"].groupby("source")
 current = current_tables(ok, gpu=gpu).set_index("sweep").loc["ladder", "source"]  # data/README.md: one rule for every sweep
 lad = ok[(ok.source == current) & (ok.config == "")]
 label = gpu_label(lad)
+record_drawn_gpu(ok, "05_optimization_ladder", out_dir)  # --publish takes only the reference GPU's figures
 note = bench_provenance(lad)
 def auto_kernel(key):
     """What impl='auto' runs at a shape on the table's GPU: the registry's own rule (registry.auto_kernel)."""
@@ -353,10 +356,15 @@ def parse_ncu(path):
                 stall_total=sum(stalls.values()) if stalls else np.nan, file=path.name)
 
 
-ncu = pd.DataFrame([parse_ncu(p) for p in sorted(Path(data_dir, "ncu").glob("*_ncu_*.txt"))])
+NCU_COLUMNS = ["kernel", "heads", "commit", "function", "threads", "duration_us", "registers", "achieved_occupancy_pct",
+               "cpi", "dram_pct", "top_stalls", "stall_total", "file"]  # parse_ncu's keys: a folder with none reads
+ncu = pd.DataFrame([parse_ncu(p) for p in sorted(Path(data_dir, "ncu").glob("*_ncu_*.txt"))], columns=NCU_COLUMNS)
 order = {c: i for i, c in enumerate(dict.fromkeys(ok.sort_values("date").git_commit.astype(str).str[:7]))}
 ncu["stale"] = [kernels_changed_since(c) for c in ncu.commit]
 ncu = ncu.sort_values(["kernel", "heads", "commit"], key=lambda s: s.map(order) if s.name == "commit" else s)
+if str(lad.gpu.iloc[0]) != REFERENCE_GPU:  # the reports name no GPU; all of data/ncu/ are the reference GPU's
+    print(f"data/ncu/ holds {REFERENCE_GPU} profiles only: none is shown beside {lad.gpu.iloc[0]}'s tables")
+    ncu = ncu.iloc[0:0]
 save_table(ncu, "ladder_ncu", out_dir)
 display(Markdown(markdown_table(ncu.drop(columns=["file", "stall_total", "function"]), floatfmt=".3g")))
 
@@ -365,7 +373,7 @@ display(Markdown(markdown_table(ncu.drop(columns=["file", "stall_total", "functi
 
 # %%
 head_rows = {key: same_run_times(ok, batch=SHAPES[key][0], heads=SHAPES[key][1], topk=SHAPES[key][2],
-                                 extra_topk=SHAPES[key][3], ours=(DEFAULT_PROVIDER, default_at[key]))
+                                 extra_topk=SHAPES[key][3], ours=(DEFAULT_PROVIDER, default_at[key]), gpu=gpu)
              for key in SHAPES}
 for key, r in head_rows.items():  # a table that records what auto ran must agree with the rule above
     if r["kernel"] == DEFAULT_PROVIDER and r["resolved"] not in ("auto", default_at[key]):
@@ -457,10 +465,13 @@ for r in ncu[(ncu.kernel == f"combine_after_{default_rung}") & (ncu.heads == 16)
                      "an upper bound), plus the gap between the two, which PDL narrows (the combine may launch "
                      "during the partial's epilogue: the table of the combine's launch above).")
 tun_bad = tuner[~tuner.within_10pct]
-lines.append(f"- autotuner: {len(tuner) - len(tun_bad)} of {len(tuner)} (kernel, heads) picks within 10% of the best "
-             f"forced config (worst ratio {tuner.ratio.max():.2f})" + (
-                 ": " + ", ".join(f"{r.kernel} h{r.heads} {r.ratio:.2f}" for r in tun_bad.itertuples()) if len(tun_bad)
-                 else "; no pick is a tuning problem."))
+if not len(tuner):
+    lines.append(f"- autotuner: no forced table of {lad.gpu.iloc[0]} to check its picks against (the `forced` sweep)")
+else:
+    lines.append(f"- autotuner: {len(tuner) - len(tun_bad)} of {len(tuner)} (kernel, heads) picks within 10% of the "
+                 f"best forced config (worst ratio {tuner.ratio.max():.2f})" + (
+                     ": " + ", ".join(f"{r.kernel} h{r.heads} {r.ratio:.2f}" for r in tun_bad.itertuples())
+                     if len(tun_bad) else "; no pick is a tuning problem."))
 
 missed = goals[goals.met == False]  # noqa: E712
 STALL_MEANING = {"wait": "fixed-latency dependencies", "short_scoreboard": "shared-memory and MIO results",

@@ -523,15 +523,48 @@ def test_the_notebooks_default_gpu_is_the_reference_gpu():
     assert {declared[stem]["gpu"] for stem in takes} == {REFERENCE_GPU}
 
 
-@pytest.mark.parametrize("extra", [[], ["--force"]], ids=["plain", "force"])
-def test_publish_refuses_another_gpus_figures(extra, tmp_path):
-    """Another GPU's figures never go into figures/, whose names do not say the GPU: not even with --force."""
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+@pytest.mark.parametrize("argv", [["-p", "gpu", H100], ["-p", "05_optimization_ladder", f"{{gpu: {H100}}}"],
+                                  ["-p", "gpu", H100, "--force"]], ids=["-p", "section", "force"])
+def test_publish_refuses_another_gpus_figures(argv, tmp_path, papermill_calls):
+    """Another GPU's figures never go into figures/, whose names do not say the GPU: not even with --force. The
+    refusal comes before any notebook runs (papermill is a recorder that would stop the run)."""
     before = _tree("figures")
-    msg = _pipeline_exit(["-p", "gpu", "NVIDIA H100 80GB HBM3", "--only", "04", "05", "--publish", *extra], tmp_path)
-    assert msg.startswith("--publish refused") and "NVIDIA H100 80GB HBM3" in msg and "05_optimization_ladder" in msg
-    assert _tree("figures") == before
+    msg = _pipeline_exit([*argv, "--only", "04", "05", "--publish"], tmp_path)
+    assert msg.startswith("--publish refused") and H100 in msg and "05_optimization_ladder" in msg
+    assert _tree("figures") == before and papermill_calls == []
     declared = {p.stem: pipeline.declared_parameters(p) for p in pipeline.all_notebooks()}
     assert pipeline.other_gpus({"04_throughput": {"gpu": "NVIDIA H200"}, "02_correctness": {}}, declared) == []
+
+
+def test_publish_refuses_figures_a_notebook_drew_from_another_gpu(tmp_path):
+    """What the gpu parameter cannot see (a data_dir or a fresh sweep of another GPU) the notebooks' records of the
+    GPU they drew catch, before anything is copied."""
+    from workbench.report.figures import record_drawn_gpu
+    from workbench.report.results import REFERENCE_GPU
+    figs = tmp_path / "figures"
+    record_drawn_gpu(pd.DataFrame({"gpu": [REFERENCE_GPU, REFERENCE_GPU]}), "04_throughput", figs)
+    record_drawn_gpu(pd.DataFrame({"gpu": [float("nan")]}), "02_correctness", figs)  # no GPU named: an H200 table
+    pipeline.refuse_other_gpus(figs, tmp_path)  # the reference GPU's: passes
+    record_drawn_gpu(pd.DataFrame({"gpu": [REFERENCE_GPU, H100]}), "05_optimization_ladder", figs)
+    with pytest.raises(SystemExit) as e:
+        pipeline.refuse_other_gpus(figs, tmp_path)
+    assert "05_optimization_ladder drew " + H100 in str(e.value.code) and "04_throughput" not in str(e.value.code)
+
+
+def test_a_gpu_with_no_tables_is_refused_in_one_line(tmp_path):
+    """A gpu parameter naming a GPU data_dir has no bench table of stops before the notebook runs, listing the GPUs
+    that have tables; the default reads a folder of one other GPU as it is."""
+    from workbench.report.pipeline import ParameterError, checked_parameters
+    pd.DataFrame({"sweep": ["headline"], "gpu": [H100]}).to_csv(tmp_path / "bench_h100_20261205-1611_headline.csv")
+    for stem in ("04_throughput", "05_optimization_ladder"):
+        assert checked_parameters(stem, {"data_dir": str(tmp_path)})["gpu"] == "NVIDIA H200"
+        assert checked_parameters(stem, {"data_dir": str(tmp_path), "gpu": H100})["gpu"] == H100
+        with pytest.raises(ParameterError) as e:
+            checked_parameters(stem, {"data_dir": str(tmp_path), "gpu": "NVIDIA H300"})
+        assert "NVIDIA H300" in str(e.value) and H100 in str(e.value) and "\n" not in str(e.value)
 
 
 def test_reductions_compare_with_each_notebooks_defaults():

@@ -126,6 +126,18 @@ def save_figure(fig, name: str, out_dir, *, title: str | None = None, note: str 
     return paths
 
 
+DRAWN_GPU = "drawn_gpu_{}"  # a notebook's record of the GPU whose tables it drew (pipeline.refuse_other_gpus)
+
+
+def record_drawn_gpu(rows, stem: str, out_dir) -> Path:
+    """Write which GPU measured ``rows`` (the tables notebook ``stem`` draws) beside its figures, as
+    ``drawn_gpu_<stem>.csv``: ``--publish`` reads it, so that only the reference GPU's figures reach figures/."""
+    import pandas as pd
+    from .results import _gpu_of
+    gpus = sorted(set(_gpu_of(rows))) if len(rows) else []
+    return save_table(pd.DataFrame({"notebook": stem, "gpu": gpus}), DRAWN_GPU.format(stem), out_dir)
+
+
 def save_table(df, name: str, out_dir) -> Path:
     out = out_folder(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -376,7 +388,7 @@ def seeded_strip(ax, df, x, y, *, order, hue=None, hue_order=None, palette=None,
 # the default kernel's numbers and the optimisation ladder (notebooks 04 and 05)
 # ----------------------------------------------------------------------------------------------
 def same_run_times(ok, *, batch, heads, topk, extra_topk=0, mode="graph", ours=(DEFAULT_PROVIDER, *DEFAULT_FALLBACK),
-                   peers=("flashmla", "gather")) -> dict:
+                   peers=("flashmla", "gather"), gpu=None) -> dict:
     """Our kernel's time at one shape, with the peers' times from the same table (one run).
 
     ok: rows of :func:`workbench.report.results.load_bench` (status ok), whole tables: only each sweep's current table
@@ -387,9 +399,11 @@ def same_run_times(ok, *, batch, heads, topk, extra_topk=0, mode="graph", ours=(
     Returns kernel (the name from ``ours``), resolved (the kernel the rows record: for "auto",
     the rung it resolved to where the table says, else "auto"), ours_us, ``<peer>_us`` for each peer (NaN
     when the table has none), source, git_commit, stale; ours_us is NaN and kernel None when nothing matches.
+    ``gpu``: whose current tables count (:func:`workbench.report.results.is_current`); None is the reference GPU
+    (or the only GPU ``ok`` has). The notebooks pass the GPU they draw.
     """
-    from .results import is_current
-    ok = ok[is_current(ok)]
+    from .results import REFERENCE_GPU, is_current
+    ok = ok[is_current(ok, gpu=gpu or REFERENCE_GPU)]
     shape = ((ok["mode"] == mode) & (ok.batch == batch) & (ok.heads == heads) & (ok.topk == topk)
              & (ok.s_q == 1) & (ok.extra_topk == extra_topk))
     cfg = ok["config"].fillna("") if "config" in ok.columns else ""

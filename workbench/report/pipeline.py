@@ -331,6 +331,12 @@ def checked_parameters(stem: str, given, *, check_folders: bool = True) -> dict:
             elif check_folders and not Path(values[name]).is_dir():
                 raise ParameterError(f"{name} {raw}: no such folder ({values[name]}; a relative path is taken from "
                                      f"the repository root, {ROOT})")
+    if "gpu" in values and not values.get("fresh") and Path(values.get("data_dir", "")).is_dir():
+        from .results import bench_gpus, check_gpu
+        try:  # here, not in the notebook's third cell: a typo'd GPU is one line before anything runs
+            check_gpu(values["gpu"], bench_gpus(values["data_dir"]))
+        except ValueError as e:
+            raise ParameterError(f"gpu {values['gpu']!r}: in {values['data_dir']}, {e}") from None
     device = values.get("device", "cpu")
     if device == "cuda":
         _needs_cuda("device cuda", "leave device at cpu to run the kernels in the Triton interpreter")
@@ -399,6 +405,21 @@ def other_gpus(per_notebook: dict[str, dict], declared: dict[str, dict]) -> list
     return [f"{stem} gpu={params['gpu']!r} (default {declared[stem]['gpu']!r})"
             for stem, params in per_notebook.items()
             if "gpu" in params and params["gpu"] != declared[stem].get("gpu")]
+
+
+def refuse_other_gpus(fig_dir: Path, run_dir: Path) -> None:
+    """Before publishing: every notebook's record of the GPU it drew (``figures.record_drawn_gpu``) names the
+    reference GPU, else SystemExit in one line (the run folder keeps the figures). This catches what the ``gpu``
+    parameter does not: a data_dir of another GPU's tables, or a fresh sweep on another GPU."""
+    import pandas as pd
+
+    from .figures import DRAWN_GPU
+    from .results import REFERENCE_GPU
+    drawn = [pd.read_csv(p) for p in sorted(Path(fig_dir).glob(DRAWN_GPU.format("*") + ".csv"))]
+    other = sorted({f"{r.notebook} drew {r.gpu}" for d in drawn for r in d.itertuples() if r.gpu != REFERENCE_GPU})
+    if other:
+        raise SystemExit(f"--publish refused: figures/ holds {REFERENCE_GPU}'s figures, and {'; '.join(other)}; "
+                         f"the figures stay in {run_dir}")
 
 
 def default_jobs() -> int:
@@ -477,6 +498,7 @@ def run(params: dict, *, only=None, runs_dir: Path = ROOT / "runs", publish: boo
         print("\n" + "\n".join(failures), file=sys.stderr)
         raise SystemExit(1)
     if publish:
+        refuse_other_gpus(fig_dir, run_dir)
         dest = ROOT / "figures"
         dest.mkdir(exist_ok=True)
         for f in fig_dir.iterdir():

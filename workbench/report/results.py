@@ -135,6 +135,26 @@ def _chosen_gpu(gpu, present) -> str:
                      "or gpu=None for each GPU's current tables)")
 
 
+def bench_gpus(data_dir: Path | str = DATA) -> list[str]:
+    """The GPUs that measured the bench tables of ``data_dir`` (and its archive), read from their gpu column alone."""
+    import pandas as pd
+    found = set()
+    for p in _tables(data_dir, "bench_*.csv"):
+        if not p.name.endswith(".fit.csv"):
+            found |= set(_gpu_of(pd.read_csv(p, usecols=lambda c: c == "gpu")))
+    return sorted(found)
+
+
+def check_gpu(gpu, present) -> str:
+    """:func:`_chosen_gpu` for a name a user typed: the GPU whose tables would be drawn, or a ValueError in one
+    line that lists the GPUs ``present``."""
+    try:
+        return _chosen_gpu(gpu, present)
+    except ValueError:
+        raise ValueError(f"no bench table of GPU {gpu!r}; the GPUs with tables: {', '.join(sorted(present)) or 'none'} "
+                         "(name one as the tables write it)") from None
+
+
 def pick_gpu(df, gpu=REFERENCE_GPU):
     """The rows of ``df`` whose tables may be current: those of :func:`_chosen_gpu` (by default
     :data:`REFERENCE_GPU`, the H200 of data/). ``gpu=None``: all rows, each GPU with its own current tables
