@@ -59,8 +59,8 @@ from workbench.format import cases
 from workbench.format.golden import golden_expected, golden_kwargs, golden_names, load_golden
 from workbench.metrics import OUT_ELEM_REL, OUT_ELEM_RMS
 from workbench.report.pipeline import checked_parameters
-from workbench.report.figures import (commit_provenance, gpu_label, out_folder, record_drawn_gpu, save_figure, save_table,
-                                      set_theme)
+from workbench.report.figures import (commit_provenance, gpu_label, out_folder, record_drawn_gpu, save_figure,
+                                      save_table, set_theme)
 from workbench.report.plots_correctness import fig_error_ecdf, fig_gpu_checks, fig_worst_by_shape
 from workbench.report.provenance import kernels_changed_since
 from workbench.report.results import load_correctness, load_sanitizer, sanitizer_summary

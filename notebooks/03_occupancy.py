@@ -187,7 +187,8 @@ sm120 = get_target("sm_120")
 timed = load_bench(data_dir=data_dir)
 headline = current_rows("headline", df=timed)  # the headline sweep's current table (data/README.md: one rule)
 forced_rows = current_rows(["forced"], df=timed)
-record_drawn_gpu(pd.concat([bench, headline, forced_rows]), "03_occupancy", out_dir)  # --publish: the reference GPU's only
+# --publish takes only the reference GPU's figures
+record_drawn_gpu(pd.concat([bench, headline, forced_rows]), "03_occupancy", out_dir)
 lab120 = pd.read_csv(os.path.join(data_dir, "resources_sm_120.csv"))  # whatever `archs` holds
 proj = sm120_projection(headline, lab120, sm120, forced=forced_rows)
 proj_lab = lab120[lab120.kernel.isin(set(proj.kernel))]

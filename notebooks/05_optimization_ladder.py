@@ -94,7 +94,7 @@ ladders = (ok[ok.sweep == "ladder"].groupby("source")
            .agg(date=("date", "max"), commit=("git_commit", "first"),
                 stale=("stale", lambda s: bool(s[kept_rows.loc[s.index]].fillna(True).any())))
            .sort_values("date"))
-current = current_tables(ok, gpu=gpu).set_index("sweep").loc["ladder", "source"]  # data/README.md: one rule for every sweep
+current = current_tables(ok, gpu=gpu).set_index("sweep").loc["ladder", "source"]  # data/README.md: one rule
 lad = ok[(ok.source == current) & (ok.config == "")]
 label = gpu_label(lad)
 record_drawn_gpu(ok, "05_optimization_ladder", out_dir)  # --publish takes only the reference GPU's figures
