@@ -194,6 +194,19 @@ def _store_remote(lo, hi, slot_r, rbar, ROW0, HT: gl.constexpr, BLOCK_T: gl.cons
 
 
 @gluon.jit
+def _read_back(ring, buf, slot_addr, t0, i, out_cta, orow, ocol, tid, chk, CHECK: gl.constexpr, BLOCK_T: gl.constexpr,
+               D: gl.constexpr, SLOT: gl.constexpr, KW: gl.constexpr):
+    """The trivial consumer: a CHECK launch writes the whole slot out, a timed one folds one word a thread a tile
+    into ``chk`` (so the slot is read after its barrier, and nothing is optimised away)."""
+    if CHECK:
+        tile = ring.index(buf)._reinterpret(gl.int32, [BLOCK_T, D // 2], KW).load(orow.type.layout.parent)
+        gl.store(out_cta + (t0 + gl.expand_dims(orow, 1)) * (D // 2) + gl.expand_dims(ocol, 0), tile)
+    else:
+        chk = chk ^ _ld_shared(slot_addr + ((tid * 16 + i * 4) % SLOT))
+    return chk
+
+
+@gluon.jit
 def probe_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, topk, out_ptr, sum_ptr, ring_off, bar_off,
                  D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
                  SCALE_BYTES: gl.constexpr, BS_SHIFT: gl.constexpr, BLOCK_T: gl.constexpr, NUM_BUFS: gl.constexpr,
@@ -263,11 +276,8 @@ def probe_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, topk, o
             gl.thread_barrier()
             mbarrier.expect(bars.index(buf), HT * D * 2)  # our one arrival, and the peer's half's bytes
             _wait(bar_l + buf * 8, (i // NUM_BUFS) & 1, CLUSTER_SCOPE)
-            if CHECK:
-                tile = ring.index(buf)._reinterpret(gl.int32, [BLOCK_T, D // 2], KW).load(OUTL)
-                gl.store(out_cta + (t0 + gl.expand_dims(orow, 1)) * (D // 2) + gl.expand_dims(ocol, 0), tile)
-            else:
-                chk = chk ^ _ld_shared(ring_l + buf * SLOT + ((tid * 16 + i * 4) % SLOT))
+            chk = _read_back(ring, buf, ring_l + buf * SLOT, t0, i, out_cta, orow, ocol, tid, chk, CHECK, BLOCK_T, D,
+                             SLOT, KW)
             gl.thread_barrier()
             if i + NUM_BUFS < n_tiles:  # the last NUM_BUFS releases are never waited for: not sent
                 mbarrier.arrive(bars.index(NUM_BUFS + buf))
@@ -299,11 +309,8 @@ def probe_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, topk, o
             gl.thread_barrier()
             mbarrier.arrive(bars.index(buf))
             mbarrier.wait(bars.index(buf), (i // NUM_BUFS) & 1)
-            if CHECK:
-                tile = ring.index(buf)._reinterpret(gl.int32, [BLOCK_T, D // 2], KW).load(OUTL)
-                gl.store(out_cta + (t0 + gl.expand_dims(orow, 1)) * (D // 2) + gl.expand_dims(ocol, 0), tile)
-            else:
-                chk = chk ^ _ld_shared(ring_l + buf * SLOT + ((tid * 16 + i * 4) % SLOT))
+            chk = _read_back(ring, buf, ring_l + buf * SLOT, t0, i, out_cta, orow, ocol, tid, chk, CHECK, BLOCK_T, D,
+                             SLOT, KW)
             gl.thread_barrier()
             words, rope, sbyte, valid = n_words, n_rope, n_sbyte, n_valid
             i += 1

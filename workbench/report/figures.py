@@ -126,13 +126,12 @@ def save_figure(fig, name: str, out_dir, *, title: str | None = None, note: str 
     return paths
 
 
-DRAWN_GPU = "drawn_gpu_{}"  # a notebook's record of the GPU whose tables it drew (pipeline.refuse_other_gpus)
-
-
 def record_drawn_gpu(rows, stem: str, out_dir) -> Path:
     """Write which GPU measured ``rows`` (the tables notebook ``stem`` draws) beside its figures, as
     ``drawn_gpu_<stem>.csv``: ``--publish`` reads it, so that only the reference GPU's figures reach figures/."""
     import pandas as pd
+
+    from .pipeline import DRAWN_GPU
     from .results import _gpu_of
     gpus = sorted(set(_gpu_of(rows))) if len(rows) else []
     return save_table(pd.DataFrame({"notebook": stem, "gpu": gpus}), DRAWN_GPU.format(stem), out_dir)

@@ -407,13 +407,15 @@ def other_gpus(per_notebook: dict[str, dict], declared: dict[str, dict]) -> list
             if "gpu" in params and params["gpu"] != declared[stem].get("gpu")]
 
 
+DRAWN_GPU = "drawn_gpu_{}"  # a notebook's record of the GPU whose tables it drew (figures.record_drawn_gpu)
+
+
 def refuse_other_gpus(fig_dir: Path, run_dir: Path) -> None:
     """Before publishing: every notebook's record of the GPU it drew (``figures.record_drawn_gpu``) names the
     reference GPU, else SystemExit in one line (the run folder keeps the figures). This catches what the ``gpu``
     parameter does not: a data_dir of another GPU's tables, or a fresh sweep on another GPU."""
     import pandas as pd
 
-    from .figures import DRAWN_GPU
     from .results import REFERENCE_GPU
     drawn = [pd.read_csv(p) for p in sorted(Path(fig_dir).glob(DRAWN_GPU.format("*") + ".csv"))]
     other = sorted({f"{r.notebook} drew {r.gpu}" for d in drawn for r in d.itertuples() if r.gpu != REFERENCE_GPU})
