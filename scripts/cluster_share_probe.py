@@ -558,7 +558,7 @@ class Launch:
 def run_gpu(args) -> int:
     assert torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9, "needs an sm_90 GPU"
     print(f"device: {torch.cuda.get_device_name()}, triton {triton.__version__}, torch {torch.__version__}")
-    rc = 0
+    rc, checked, rows = 0, {}, []  # checked: variant -> passed every check shape
     if args.check:
         for b, topk, page, invalid in ((2, 256, 64, 0.1), (3, 200, 256, 0.0), (8, 2048, 256, 0.05)):
             cache, idx, num_tokens = make_problem(b, topk, page, invalid=invalid, seed=b)
@@ -573,6 +573,7 @@ def run_gpu(args) -> int:
                 # values compared (a -0 and a +0 are equal); there is no NaN in these caches
                 bad = [(q, r) for q in range(b) for r in range(2)
                        if not torch.equal(got[q, r].float(), ref[q].float())]
+                checked[name] = checked.get(name, True) and not bad
                 if bad:
                     q, r = bad[0]
                     rows = (got[q, r].float() != ref[q].float()).any(1).nonzero().flatten()
@@ -589,6 +590,9 @@ def run_gpu(args) -> int:
             out = torch.empty(1, dtype=torch.int32, device="cuda")
             sums = torch.zeros(2 * b, 32 * NUM_WARPS, dtype=torch.int32, device="cuda")
             for name, (shared, scope) in VARIANTS.items():
+                if checked.get(name) is False:  # a wrong answer has no time
+                    print(f"time {name:7s} b{b} h{h} topk{topk} page{page}: not timed, it failed its check")
+                    continue
                 launch = Launch(shared, False, page.bit_length() - 1, scope, ints_of(cache, idx, num_tokens))
                 fn = lambda: launch(cache, idx, num_tokens, out, sums)  # noqa: E731
                 fn()
@@ -601,6 +605,17 @@ def run_gpu(args) -> int:
                 gb = 2 * b * (topk if not shared else topk / 2) * MODEL1.bytes_per_token / 1e9
                 print(f"time {name:7s} b{b} h{h} topk{topk} page{page}: median {med:.1f} us  p20 {p20:.1f}  "
                       f"p80 {p80:.1f}  ({gb / (med * 1e-6):.0f} GB/s of gathered cache bytes)")
+                rows.append(dict(probe="cluster_share", variant=name, batch=b, heads=h, topk=topk, block_size=page,
+                                 mode="graph" if args.graph else "do_bench", median_us=med, p20_us=p20, p80_us=p80,
+                                 gathered_gbps=gb / (med * 1e-6),
+                                 check={True: "passed", False: "failed"}.get(checked.get(name), "not run")))
+    if args.csv and rows:  # one long-format row per measurement, with the bench's provenance columns
+        import pandas as pd
+
+        from workbench.report.provenance import provenance
+        prov = provenance()
+        pd.DataFrame([{**r, **prov} for r in rows]).to_csv(args.csv, index=False)
+        print(f"table: {args.csv}")
     return rc
 
 
@@ -617,6 +632,8 @@ def main(argv=None) -> int:
                    help=f"GPU: time every variant at b,h,topk,page in {SHAPES}; median/p20/p80 us per variant")
     p.add_argument("--graph", action="store_true", help="with --time: time CUDA-graph replays "
                    "(do_bench_cudagraph) instead of do_bench")
+    p.add_argument("--csv", metavar="PATH", help="with --time: also write the times as a long-format table (one row "
+                   "per variant and shape: median, p20, p80, whether it passed --check, and the provenance columns)")
     p.add_argument("--rep", type=int, default=200, help="with --time: ms of repetitions per variant (default 200)")
     args = p.parse_args(argv)
     if not (args.compile_only or args.check or args.time):
