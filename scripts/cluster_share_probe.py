@@ -88,6 +88,24 @@ def _cluster_rank():
 
 
 @gluon.jit
+def _trap_unless_cluster_of_2():
+    """A launch that is not a cluster of 2 stops here (a CUDA error), not in a mapa to a CTA that is not there."""
+    gl.inline_asm_elementwise("""{
+        .reg .pred p;
+        .reg .u32 n;
+        mov.u32 n, %cluster_nctarank;
+        setp.ne.u32 p, n, 2;
+        @p trap;
+        mov.u32 $0, 0;
+        }""", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _trap():
+    gl.inline_asm_elementwise("trap;\nmov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
 def _mapa(addr, rank):
     """A shared::cta address -> the same offset in CTA ``rank`` of the cluster (shared::cluster address)."""
     return gl.inline_asm_elementwise("mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r", [addr, rank],
@@ -124,9 +142,15 @@ def _try_wait(addr, phase, CLUSTER_SCOPE: gl.constexpr):
 
 @gluon.jit
 def _wait(addr, phase, CLUSTER_SCOPE: gl.constexpr):
+    """Spin on try_wait; after 2**24 tries (seconds, where a healthy wait takes microseconds) trap, so that a
+    protocol error ends the launch with a CUDA error instead of hanging the device call."""
     done = _try_wait(addr, phase, CLUSTER_SCOPE)
+    tries = 0
     while done == 0:
         done = _try_wait(addr, phase, CLUSTER_SCOPE)
+        tries += 1
+        if tries > 16777216:
+            _trap()
 
 
 @gluon.jit
@@ -207,6 +231,34 @@ def _read_back(ring, buf, slot_addr, t0, i, out_cta, orow, ocol, tid, chk, CHECK
 
 
 @gluon.jit
+def _consume_shared(ring, bars, bar_l, bar_r, ring_l, j, n_tiles, out_cta, orow, ocol, tid, chk, CHECK: gl.constexpr,
+                    CLUSTER_SCOPE: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, SLOT: gl.constexpr,
+                    KW: gl.constexpr, NUM_BUFS: gl.constexpr):
+    """Tile j: wait until both halves are in our slot, read it back, and release the slot in both CTAs (the last
+    NUM_BUFS releases are never waited for, so they are not sent)."""
+    buf = j % NUM_BUFS
+    _wait(bar_l + buf * 8, (j // NUM_BUFS) & 1, CLUSTER_SCOPE)
+    chk = _read_back(ring, buf, ring_l + buf * SLOT, j * BLOCK_T, j, out_cta, orow, ocol, tid, chk, CHECK, BLOCK_T, D,
+                     SLOT, KW)
+    gl.thread_barrier()
+    if j + NUM_BUFS < n_tiles:
+        mbarrier.arrive(bars.index(NUM_BUFS + buf))
+        _remote_arrive(bar_r + (NUM_BUFS + buf) * 8, CLUSTER_SCOPE)
+    return chk
+
+
+@gluon.jit
+def _consume_local(ring, bars, ring_l, j, out_cta, orow, ocol, tid, chk, CHECK: gl.constexpr, BLOCK_T: gl.constexpr,
+                   D: gl.constexpr, SLOT: gl.constexpr, KW: gl.constexpr, NUM_BUFS: gl.constexpr):
+    buf = j % NUM_BUFS
+    mbarrier.wait(bars.index(buf), (j // NUM_BUFS) & 1)
+    chk = _read_back(ring, buf, ring_l + buf * SLOT, j * BLOCK_T, j, out_cta, orow, ocol, tid, chk, CHECK, BLOCK_T, D,
+                     SLOT, KW)
+    gl.thread_barrier()
+    return chk
+
+
+@gluon.jit
 def probe_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, topk, out_ptr, sum_ptr, ring_off, bar_off,
                  D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
                  SCALE_BYTES: gl.constexpr, BS_SHIFT: gl.constexpr, BLOCK_T: gl.constexpr, NUM_BUFS: gl.constexpr,
@@ -246,6 +298,7 @@ def probe_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, topk, o
         HT: gl.constexpr = BLOCK_T // 2
         g, g3, w3 = _tile_layouts(HT, SCALE_BYTES, TILE)
         is_rope = g3 == SCALE_BYTES - 1
+        _trap_unless_cluster_of_2()
         rank = _cluster_rank()
         peer = rank ^ 1
         my0 = rank * HT
@@ -271,19 +324,17 @@ def probe_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, topk, o
                 store_tile_rows(ring.index(buf), lo, hi, 0, HT, BLOCK_T, D)
             else:
                 store_tile_rows(ring.index(buf), lo, hi, HT, HT, BLOCK_T, D)
+            fence_async_shared()  # the local stores only (a consumer's wgmma would read them), not the STAS after it
             _store_remote(lo, hi, ring_r + buf * SLOT, bar_r + buf * 8, my0, HT, BLOCK_T, SCALE_BYTES)
-            fence_async_shared()  # as the kernel's producer: its own half before a consumer's wgmma would read it
             gl.thread_barrier()
             mbarrier.expect(bars.index(buf), HT * D * 2)  # our one arrival, and the peer's half's bytes
-            _wait(bar_l + buf * 8, (i // NUM_BUFS) & 1, CLUSTER_SCOPE)
-            chk = _read_back(ring, buf, ring_l + buf * SLOT, t0, i, out_cta, orow, ocol, tid, chk, CHECK, BLOCK_T, D,
-                             SLOT, KW)
-            gl.thread_barrier()
-            if i + NUM_BUFS < n_tiles:  # the last NUM_BUFS releases are never waited for: not sent
-                mbarrier.arrive(bars.index(NUM_BUFS + buf))
-                _remote_arrive(bar_r + (NUM_BUFS + buf) * 8, CLUSTER_SCOPE)
+            if i > 0:  # one tile behind, so the two CTAs may drift a tile apart (a split producer would)
+                chk = _consume_shared(ring, bars, bar_l, bar_r, ring_l, i - 1, n_tiles, out_cta, orow, ocol, tid, chk,
+                                      CHECK, CLUSTER_SCOPE, BLOCK_T, D, SLOT, KW, NUM_BUFS)
             words, rope, sbyte, valid = n_words, n_rope, n_sbyte, n_valid
             i += 1
+        chk = _consume_shared(ring, bars, bar_l, bar_r, ring_l, n_tiles - 1, n_tiles, out_cta, orow, ocol, tid, chk,
+                              CHECK, CLUSTER_SCOPE, BLOCK_T, D, SLOT, KW, NUM_BUFS)
         # done: the peer has consumed everything (so all our st.async landed) and sends us nothing more
         _remote_arrive(bar_r + 2 * NUM_BUFS * 8, CLUSTER_SCOPE)
         _wait(bar_l + 2 * NUM_BUFS * 8, 0, CLUSTER_SCOPE)
@@ -308,12 +359,13 @@ def probe_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, topk, o
             fence_async_shared()
             gl.thread_barrier()
             mbarrier.arrive(bars.index(buf))
-            mbarrier.wait(bars.index(buf), (i // NUM_BUFS) & 1)
-            chk = _read_back(ring, buf, ring_l + buf * SLOT, t0, i, out_cta, orow, ocol, tid, chk, CHECK, BLOCK_T, D,
-                             SLOT, KW)
-            gl.thread_barrier()
+            if i > 0:  # one tile behind, in the same order as the shared variant
+                chk = _consume_local(ring, bars, ring_l, i - 1, out_cta, orow, ocol, tid, chk, CHECK, BLOCK_T, D,
+                                     SLOT, KW, NUM_BUFS)
             words, rope, sbyte, valid = n_words, n_rope, n_sbyte, n_valid
             i += 1
+        chk = _consume_local(ring, bars, ring_l, n_tiles - 1, out_cta, orow, ocol, tid, chk, CHECK, BLOCK_T, D, SLOT,
+                             KW, NUM_BUFS)
     gl.store(sum_ptr + pid * (32 * gl.num_warps()) + tid, chk)
 
 
@@ -576,9 +628,9 @@ def run_gpu(args) -> int:
                 checked[name] = checked.get(name, True) and not bad
                 if bad:
                     q, r = bad[0]
-                    rows = (got[q, r].float() != ref[q].float()).any(1).nonzero().flatten()
+                    bad_rows = (got[q, r].float() != ref[q].float()).any(1).nonzero().flatten()
                     print(f"check {name:7s} b{b} topk{topk} page{page}: FAIL, {len(bad)} of {2 * b} CTAs differ; "
-                          f"first CTA (q{q}, rank {r}) rows {rows[:16].tolist()}...")
+                          f"first CTA (q{q}, rank {r}) rows {bad_rows[:16].tolist()}...")
                     rc = 1
                 else:
                     print(f"check {name:7s} b{b} topk{topk} page{page}: ok, every CTA's tiles equal to the "
@@ -631,7 +683,8 @@ def main(argv=None) -> int:
     p.add_argument("--time", action="store_true",
                    help=f"GPU: time every variant at b,h,topk,page in {SHAPES}; median/p20/p80 us per variant")
     p.add_argument("--graph", action="store_true", help="with --time: time CUDA-graph replays "
-                   "(do_bench_cudagraph) instead of do_bench")
+                   "(do_bench_cudagraph, which does not clear L2 between replays, so a shape whose cache fits in L2 "
+                   "reads warm) instead of do_bench (L2 cleared before each launch); compare within one mode only")
     p.add_argument("--csv", metavar="PATH", help="with --time: also write the times as a long-format table (one row "
                    "per variant and shape: median, p20, p80, whether it passed --check, and the provenance columns)")
     p.add_argument("--rep", type=int, default=200, help="with --time: ms of repetitions per variant (default 200)")
