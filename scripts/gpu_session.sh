@@ -28,7 +28,11 @@
 #   BASELINE=<dir> (BASELINE_COMMIT=<sha>) runs the same sweeps again from an earlier commit's tree, into
 #   $OUT/baseline/, for a same-run comparison (the folder: `git archive <sha> | tar -x -C <dir>`, carried);
 #   NCU_SOURCE=1 also writes each profile's per-SASS-instruction counters (stall samples, executed instructions,
-#   sectors) as ncu_source_<impl>_h<heads>.csv.
+#   sectors) as ncu_source_<impl>_h<heads>.csv;
+#   CLUSTER_PROBE=1 runs scripts/cluster_share_probe.py (sm_90: a cluster of two sharing the dequant) before the
+#   sweeps: its check alone under `timeout ${PROBE_CHECK_TIMEOUT:-120}` (cluster_probe_check.log; a protocol
+#   error traps or hangs there), then, unless that timed out, check and time under `timeout 400`
+#   (cluster_probe_time.log, the table cluster_share.csv).
 set -uo pipefail
 SWEEPS="${*:-smoke}"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -172,6 +176,17 @@ if [ "${WS_PROBES:-0}" = 1 ]; then  # the race-free probes: what racecheck repor
     LOG_TIMEOUT=120 logged "$OUT/racecheck_probe$(tag $v || echo _plain).log" compute-sanitizer --tool racecheck --print-limit 20 \
       python3 scripts/ws_protocol_probe.py $v
   done
+fi
+if [ "${CLUSTER_PROBE:-0}" = 1 ]; then
+  { echo "# python3 scripts/cluster_share_probe.py --check"
+    timeout "${PROBE_CHECK_TIMEOUT:-120}" python3 scripts/cluster_share_probe.py --check 2>&1; echo "# exit $?"
+  } > "$OUT/cluster_probe_check.log"
+  if ! grep -q '^# exit 124$' "$OUT/cluster_probe_check.log"; then
+    { echo "# python3 scripts/cluster_share_probe.py --check --time --csv $OUT/cluster_share.csv"
+      timeout 400 python3 scripts/cluster_share_probe.py --check --time --csv "$OUT/cluster_share.csv" 2>&1
+      echo "# exit $?"; } > "$OUT/cluster_probe_time.log"
+  fi
+  grep -hE '^(check|time) |^# exit' "$OUT"/cluster_probe_*.log
 fi
 if [ -n "${SANITIZED:-}" ]; then
   # the logs' provenance, beside them (workbench.report.results.load_sanitizer reads it once they are in data/sanitizer_*/)

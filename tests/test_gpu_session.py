@@ -115,6 +115,11 @@ if [ "$1" = "-m" ] && [ "$2" = "workbench" ]; then
   fi
   exit 0
 fi
+if [ "${{1##*/}}" = cluster_share_probe.py ]; then
+  echo "python3 $*" >> "{calls}"
+  [ "$PROBE_HANGS" = 1 ] && sleep 30
+  echo "check local   b2 topk256 page64: ok"; exit 0
+fi
 exec "{sys.executable}" "$@"
 ''')
     (bin_ / "nvidia-smi").write_text("#!/usr/bin/env bash\necho 'name, compute_cap'\necho 'fake GPU, 0.0'\n")
@@ -167,3 +172,19 @@ def test_session_on_an_h200_checks_every_kernel_under_the_old_names(tmp_path):
     assert len(parts) == 2 and all("--name correctness_h200.csv" in c for c in parts)
     checked = [k for c in parts for k in c.split("--impls ")[1].split()]
     assert sorted(checked) == sorted([*ANY_GPU, *SM90_ONLY, "auto"])
+
+
+@pytest.mark.parametrize("hangs", [False, True], ids=["checks", "check-hangs"])
+def test_cluster_probe_checks_first_and_times_only_if_the_check_ended(tmp_path, hangs):
+    """CLUSTER_PROBE=1: the probe's check alone under a short timeout, then check and time into $OUT's table; a check
+    that hangs (timeout, exit 124) is not followed by the timing run, and the call goes on."""
+    stdout, calls, out = _run_session(tmp_path, "NVIDIA H200:90", SKIP_CHECK="1", SKIP_SANITIZE="1", SKIP_BENCH="1",
+                                      CLUSTER_PROBE="1", PROBE_CHECK_TIMEOUT="2", PROBE_HANGS="1" if hangs else "0")
+    probe = [c for c in calls if "cluster_share_probe.py" in c]
+    first = "python3 scripts/cluster_share_probe.py --check"
+    if hangs:
+        assert probe == [first] and "# exit 124" in stdout
+        assert not (out / "cluster_probe_time.log").exists()
+    else:
+        assert probe == [first, f"{first} --time --csv {out}/cluster_share.csv"]
+        assert (out / "cluster_probe_time.log").read_text().rstrip().endswith("# exit 0")
