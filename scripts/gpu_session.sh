@@ -155,9 +155,9 @@ logged() {  # logged LOG CMD...: CMD's output in LOG, headed by CMD and ended by
   local log="$1"; shift
   { echo "# $*"; timeout "${LOG_TIMEOUT:-300}" "$@" 2>&1; echo "# exit $?"; } > "$log"
   echo "$(basename "$log" .log): $(grep -E '^# exit|SUMMARY|passed=|probe \(' "$log" | tr '\n' ' ')"
-  SANITIZED=1
 }
 sanitize() {  # sanitize TOOL LOG-PREFIX IMPL: one kernel's sanitizer case under one tool
+  SANITIZED=1
   logged "$OUT/${2}_$3$(tag ${SANITIZER_FLAGS:-} ${SANITIZE_ARGS:-}).log" compute-sanitizer --tool "$1" --print-limit 20 \
     ${SANITIZER_FLAGS:-} python3 -m workbench check --sanitize "$3" ${SANITIZE_ARGS:-}
 }
@@ -173,20 +173,19 @@ if [ "${WS_PROBES:-0}" = 1 ]; then  # the race-free probes: what racecheck repor
            "--no-handoff --pre --cbar --epi --blocks 528" "--no-handoff --blocks 528" "--no-handoff --cbar --blocks 528" \
            "--no-handoff --pre --blocks 528" "--no-handoff --epi --blocks 528" "--no-handoff --capture --blocks 528" \
            "--no-handoff --capture --pre --blocks 528" "--capture --pre --cbar --epi --blocks 528"; do
+    SANITIZED=1
     LOG_TIMEOUT=120 logged "$OUT/racecheck_probe$(tag $v || echo _plain).log" compute-sanitizer --tool racecheck --print-limit 20 \
       python3 scripts/ws_protocol_probe.py $v
   done
 fi
 if [ "${CLUSTER_PROBE:-0}" = 1 ]; then
-  { echo "# python3 scripts/cluster_share_probe.py --check"
-    timeout "${PROBE_CHECK_TIMEOUT:-120}" python3 scripts/cluster_share_probe.py --check 2>&1; echo "# exit $?"
-  } > "$OUT/cluster_probe_check.log"
+  LOG_TIMEOUT="${PROBE_CHECK_TIMEOUT:-120}" logged "$OUT/cluster_probe_check.log" \
+    python3 scripts/cluster_share_probe.py --check
   if ! grep -q '^# exit 124$' "$OUT/cluster_probe_check.log"; then
-    { echo "# python3 scripts/cluster_share_probe.py --check --time --csv $OUT/cluster_share.csv"
-      timeout 400 python3 scripts/cluster_share_probe.py --check --time --csv "$OUT/cluster_share.csv" 2>&1
-      echo "# exit $?"; } > "$OUT/cluster_probe_time.log"
+    LOG_TIMEOUT=400 logged "$OUT/cluster_probe_time.log" \
+      python3 scripts/cluster_share_probe.py --check --time --csv "$OUT/cluster_share.csv"
   fi
-  grep -hE '^(check|time) |^# exit' "$OUT"/cluster_probe_*.log
+  grep -hE '^(check|time) ' "$OUT"/cluster_probe_*.log
 fi
 if [ -n "${SANITIZED:-}" ]; then
   # the logs' provenance, beside them (workbench.report.results.load_sanitizer reads it once they are in data/sanitizer_*/)

@@ -133,8 +133,8 @@ def record_drawn_gpu(rows, stem: str, out_dir) -> Path:
 
     from .pipeline import DRAWN_GPU
     from .results import _gpu_of
-    gpus = sorted(set(_gpu_of(rows))) if len(rows) else []
-    return save_table(pd.DataFrame({"notebook": stem, "gpu": gpus}), DRAWN_GPU.format(stem), out_dir)
+    return save_table(pd.DataFrame({"notebook": stem, "gpu": sorted(set(_gpu_of(rows)))}), DRAWN_GPU.format(stem),
+                      out_dir)
 
 
 def save_table(df, name: str, out_dir) -> Path:

@@ -332,11 +332,14 @@ def checked_parameters(stem: str, given, *, check_folders: bool = True) -> dict:
                 raise ParameterError(f"{name} {raw}: no such folder ({values[name]}; a relative path is taken from "
                                      f"the repository root, {ROOT})")
     if "gpu" in values and not values.get("fresh") and Path(values.get("data_dir", "")).is_dir():
-        from .results import bench_gpus, check_gpu
+        from .results import _chosen_gpu, bench_gpus
+        present = bench_gpus(values["data_dir"])
         try:  # here, not in the notebook's third cell: a typo'd GPU is one line before anything runs
-            check_gpu(values["gpu"], bench_gpus(values["data_dir"]))
-        except ValueError as e:
-            raise ParameterError(f"gpu {values['gpu']!r}: in {values['data_dir']}, {e}") from None
+            _chosen_gpu(values["gpu"], present)
+        except ValueError:
+            raise ParameterError(f"gpu {values['gpu']!r}: no bench table of that GPU in {values['data_dir']}; the "
+                                 f"GPUs with tables there: {', '.join(present) or 'none'} (name one as the tables "
+                                 "write it)") from None
     device = values.get("device", "cpu")
     if device == "cuda":
         _needs_cuda("device cuda", "leave device at cpu to run the kernels in the Triton interpreter")

@@ -135,24 +135,18 @@ def _chosen_gpu(gpu, present) -> str:
                      "or gpu=None for each GPU's current tables)")
 
 
-def bench_gpus(data_dir: Path | str = DATA) -> list[str]:
-    """The GPUs that measured the bench tables of ``data_dir`` (and its archive), read from their gpu column alone."""
+def _table_gpus(path: Path) -> set:
+    """The GPUs a table's rows name, read from its gpu column alone (:func:`_gpu_of`: a table that names none is
+    the H200's; read with no column, pandas would give it no rows)."""
     import pandas as pd
-    found = set()
-    for p in _tables(data_dir, "bench_*.csv"):
-        if not p.name.endswith(".fit.csv"):
-            found |= set(_gpu_of(pd.read_csv(p, usecols=lambda c: c == "gpu")))
-    return sorted(found)
+    head = pd.read_csv(path, nrows=0).columns
+    return set(_gpu_of(pd.read_csv(path, usecols=["gpu"]) if "gpu" in head else pd.DataFrame(index=[0])))
 
 
-def check_gpu(gpu, present) -> str:
-    """:func:`_chosen_gpu` for a name a user typed: the GPU whose tables would be drawn, or a ValueError in one
-    line that lists the GPUs ``present``."""
-    try:
-        return _chosen_gpu(gpu, present)
-    except ValueError:
-        raise ValueError(f"no bench table of GPU {gpu!r}; the GPUs with tables: {', '.join(sorted(present)) or 'none'} "
-                         "(name one as the tables write it)") from None
+def bench_gpus(data_dir: Path | str = DATA) -> list[str]:
+    """The GPUs that measured the bench tables of ``data_dir`` (and its archive)."""
+    return sorted(set().union(*(_table_gpus(p) for p in _tables(data_dir, "bench_*.csv")
+                                if not p.name.endswith(".fit.csv"))))
 
 
 def pick_gpu(df, gpu=REFERENCE_GPU):
@@ -263,13 +257,6 @@ def apply_errata(df, path: Path):
         df.loc[m, e.column] = e.corrected
         df.loc[m, "erratum"] = e.reason
     return df
-
-
-def _table_gpus(path: Path) -> set:
-    """The GPUs a correctness table's rows name (:func:`_gpu_of`: a row that names none is the H200's)."""
-    import pandas as pd
-    head = pd.read_csv(path, nrows=0).columns
-    return set(_gpu_of(pd.read_csv(path, usecols=["gpu"]) if "gpu" in head else pd.DataFrame(index=[0])))
 
 
 def load_correctness(data_dir: Path | str = DATA, name: str | None = None, gpu=REFERENCE_GPU):
