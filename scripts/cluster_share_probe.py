@@ -19,6 +19,12 @@ softmax: the "consumer" is the same warps reading the slot back after an mbarrie
   init, ``fence.mbarrier_init``, ``barrier.cluster``; end: a "done" mbarrier handshake, so that no CTA exits while
   the peer may still write into it.
 
+Two more local variants ask why the producer takes its time (the shared variant took 1.08-1.22x local's on the
+H200, data/explore/explore_h200_20261205-1806_cluster_share.csv): ``local_w8`` spreads the same tile over 8 warps
+(half the dequant a thread, the same bytes in flight), ``local_w8_ahead2`` also keeps a second tile's loads in flight
+(tile i+2's issued before tile i is dequantised, in the registers the 8 warps free). A producer bound by its own
+instructions' latency gets faster with the first; one bound by the loads' latency only with the second.
+
 The gathers and the dequant are the workbench's own (``workbench.kernels.gluon_common``: ``load_idx``,
 ``load_tile``, ``dequant_tile`` in bf16, ``store_tile_rows``), on a real MODEL1 cache
 (``workbench.format.codec.quantize_kv``); nothing under workbench/ is changed. Not modelled: the valid-mask slot,
@@ -262,7 +268,8 @@ def _consume_local(ring, bars, ring_l, j, out_cta, orow, ocol, tid, chk, CHECK: 
 def probe_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, topk, out_ptr, sum_ptr, ring_off, bar_off,
                  D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
                  SCALE_BYTES: gl.constexpr, BS_SHIFT: gl.constexpr, BLOCK_T: gl.constexpr, NUM_BUFS: gl.constexpr,
-                 SHARED: gl.constexpr, CHECK: gl.constexpr, CLUSTER_SCOPE: gl.constexpr = False):
+                 SHARED: gl.constexpr, CHECK: gl.constexpr, CLUSTER_SCOPE: gl.constexpr = False,
+                 AHEAD: gl.constexpr = 1):
     D: gl.constexpr = D_NOPE + D_ROPE
     W: gl.constexpr = TILE // 4
     SLOT: gl.constexpr = BLOCK_T * D * 2  # bytes of one bf16 slot
@@ -347,13 +354,18 @@ def probe_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, topk, o
                                               block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS,
                                               BS_SHIFT)
         idx = load_idx(idx_row, BLOCK_T, end, BLOCK_T, ROWS)
+        if AHEAD == 2:  # a second tile's loads in flight: tile i+2's issued before tile i is dequantised
+            words2, rope2, sbyte2, valid2 = load_tile(cache_w, cache_d, cache_u8, idx, BLOCK_T, end, num_tokens,
+                                                      stride_page, block_size, g, g3, w3, D_NOPE, DATA_BYTES,
+                                                      SCALE_BYTES, W, BLOCK_T, ROWS, BS_SHIFT)
+            idx = load_idx(idx_row, 2 * BLOCK_T, end, BLOCK_T, ROWS)
         i = 0
         for t0 in range(0, end, BLOCK_T):
             buf = i % NUM_BUFS
-            n_words, n_rope, n_sbyte, n_valid = load_tile(cache_w, cache_d, cache_u8, idx, t0 + BLOCK_T, end,
+            n_words, n_rope, n_sbyte, n_valid = load_tile(cache_w, cache_d, cache_u8, idx, t0 + AHEAD * BLOCK_T, end,
                                                           num_tokens, stride_page, block_size, g, g3, w3, D_NOPE,
                                                           DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS, BS_SHIFT)
-            idx = load_idx(idx_row, t0 + 2 * BLOCK_T, end, BLOCK_T, ROWS)
+            idx = load_idx(idx_row, t0 + (AHEAD + 1) * BLOCK_T, end, BLOCK_T, ROWS)
             lo, hi = dequant_tile(words, rope, sbyte, is_rope, False)
             store_tile_rows(ring.index(buf), lo, hi, 0, BLOCK_T, BLOCK_T, D)
             fence_async_shared()
@@ -362,7 +374,11 @@ def probe_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, topk, o
             if i > 0:  # one tile behind, in the same order as the shared variant
                 chk = _consume_local(ring, bars, ring_l, i - 1, out_cta, orow, ocol, tid, chk, CHECK, BLOCK_T, D,
                                      SLOT, KW, NUM_BUFS)
-            words, rope, sbyte, valid = n_words, n_rope, n_sbyte, n_valid
+            if AHEAD == 2:
+                words, rope, sbyte, valid = words2, rope2, sbyte2, valid2
+                words2, rope2, sbyte2, valid2 = n_words, n_rope, n_sbyte, n_valid
+            else:
+                words, rope, sbyte, valid = n_words, n_rope, n_sbyte, n_valid
             i += 1
         chk = _consume_local(ring, bars, ring_l, n_tiles - 1, out_cta, orow, ocol, tid, chk, CHECK, BLOCK_T, D, SLOT,
                              KW, NUM_BUFS)
@@ -371,30 +387,34 @@ def probe_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, topk, o
 
 # ----------------------------------------------------------------------------- compile (CPU or GPU)
 
-VARIANTS = {"local": (False, False), "shared": (True, False), "shared_cl": (True, True)}  # name: SHARED, CLUSTER_SCOPE
+# name: (SHARED, CLUSTER_SCOPE, warps, AHEAD). local_w8: the local producer's tile over 8 warps, so each thread
+# dequantises half as much with the same bytes in flight; local_w8_ahead2: and a second tile's loads in flight (the
+# registers 8 warps free), so that the two tell a producer bound by its own instructions from one bound by loads
+VARIANTS = {"local": (False, False, 4, 1), "shared": (True, False, 4, 1), "shared_cl": (True, True, 4, 1),
+            "local_w8": (False, False, 8, 1), "local_w8_ahead2": (False, False, 8, 2)}
 SIGNATURE = dict(cache_u8="*u8", stride_page="i64", block_size="i32", num_tokens="i32", idx_ptr="*i32", topk="i32",
                  out_ptr="*i32", sum_ptr="*i32", ring_off="i32", bar_off="i32")
 
 
-def constexprs(shared: bool, check: bool, bs_shift: int = 8, cluster_scope: bool = False) -> dict:
+def constexprs(shared: bool, check: bool, bs_shift: int = 8, cluster_scope: bool = False, ahead: int = 1) -> dict:
     L = MODEL1
     return dict(D_NOPE=L.d_nope, D_ROPE=L.d_rope, TILE=L.tile, DATA_BYTES=L.data_bytes_per_token,
                 SCALE_BYTES=L.scale_bytes_per_token, BS_SHIFT=bs_shift, BLOCK_T=BLOCK_T, NUM_BUFS=NUM_BUFS,
-                SHARED=shared, CHECK=check, CLUSTER_SCOPE=cluster_scope)
+                SHARED=shared, CHECK=check, CLUSTER_SCOPE=cluster_scope, AHEAD=ahead)
 
 
 INT_ARGS = ("stride_page", "block_size", "num_tokens", "topk")
 
 
 def compile_variant(shared: bool, check: bool = False, bs_shift: int = 8, capability: int = 90,
-                    cluster_scope: bool = False, div16=INT_ARGS):
+                    cluster_scope: bool = False, div16=INT_ARGS, warps: int = NUM_WARPS, ahead: int = 1):
     """triton.compile of one variant for sm_90a (works with no GPU); returns (kernel, ptxas -v log). div16: the
     integer arguments compiled as multiples of 16, as a JIT launch specialises them (the page stride of every
     MODEL1 cache is: 16-byte gathers; compiled plainly they become 4-byte loads)."""
     from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
-    const = constexprs(shared, check, bs_shift, cluster_scope)
+    const = constexprs(shared, check, bs_shift, cluster_scope, ahead)
     fn = probe_kernel
     sig = {a: SIGNATURE.get(a, "constexpr") for a in fn.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
@@ -406,7 +426,7 @@ def compile_variant(shared: bool, check: bool = False, bs_shift: int = 8, capabi
     try:
         with contextlib.redirect_stdout(buf):
             k = triton.compile(src, target=GPUTarget("cuda", capability, 32),
-                               options=dict(num_warps=NUM_WARPS, num_stages=1))
+                               options=dict(num_warps=warps, num_stages=1))
     finally:
         knobs.nvidia.dump_ptxas_log = old
     return k, buf.getvalue()
@@ -522,10 +542,10 @@ def tile_loop_counts(sass: str) -> str:
 
 def compile_only(args) -> int:
     rc = 0
-    for name, (shared, scope) in VARIANTS.items():
+    for name, (shared, scope, warps, ahead) in VARIANTS.items():
         for check in (False, True):
             try:
-                k, log = compile_variant(shared, check, cluster_scope=scope)
+                k, log = compile_variant(shared, check, cluster_scope=scope, warps=warps, ahead=ahead)
                 ring_off, bar_off = ring_and_bar_offsets(k)
                 nums = lab_numbers(k, log)
             except Exception as e:  # noqa: BLE001 -- report which variant and why
@@ -583,13 +603,14 @@ def ints_of(cache, idx, num_tokens) -> dict:
 class Launch:
     """One variant compiled on the device, with its shared offsets, launched (cluster of 2 for ``shared``)."""
 
-    def __init__(self, shared: bool, check: bool, bs_shift: int, cluster_scope: bool = False, ints: dict = None):
+    def __init__(self, shared: bool, check: bool, bs_shift: int, cluster_scope: bool = False, ints: dict = None,
+                 warps: int = NUM_WARPS, ahead: int = 1):
         self.shared = shared
         div16 = tuple(a for a, v in (ints or {}).items() if v % 16 == 0)  # as a JIT launch specialises them
         self.k, _ = compile_variant(shared, check, bs_shift, capability=torch.cuda.get_device_capability()[0] * 10,
-                                    cluster_scope=cluster_scope, div16=div16)
+                                    cluster_scope=cluster_scope, div16=div16, warps=warps, ahead=ahead)
         self.ring_off, self.bar_off = ring_and_bar_offsets(self.k)
-        self.const = constexprs(shared, check, bs_shift, cluster_scope)
+        self.const = constexprs(shared, check, bs_shift, cluster_scope, ahead)
         self.k._init_handles()
         md = self.k.metadata
         self.packed = (md.num_warps, 2 if shared else 1, md.shared)
@@ -611,14 +632,17 @@ def run_gpu(args) -> int:
     assert torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9, "needs an sm_90 GPU"
     print(f"device: {torch.cuda.get_device_name()}, triton {triton.__version__}, torch {torch.__version__}")
     rc, checked, rows = 0, {}, []  # checked: variant -> passed every check shape
+    variants = {n: v for n, v in VARIANTS.items() if not args.variant or n in args.variant}
+    shapes = [tuple(int(x) for x in s.split(",")) for s in args.shape] if args.shape else SHAPES
     if args.check:
         for b, topk, page, invalid in ((2, 256, 64, 0.1), (3, 200, 256, 0.0), (8, 2048, 256, 0.05)):
             cache, idx, num_tokens = make_problem(b, topk, page, invalid=invalid, seed=b)
             ref = reference_tiles(cache, idx)
-            for name, (shared, scope) in VARIANTS.items():
-                launch = Launch(shared, True, page.bit_length() - 1, scope, ints_of(cache, idx, num_tokens))
+            for name, (shared, scope, warps, ahead) in variants.items():
+                launch = Launch(shared, True, page.bit_length() - 1, scope, ints_of(cache, idx, num_tokens), warps,
+                                ahead)
                 out = torch.full((2 * b, ref.shape[1], D // 2), -1, dtype=torch.int32, device="cuda")
-                sums = torch.zeros(2 * b, 32 * NUM_WARPS, dtype=torch.int32, device="cuda")
+                sums = torch.zeros(2 * b, 32 * warps, dtype=torch.int32, device="cuda")
                 launch(cache, idx, num_tokens, out, sums)
                 torch.cuda.synchronize()
                 got = out.view(torch.bfloat16).view(b, 2, ref.shape[1], D)
@@ -636,16 +660,17 @@ def run_gpu(args) -> int:
                     print(f"check {name:7s} b{b} topk{topk} page{page}: ok, every CTA's tiles equal to the "
                           "torch dequant (workbench.format.codec.gather_dequantized)")
     if args.time:
-        for b, h, topk, page in SHAPES:
+        for b, h, topk, page in shapes:
             assert h == 128, "the probe models 2 head groups of 64"
             cache, idx, num_tokens = make_problem(b, topk, page, seed=1)
             out = torch.empty(1, dtype=torch.int32, device="cuda")
-            sums = torch.zeros(2 * b, 32 * NUM_WARPS, dtype=torch.int32, device="cuda")
-            for name, (shared, scope) in VARIANTS.items():
+            sums = torch.zeros(2 * b, 32 * max(v[2] for v in VARIANTS.values()), dtype=torch.int32, device="cuda")
+            for name, (shared, scope, warps, ahead) in variants.items():
                 if checked.get(name) is False:  # a wrong answer has no time
                     print(f"time {name:7s} b{b} h{h} topk{topk} page{page}: not timed, it failed its check")
                     continue
-                launch = Launch(shared, False, page.bit_length() - 1, scope, ints_of(cache, idx, num_tokens))
+                launch = Launch(shared, False, page.bit_length() - 1, scope, ints_of(cache, idx, num_tokens), warps,
+                                ahead)
                 fn = lambda: launch(cache, idx, num_tokens, out, sums)  # noqa: E731
                 fn()
                 torch.cuda.synchronize()
@@ -657,7 +682,8 @@ def run_gpu(args) -> int:
                 gb = 2 * b * (topk if not shared else topk / 2) * MODEL1.bytes_per_token / 1e9
                 print(f"time {name:7s} b{b} h{h} topk{topk} page{page}: median {med:.1f} us  p20 {p20:.1f}  "
                       f"p80 {p80:.1f}  ({gb / (med * 1e-6):.0f} GB/s of gathered cache bytes)")
-                rows.append(dict(probe="cluster_share", variant=name, batch=b, heads=h, topk=topk, block_size=page,
+                rows.append(dict(probe="cluster_share", variant=name, warps=warps, ahead=ahead, batch=b, heads=h,
+                                 topk=topk, block_size=page,
                                  mode="graph" if args.graph else "do_bench", median_us=med, p20_us=p20, p80_us=p80,
                                  gathered_gbps=gb / (med * 1e-6),
                                  check={True: "passed", False: "failed"}.get(checked.get(name), "not run")))
@@ -687,6 +713,10 @@ def main(argv=None) -> int:
                    "reads warm) instead of do_bench (L2 cleared before each launch); compare within one mode only")
     p.add_argument("--csv", metavar="PATH", help="with --time: also write the times as a long-format table (one row "
                    "per variant and shape: median, p20, p80, whether it passed --check, and the provenance columns)")
+    p.add_argument("--variant", action="append", choices=list(VARIANTS),
+                   help="only this variant (repeat for more; default: all): e.g. one launch to profile under ncu")
+    p.add_argument("--shape", action="append", metavar="B,H,TOPK,PAGE",
+                   help=f"with --time: only this shape (repeat for more; default: {SHAPES}); H must be 128")
     p.add_argument("--rep", type=int, default=200, help="with --time: ms of repetitions per variant (default 200)")
     args = p.parse_args(argv)
     if not (args.compile_only or args.check or args.time):

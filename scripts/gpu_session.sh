@@ -32,7 +32,9 @@
 #   CLUSTER_PROBE=1 runs scripts/cluster_share_probe.py (sm_90: a cluster of two sharing the dequant) before the
 #   sweeps: its check alone under `timeout ${PROBE_CHECK_TIMEOUT:-120}` (cluster_probe_check.log; a protocol
 #   error traps or hangs there), then, unless that timed out, check and time under `timeout 400`
-#   (cluster_probe_time.log, the table cluster_share.csv).
+#   (cluster_probe_time.log, the table cluster_share.csv; CLUSTER_PROBE_ARGS adds arguments, e.g. "--shape
+#   64,128,2048,256"); CLUSTER_PROBE_NCU="local shared ..." then profiles one launch of each named variant at the first
+#   shape under Nsight Compute (ncu_cluster_probe_<variant>.txt).
 set -uo pipefail
 SWEEPS="${*:-smoke}"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -183,9 +185,15 @@ if [ "${CLUSTER_PROBE:-0}" = 1 ]; then
     python3 scripts/cluster_share_probe.py --check
   if ! grep -q '^# exit 124$' "$OUT/cluster_probe_check.log"; then
     LOG_TIMEOUT=400 logged "$OUT/cluster_probe_time.log" \
-      python3 scripts/cluster_share_probe.py --check --time --csv "$OUT/cluster_share.csv"
+      python3 scripts/cluster_share_probe.py --check --time --csv "$OUT/cluster_share.csv" ${CLUSTER_PROBE_ARGS:-}
   fi
   grep -hE '^(check|time) ' "$OUT"/cluster_probe_*.log
+  for v in ${CLUSTER_PROBE_NCU:-}; do  # one launch of each variant at the first shape, under Nsight Compute
+    LOG_TIMEOUT=120 logged "$OUT/ncu_cluster_probe_$v.txt" ncu --clock-control none -k regex:probe_kernel -c 1 \
+      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+      --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      python3 scripts/cluster_share_probe.py --time --rep 1 --variant "$v" ${CLUSTER_PROBE_ARGS:-}
+  done
 fi
 if [ -n "${SANITIZED:-}" ]; then
   # the logs' provenance, beside them (workbench.report.results.load_sanitizer reads it once they are in data/sanitizer_*/)

@@ -1,6 +1,7 @@
-"""scripts/cluster_share_probe.py on the CPU: both variants compile for sm_90a (in a child process without the
-interpreter), and the shared one halves the tile loop's gathers and dequant multiplies and adds FlashMLA's STAS.128
-remote stores and remote mbarrier arrives, with no spills. Skipped, saying why, where sm_90a cannot be compiled."""
+"""scripts/cluster_share_probe.py on the CPU: every variant compiles for sm_90a (in a child process without the
+interpreter) with no spills; the shared one halves the tile loop's gathers and dequant multiplies and adds FlashMLA's
+STAS.128 remote stores and remote mbarrier arrives; the 8-warp local ones halve them a thread, the second keeping
+two tiles' loads in flight. Skipped, saying why, where sm_90a cannot be compiled."""
 import json
 import os
 import sys
@@ -14,8 +15,8 @@ import json, sys
 sys.path.insert(0, {str(ROOT / 'scripts')!r})
 import cluster_share_probe as P
 rows = {{}}
-for name, (shared, scope) in P.VARIANTS.items():
-    k, log = P.compile_variant(shared, False, cluster_scope=scope)
+for name, (shared, scope, warps, ahead) in P.VARIANTS.items():
+    k, log = P.compile_variant(shared, False, cluster_scope=scope, warps=warps, ahead=ahead)
     rows[name] = dict(P.lab_numbers(k, log), offsets=list(P.ring_and_bar_offsets(k)))
 print(json.dumps(rows))
 """
@@ -54,3 +55,14 @@ def test_shared_variant_halves_the_producer_and_stores_remotely(numbers):
     loop = {v: dict(kv.split(":") for kv in numbers[v]["tile_loop"].split(",")) for v in ("local", "shared")}
     assert int(loop["shared"]["LDG"]) * 2 == int(loop["local"]["LDG"])
     assert int(loop["shared"]["STAS"]) == 16
+
+
+def test_eight_warp_variants_halve_the_work_a_thread_and_the_second_keeps_two_tiles_in_flight(numbers):
+    loop = {v: dict(kv.split(":") for kv in numbers[v]["tile_loop"].split(",")) for v in numbers}
+    for v in ("local_w8", "local_w8_ahead2"):
+        assert int(loop[v]["LDG"]) * 2 == int(loop["local"]["LDG"]), v
+        assert int(loop[v]["HMUL2"]) * 2 == int(loop["local"]["HMUL2"]), v
+    # the same loop, with one more tile's loads issued before it: the whole kernel's gathers grow by one tile's
+    assert numbers["local_w8_ahead2"]["LDG"] - numbers["local_w8"]["LDG"] == int(loop["local_w8"]["LDG"])
+    # the tile ahead lives in registers: more of them than with one tile in flight
+    assert numbers["local_w8_ahead2"]["registers"] > numbers["local_w8"]["registers"]
