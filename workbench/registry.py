@@ -96,8 +96,11 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
 
     Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the
     history are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands:
-    data/bench_h200_20261204-2131_crossover.csv and data/bench_h200_20261204-2129_heads.csv (the margins:
-    tests/test_registry.py, HOPPER_MARGINS), measured at bb8550e under this rule. ``tokens`` is the call's
+    data/bench_h200_20261205-1812_crossover.csv and data/bench_h200_20261205-1815_heads.csv (the margins:
+    tests/test_registry.py, HOPPER_MARGINS), measured at 877f643 under this rule: within 2.7% of the fastest Hopper
+    rung at every shape but two, b8 h128 topk512 (10.6%) and b4 h64 topk2048 (6.7%), where rung 26 now beats the
+    rung 25 this rule picks (data/explore/explore_untimed_20261205-1900_h32f_hopper_band.patch: rung 26 in its place,
+    within 2.7% in-sample, not yet re-measured). ``tokens`` is the call's
     selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
@@ -145,10 +148,10 @@ def portable_kernel(capability: str, *, heads: int, tokens: int, queries: int | 
 
     Why: the H200 is the proxy; the crossover and heads sweeps time every portable rung, and each rule was checked
     by the next sweeps. The tables, the margins and the history: docs/decisions.md ("What `auto` runs off sm_90").
-    The tables that hold the rule as it stands: data/bench_h200_20261204-2131_crossover.csv and
-    data/bench_h200_20261204-2129_heads.csv (the margins: tests/test_registry.py, PORTABLE_MARGINS), measured at
-    bb8550e, before rung 26 took the calls of 2^19-2^22 head-tokens from rung 25 (in-sample: the next crossover is
-    the test; this rule was data/explore/explore_untimed_20261204-2200_h32f_from_2_19.patch).
+    The tables that hold the rule as it stands: data/bench_h200_20261205-1812_crossover.csv and
+    data/bench_h200_20261205-1815_heads.csv (the margins: tests/test_registry.py, PORTABLE_MARGINS), measured at
+    877f643 under this rule, the first crossover after rung 26 took the calls of 2^19-2^22 head-tokens from rung 25
+    (out of sample: within 1.9% of the fastest portable rung at every shape).
     """
     if capability not in PORTABLE_CAPABILITIES:
         return "tile512"
