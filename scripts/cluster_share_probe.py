@@ -19,7 +19,7 @@ softmax: the "consumer" is the same warps reading the slot back after an mbarrie
   init, ``fence.mbarrier_init``, ``barrier.cluster``; end: a "done" mbarrier handshake, so that no CTA exits while
   the peer may still write into it.
 
-Two more local variants ask why the producer takes its time (the shared variant took 1.08-1.22x local's on the
+Two more local variants ask why the producer takes its time (the shared variant took 1.08-1.15x local's on the
 H200, data/explore/explore_h200_20261205-1806_cluster_share.csv): ``local_w8`` spreads the same tile over 8 warps
 (half the dequant a thread, the same bytes in flight), ``local_w8_ahead2`` also keeps a second tile's loads in flight
 (tile i+2's issued before tile i is dequantised, in the registers the 8 warps free). A producer bound by its own
