@@ -49,7 +49,7 @@ from workbench.report.figures import (bench_provenance, commit_provenance, gpu_l
                                       save_figure, save_table, set_theme)
 from workbench.report.plots_occupancy import fig_pruning, fig_registers, fig_shared_memory, fig_warps
 from workbench.lab.resources import apply_model, lab_frame
-from workbench.report.results import current_rows, load_bench, parse_config
+from workbench.report.results import current_rows, lab_table, load_bench, parse_config
 from workbench.lab.targets import get_target
 
 # the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
@@ -57,7 +57,11 @@ from workbench.lab.targets import get_target
 globals().update(checked_parameters("03_occupancy", globals()))
 set_theme()
 out_folder(out_dir)  # refused here, before anything runs, inside data/ or figures/: only publishing adds there
-lab = pd.concat([pd.read_csv(os.path.join(data_dir, f"resources_{a}.csv")) for a in archs], ignore_index=True)
+# the lab tables from data_dir, else from data/ (compiled on a CPU: the same for every GPU; a run folder of bench
+# tables has none of its own)
+lab_paths = [lab_table(a, data_dir) for a in archs]
+print("lab tables:", ", ".join(str(p) for p in lab_paths))
+lab = pd.concat([pd.read_csv(p) for p in lab_paths], ignore_index=True)
 lab = apply_model(lab)  # the pruning model's verdicts from the current code; compiled numbers from data/
 # the rows of kernels still registered say which code the figures describe; a removed rung's rows stay in the
 # tables as history and neither stale nor vouch for them (the rule of results.current_tables)
@@ -160,11 +164,15 @@ mma_rows = bench[(bench.provider == "mma") & (bench.kernel == "mma") & (bench.st
 graph_ab = mma_rows[(mma_rows.sweep == "configs") & (mma_rows["mode"] == "graph") & (mma_rows.BLOCK_T == 16)
                     & (mma_rows.num_stages == 1)]
 eager_ab = mma_rows[(mma_rows.sweep == "warps") & (mma_rows["mode"] == "eager")]
-warps_note = " ".join([lab_note, bench_provenance(pd.concat([graph_ab, eager_ab]))])
 regs90 = ab[ab.arch == "sm_90"]
-fig = fig_warps(regs90, graph_ab, eager_ab)
-save_figure(fig, "warps_4_vs_8", out_dir, title=f"BLOCK_T=16, 4 vs 8 warps, topk 2048: {gpu_label(bench)}",
-            note=warps_note)
+warps_note = ""  # the timed half's provenance, when there is one
+if graph_ab.empty and eager_ab.empty:  # a run folder of other sweeps: the lab's half alone is the table above
+    print(f"no configs or warps sweep in {data_dir}: the 4 vs 8 warps figure is not drawn")
+else:
+    warps_note = " ".join([lab_note, bench_provenance(pd.concat([graph_ab, eager_ab]))])
+    fig = fig_warps(regs90, graph_ab, eager_ab)
+    save_figure(fig, "warps_4_vs_8", out_dir, title=f"BLOCK_T=16, 4 vs 8 warps, topk 2048: {gpu_label(bench)}",
+                note=warps_note)
 regs90.pivot_table(index=["BLOCK_H", "PREFETCH"], columns="num_warps", values="registers")
 
 # %% [markdown]
@@ -189,7 +197,7 @@ headline = current_rows("headline", df=timed)  # the headline sweep's current ta
 forced_rows = current_rows(["forced"], df=timed)
 # --publish takes only the reference GPU's figures
 record_drawn_gpu(pd.concat([bench, headline, forced_rows]), "03_occupancy", out_dir)
-lab120 = pd.read_csv(os.path.join(data_dir, "resources_sm_120.csv"))  # whatever `archs` holds
+lab120 = pd.read_csv(lab_table("sm_120", data_dir))  # whatever `archs` holds
 proj = sm120_projection(headline, lab120, sm120, forced=forced_rows)
 proj_lab = lab120[lab120.kernel.isin(set(proj.kernel))]
 proj_note = " ".join([

@@ -51,6 +51,7 @@ SLOW_TESTS = (
     "test_notebooks.py::test_fresh_without_cuda_fails_loudly",
     "test_notebooks.py::test_default_output_is_a_scratch_folder",
     "test_notebooks.py::test_unknown_parameter_is_refused",
+    "test_notebooks.py::test_occupancy_notebook_reads_a_run_folder_of_one_sweep_with_the_lab_tables_of_data",
     "test_cli.py::test_out_refusal_process_exits_2_with_one_line_before_the_cuda_check",
     "test_cli.py::test_only_an_unknown_notebook_process_exits_nonzero_and_leaves_no_run_folder",
     "test_cli.py::test_notebooks_out_dir_inside_figures_process_exits_with_one_line",

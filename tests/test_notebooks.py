@@ -152,6 +152,36 @@ def test_failing_notebook_exits_nonzero_and_keeps_the_executed_copy(tmp_path):
     assert (run_dir / "03_occupancy.ipynb").exists()
 
 
+def test_occupancy_notebook_reads_a_run_folder_of_one_sweep_with_the_lab_tables_of_data(tmp_path):
+    """An sm_120 owner's (or an H100's) run folder holds bench tables only: notebook 03 takes the lab tables from
+    data/ (compiled on a CPU, the same for every GPU), projects that folder's headline, and says it draws no 4 vs 8
+    warps figure without a configs or warps sweep, instead of stopping at the first missing file."""
+    import shutil
+
+    from workbench.report.results import DATA, current_tables
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    t = current_tables()
+    src = DATA / t[(t.sweep == "headline") & (t.gpu == "NVIDIA H200")].source.iloc[0]
+    shutil.copy(src, folder / src.name)
+    r = _run(["--only", "03", "-p", "data_dir", str(folder), "--runs-dir", str(tmp_path / "runs")])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    figs = {p.name for p in (run_dir / "figures").iterdir()}
+    assert {"projection_sm120.png", "occupancy_registers.png"} <= figs and "warps_4_vs_8.png" not in figs
+    executed = (run_dir / "03_occupancy.ipynb").read_text()
+    assert f"lab tables: {DATA / 'resources_sm_120.csv'}" in executed
+    assert "no configs or warps sweep in" in executed
+    import pandas as pd  # the projection's H200 proxy is the copied table's auto_portable time
+    proj = pd.read_csv(run_dir / "figures" / "projection_sm120.csv")
+    head = pd.read_csv(src)
+    timed = head[(head.provider == "auto_portable") & (head["mode"] == "graph") & (head.batch == 64)
+                 & (head.heads == 16) & (head.topk == 2048)]
+    row = proj[(proj.batch == 64) & (proj.heads == 16) & (proj.topk == 2048)]
+    assert len(timed) == 1 and len(row) == 1
+    assert row.proxy_us.iloc[0] == pytest.approx(timed.median_us.iloc[0])
+
+
 def test_unknown_parameter_is_refused(tmp_path):
     r = _run(["--only", "01", "-f", str(_yaml(tmp_path, {"01_padding_derivation": {"no_such_knob": 1}})),
               "--runs-dir", str(tmp_path / "runs")])

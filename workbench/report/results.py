@@ -75,6 +75,14 @@ def find_table(name: str, data_dir: Path | str = DATA) -> Path:
     raise FileNotFoundError(f"no {name} in {data_dir} or its {ARCHIVE}/")
 
 
+def lab_table(arch: str, data_dir: Path | str = DATA) -> Path:
+    """The resource lab's table of one target (``resources_<arch>.csv``): ``data_dir``'s, else the repository's
+    ``data/`` one. The lab compiles on a CPU, so its table is the same for every GPU; a run folder of one GPU's
+    bench tables (an sm_120 owner's, an H100's) has none of its own."""
+    own = Path(data_dir) / f"resources_{arch}.csv"
+    return own if own.is_file() else DATA / f"resources_{arch}.csv"
+
+
 def _tables(data_dir, pattern: str) -> list[Path]:
     """The files matching ``pattern`` in ``data_dir`` and its archive, by name (where one lies does not matter)."""
     return sorted((p for folder in table_folders(data_dir) for p in folder.glob(pattern)), key=lambda p: p.name)
