@@ -49,7 +49,7 @@ from workbench.report.figures import (bench_provenance, commit_provenance, gpu_l
                                       save_figure, save_table, set_theme)
 from workbench.report.plots_occupancy import fig_pruning, fig_registers, fig_shared_memory, fig_warps
 from workbench.lab.resources import apply_model, lab_frame
-from workbench.report.results import current_rows, lab_table, load_bench, parse_config
+from workbench.report.results import current_rows, data_file, load_bench, parse_config
 from workbench.lab.targets import get_target
 
 # the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
@@ -59,7 +59,7 @@ set_theme()
 out_folder(out_dir)  # refused here, before anything runs, inside data/ or figures/: only publishing adds there
 # the lab tables from data_dir, else from data/ (compiled on a CPU: the same for every GPU; a run folder of bench
 # tables has none of its own)
-lab_paths = [lab_table(a, data_dir) for a in archs]
+lab_paths = [data_file(f"resources_{a}.csv", data_dir) for a in archs]
 print("lab tables:", ", ".join(str(p) for p in lab_paths))
 lab = pd.concat([pd.read_csv(p) for p in lab_paths], ignore_index=True)
 lab = apply_model(lab)  # the pruning model's verdicts from the current code; compiled numbers from data/
@@ -197,7 +197,7 @@ headline = current_rows("headline", df=timed)  # the headline sweep's current ta
 forced_rows = current_rows(["forced"], df=timed)
 # --publish takes only the reference GPU's figures
 record_drawn_gpu(pd.concat([bench, headline, forced_rows]), "03_occupancy", out_dir)
-lab120 = pd.read_csv(lab_table("sm_120", data_dir))  # whatever `archs` holds
+lab120 = pd.read_csv(data_file("resources_sm_120.csv", data_dir))  # whatever `archs` holds
 proj = sm120_projection(headline, lab120, sm120, forced=forced_rows)
 proj_lab = lab120[lab120.kernel.isin(set(proj.kernel))]
 proj_note = " ".join([

@@ -56,7 +56,7 @@ from workbench.report.figures import (DEFAULT_PROVIDER, PROVIDER_LABELS, bench_p
                                       set_theme)
 from workbench.report.plots_ladder import fig_ladder
 from workbench.report.provenance import kernels_changed_since
-from workbench.report.results import DATA, REFERENCE_GPU, current_rows, current_tables, load_bench, pick_gpu
+from workbench.report.results import REFERENCE_GPU, current_rows, current_tables, data_file, load_bench, pick_gpu
 
 # the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
 # root, device cuda only on a GPU): a wrong one stops here, in one line
@@ -69,7 +69,7 @@ ok = pick_gpu(df[df.status == "ok"], gpu=gpu).copy()
 ok["config"] = ok.config.fillna("")
 # the ladder, removed rungs included, from its record in data/ (the registry holds the kept rungs only)
 # a run folder of bench tables alone (another GPU's, as the README says) reads the ladder's record from data/
-record = pd.read_csv(next(p for p in (Path(data_dir, "rungs.csv"), Path(DATA, "rungs.csv")) if p.is_file()),
+record = pd.read_csv(data_file("rungs.csv", data_dir),
                      dtype={"rung": "Int64", "commit": str, "tried": str, "prediction": str})
 rungs = record[record.rung.notna()].sort_values("rung").reset_index(drop=True)
 RUNGS = list(rungs.name)

@@ -75,12 +75,12 @@ def find_table(name: str, data_dir: Path | str = DATA) -> Path:
     raise FileNotFoundError(f"no {name} in {data_dir} or its {ARCHIVE}/")
 
 
-def lab_table(arch: str, data_dir: Path | str = DATA) -> Path:
-    """The resource lab's table of one target (``resources_<arch>.csv``): ``data_dir``'s, else the repository's
-    ``data/`` one. The lab compiles on a CPU, so its table is the same for every GPU; a run folder of one GPU's
-    bench tables (an sm_120 owner's, an H100's) has none of its own."""
-    own = Path(data_dir) / f"resources_{arch}.csv"
-    return own if own.is_file() else DATA / f"resources_{arch}.csv"
+def data_file(name: str, data_dir: Path | str = DATA) -> Path:
+    """``data_dir``'s file ``name``, else the repository's ``data/`` one: for what no GPU measures and so is the
+    same for every GPU (the lab's ``resources_<arch>.csv``, compiled on a CPU; the ladder's ``rungs.csv``), which a
+    run folder of one GPU's bench tables (an sm_120 owner's, an H100's) does not hold."""
+    own = Path(data_dir) / name
+    return own if own.is_file() else DATA / name
 
 
 def _tables(data_dir, pattern: str) -> list[Path]:
