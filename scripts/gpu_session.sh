@@ -23,8 +23,10 @@
 #   SANITIZER_FLAGS to each compute-sanitizer, both named in the log's file name (<tool>_<impl>_case-ID_...log);
 #   WS_PROBES=1 runs scripts/ws_protocol_probe.py's variants under racecheck (racecheck_probe_<variant>.log);
 #   every log starts with its command and ends with "# exit <status>" (124: timed out);
-#   NCU="impl=JSON-config ..." profiles each impl once at b64 h16 topk2048 (NCU_HEADS to change the heads): its
-#   partial kernel (a name with "partial"; FlashMLA's: "splitkv"), the third launch;
+#   NCU="impl=JSON-config ..." profiles each impl once at b64 h16 topk2048 (NCU_HEADS, NCU_BATCH, NCU_TOPK to change
+#   the shape; a batch or topk changed is named in the file: ncu_<impl>_h<heads>_b<batch>_k<topk>.txt): its partial
+#   kernel (a name with "partial"; FlashMLA's: "splitkv"), the third launch; NCU_COMBINE=1 also its combine, the
+#   launch after it (each kernel's section is headed by its name);
 #   BASELINE=<dir> (BASELINE_COMMIT=<sha>) runs the same sweeps again from an earlier commit's tree, into
 #   $OUT/baseline/, for a same-run comparison (the folder: `git archive <sha> | tar -x -C <dir>`, carried);
 #   NCU_SOURCE=1 also writes each profile's per-SASS-instruction counters (stall samples, executed instructions,
@@ -218,19 +220,23 @@ fi
 for item in ${NCU:-}; do
   impl="${item%%=*}"; cfg="${item#*=}"
   kname=partial; [ "$impl" = flashmla ] && kname=splitkv  # FlashMLA's partial: flash_fwd_splitkv_mla_fp8_sparse_kernel
-  timeout 300 ncu --clock-control none --kernel-name "regex:$kname" --launch-skip 2 --launch-count 1 \
+  [ -n "${NCU_COMBINE:-}" ] && kname="$kname|combine"  # FlashMLA's combine: flash_fwd_mla_combine_kernel
+  tag="h${NCU_HEADS:-16}${NCU_BATCH:+_b$NCU_BATCH}${NCU_TOPK:+_k$NCU_TOPK}"
+  timeout 300 ncu --clock-control none --kernel-name "regex:$kname" --launch-skip $((${NCU_COMBINE:+2} + 2)) \
+    --launch-count $((${NCU_COMBINE:+1} + 1)) \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SourceCounters --section MemoryWorkloadAnalysis --print-details all \
     --metrics "$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' long_scoreboard short_scoreboard \
       barrier wait math_pipe_throttle mio_throttle lg_throttle not_selected selected dispatch_stall membar \
       no_instruction drain imc_miss branch_resolving tex_throttle sleeping | sed 's/,$//')" \
     ${NCU_SOURCE:+-o /tmp/ncu_$impl --import-source no} \
-    python3 -m workbench.lab.profile --impl "$impl" --heads "${NCU_HEADS:-16}" --config "$cfg" > "$OUT/ncu_${impl}_h${NCU_HEADS:-16}.txt" 2>&1
+    python3 -m workbench.lab.profile --impl "$impl" --heads "${NCU_HEADS:-16}" --batch "${NCU_BATCH:-64}" \
+      --topk "${NCU_TOPK:-2048}" --config "$cfg" > "$OUT/ncu_${impl}_$tag.txt" 2>&1
   if [ -n "${NCU_SOURCE:-}" ]; then  # the report went to a file: print its details, and every SASS line's counters
-    ncu --import "/tmp/ncu_$impl.ncu-rep" --print-details all >> "$OUT/ncu_${impl}_h${NCU_HEADS:-16}.txt" 2>&1
+    ncu --import "/tmp/ncu_$impl.ncu-rep" --print-details all >> "$OUT/ncu_${impl}_$tag.txt" 2>&1
     ncu --import "/tmp/ncu_$impl.ncu-rep" --page source --print-source sass --csv \
-      > "$OUT/ncu_source_${impl}_h${NCU_HEADS:-16}.csv" 2>&1
+      > "$OUT/ncu_source_${impl}_$tag.csv" 2>&1
   fi
-  echo "ncu $impl: exit $?; $(grep -E 'Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|DRAM Throughput' "$OUT/ncu_${impl}_h${NCU_HEADS:-16}.txt" | tr -s ' ' | tr '\n' ';')"
+  echo "ncu $impl: exit $?; $(grep -E 'Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|DRAM Throughput' "$OUT/ncu_${impl}_$tag.txt" | tr -s ' ' | tr '\n' ';')"
 done
 exit $rc
