@@ -11,6 +11,7 @@
 #   its name and capability (gpu, capability, sm_count: workbench.report.provenance).
 #   <sha> typed out here: $(git rev-parse HEAD) in the device command runs in the machine's copy of the tree,
 #   which reported an older commit than the one sent (data/errata.csv, the 1102-1103 tables)
+#   GPU_TESTS="tests/test_a.py ..." limits the pytest step to those files (default: tests);
 #   SKIP_CHECK=1 / SKIP_PYTEST_GPU=1 / SKIP_SANITIZE=1 / SKIP_BENCH=1 leave a part out (to fit the 10-minute limit
 #   of one call); the pytest step (TRITON_INTERPRET=0 pytest -m gpu: the GPU checks as tests, and every other
 #   gpu-marked test) writes the same correctness table as check, as $OUT/correctness_<gpu>_pytest.csv, and runs
@@ -29,6 +30,9 @@
 #   launch after it (each kernel's section is headed by its name);
 #   BASELINE=<dir> (BASELINE_COMMIT=<sha>) runs the same sweeps again from an earlier commit's tree, into
 #   $OUT/baseline/, for a same-run comparison (the folder: `git archive <sha> | tar -x -C <dir>`, carried);
+#   PATCHES="data/explore/x.patch ..." applies untimed patches to this copy first (git apply; the call stops if one
+#   does not apply), keeps the tree before them as BASELINE, and names the rows WORKBENCH_COMMIT+x (check,
+#   GPU tests, sanitizer, sweeps and ncu all run the patched code; the baseline only the sweeps);
 #   NCU_SOURCE=1 also writes each profile's per-SASS-instruction counters (stall samples, executed instructions,
 #   sectors) as ncu_source_<impl>_h<heads>.csv;
 #   CLUSTER_PROBE=1 runs scripts/cluster_share_probe.py (sm_90: a cluster of two sharing the dequant) before the
@@ -48,6 +52,23 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     && export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH} || echo "flash_mla wheel did not install"
 else
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+if [ -n "${PATCHES:-}" ]; then
+  # untimed patches (data/explore/*.patch) applied in this copy, for a same-run A/B: the tree before them is the
+  # baseline (unless BASELINE names one), timed after the sweeps; rows carry WORKBENCH_COMMIT+<each patch's name>,
+  # the baseline's WORKBENCH_COMMIT. A patch that does not apply stops the call before anything runs
+  if [ -z "${BASELINE:-}" ]; then
+    BASELINE=$(mktemp -d)
+    tar -cf - --exclude=./.whl --exclude=./.venv --exclude=./runs . | tar -xf - -C "$BASELINE"
+  fi
+  BASELINE_COMMIT="${BASELINE_COMMIT:-${WORKBENCH_COMMIT:-baseline}}"
+  for p in $PATCHES; do
+    if command -v git >/dev/null; then git apply "$p"; else patch -p1 --batch --forward --quiet < "$p"; fi \
+      || { echo "PATCHES: $p does not apply to this tree"; exit 3; }
+    name=$(basename "$p" .patch); WORKBENCH_COMMIT="${WORKBENCH_COMMIT:-unknown}+${name#explore_untimed_}"
+  done
+  export WORKBENCH_COMMIT
+  python3 -c "from workbench.report.provenance import kernel_source_hash as k; print('patched: kernel hash', k())"
 fi
 echo "rows record git_commit=${WORKBENCH_COMMIT:-(none: git in this copy)}"
 nvidia-smi --query-gpu=name,compute_cap,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
@@ -147,7 +168,7 @@ elif [ "${SKIP_CHECK:-0}" != 1 ]; then
 fi
 if [ "${SKIP_PYTEST_GPU:-0}" != 1 ]; then
   WORKBENCH_CHECK_OUT="$OUT" WORKBENCH_CHECK_NAME="correctness_${GPU_TAG}_pytest.csv" TRITON_INTERPRET=0 \
-    timeout "${GPU_TEST_TIMEOUT:-540}" python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider --continue-on-collection-errors tests \
+    timeout "${GPU_TEST_TIMEOUT:-540}" python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider --continue-on-collection-errors ${GPU_TESTS:-tests} \
     2>&1 | tee "$OUT/pytest_gpu.log" | tail -40
   rc=$((rc | PIPESTATUS[0]))
 fi

@@ -94,13 +94,18 @@ if os.environ.get("FAKE_GPU"):
 '''
 
 
-def _run_session(tmp_path, fake_gpu: str, *sweeps: str, **env):
-    """The script from a tree of links (so a .whl/ in the checkout is not installed), returning (stdout, calls)."""
+def _run_session(tmp_path, fake_gpu: str, *sweeps: str, copy: tuple = (), check: bool = True, **env):
+    """The script from a tree of links (so a .whl/ in the checkout is not installed), returning (stdout, calls);
+    the folders in ``copy`` are copies, not links (a patch applied there must not reach the checkout)."""
+    import shutil
     tree, bin_, site, out = (tmp_path / d for d in ("tree", "bin", "site", "out"))
     for d in (tree, bin_, site):
         d.mkdir()
     for name in ("workbench", "scripts", "golden", "tests", "data"):
-        (tree / name).symlink_to(ROOT / name)
+        if name in copy:
+            shutil.copytree(ROOT / name, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            (tree / name).symlink_to(ROOT / name)
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     calls = tmp_path / "calls.log"
     # `python3 -m workbench ...` is recorded (a check leaves a one-row table where --out and --name say, as the
@@ -108,12 +113,16 @@ def _run_session(tmp_path, fake_gpu: str, *sweeps: str, **env):
     (bin_ / "python3").write_text(f'''#!/usr/bin/env bash
 if [ "$1" = "-m" ] && [ "$2" = "workbench" ]; then
   echo "python3 $*" >> "{calls}"
+  echo "$3 $PWD $WORKBENCH_COMMIT" >> "{calls}.commits"
   if [ "$3" = "check" ]; then
     dir=""; name=""; prev=""
     for a in "$@"; do [ "$prev" = "--out" ] && dir="$a"; [ "$prev" = "--name" ] && name="$a"; prev="$a"; done
     [ -n "$dir" ] && [ -n "$name" ] && mkdir -p "$dir" && printf 'check,impl,passed\\nx,y,True\\n' > "$dir/$name"
   fi
   exit 0
+fi
+if [ "$1" = "-m" ] && [ "$2" = "pytest" ]; then
+  echo "python3 $*" >> "{calls}"; exit 0
 fi
 if [ "${{1##*/}}" = cluster_share_probe.py ]; then
   echo "python3 $*" >> "{calls}"
@@ -133,6 +142,8 @@ echo "compute-sanitizer $*" >> "{calls}"; echo "========= ERROR SUMMARY: 0 error
                "WORKBENCH_COMMIT": "0" * 40, **env}
     r = subprocess.run(["bash", str(SCRIPT), *sweeps], cwd=tree, env=run_env, capture_output=True, text=True,
                        timeout=300)
+    if not check:
+        return r
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r.stdout, (calls.read_text().splitlines() if calls.exists() else []), out
 
@@ -188,3 +199,57 @@ def test_cluster_probe_checks_first_and_times_only_if_the_check_ended(tmp_path, 
     else:
         assert probe == [first, f"{first} --time --csv {out}/cluster_share.csv"]
         assert (out / "cluster_probe_time.log").read_text().rstrip().endswith("# exit 0")
+
+
+PATCH = """--- a/workbench/kernels/combine.py
++++ b/workbench/kernels/combine.py
+@@ -13,7 +13,7 @@ from .common import INTERPRET, launch, next_pow2, sink_args, to_bf16
+ from .tuning import call_args
+ 
+ COMBINE_CONFIGS = [triton.Config({}, num_warps=w) for w in (1, 2, 4)]
+-S_CHUNK_MAX = 4  # splits read at once: 4 x 512 fp32 is 64 registers a thread at one warp
++S_CHUNK_MAX = 2  # splits read at once: 4 x 512 fp32 is 64 registers a thread at one warp
+ 
+ 
+ def prune_combine_configs(configs, named_args, **kwargs):
+"""
+
+
+@pytest.mark.parametrize("applies", [True, False], ids=["applies", "does-not-apply"])
+def test_patches_are_timed_beside_the_tree_before_them(tmp_path, applies):
+    """PATCHES=...: the patch is applied to the session's copy (check and sweeps run it, the rows named
+    commit+patch, the kernel hash the patched code's), the tree before it is the baseline, timed with the same
+    sweeps under the plain commit; a patch that does not apply stops the call before anything runs."""
+    from workbench.report.provenance import kernel_source_hash
+    line = "S_CHUNK_MAX = 4  # splits read at once"
+    assert line in (ROOT / "workbench/kernels/combine.py").read_text(), "the test's patch is written against this"
+    patch = tmp_path / "explore_untimed_20990101-0000_fewer_chunks.patch"
+    patch.write_text(PATCH if applies else PATCH.replace("S_CHUNK_MAX = 4", "S_CHUNK_MAX = 3"))
+    sha = "0" * 40
+    r = _run_session(tmp_path, "NVIDIA H200:90", "headline", copy=("workbench",), check=False, SKIP_SANITIZE="1",
+                     PATCHES=str(patch), WORKBENCH_COMMIT=sha, TMPDIR=str(tmp_path))
+    tree, calls = tmp_path / "tree", tmp_path / "calls.log.commits"
+    if not applies:
+        assert r.returncode == 3 and f"PATCHES: {patch} does not apply" in r.stdout, r.stdout[-2000:]
+        assert not calls.exists(), "nothing ran"
+        return
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "S_CHUNK_MAX = 2" in (tree / "workbench/kernels/combine.py").read_text()
+    assert line in (ROOT / "workbench/kernels/combine.py").read_text(), "the checkout is untouched"
+    assert f"patched: kernel hash {kernel_source_hash(tree)}" in r.stdout
+    assert kernel_source_hash(tree) != kernel_source_hash(ROOT)
+    runs = [ln.split() for ln in calls.read_text().splitlines()]
+    ours = [(step, commit) for step, cwd, commit in runs if cwd == str(tree)]
+    base = [(step, cwd, commit) for step, cwd, commit in runs if cwd != str(tree)]
+    assert ours == [("check", f"{sha}+20990101-0000_fewer_chunks"), ("bench", f"{sha}+20990101-0000_fewer_chunks")]
+    assert [(step, commit) for step, _, commit in base] == [("bench", sha)]
+    assert line in (Path(base[0][1]) / "workbench/kernels/combine.py").read_text(), "the baseline is the tree before"
+
+
+@pytest.mark.parametrize("files", [None, "tests/test_f16_window.py tests/test_kernels.py"], ids=["all", "two-files"])
+def test_the_gpu_tests_step_runs_the_files_gpu_tests_names(tmp_path, files):
+    env = {} if files is None else {"GPU_TESTS": files}
+    _, calls, _ = _run_session(tmp_path, "NVIDIA H200:90", SKIP_CHECK="1", SKIP_SANITIZE="1", SKIP_BENCH="1",
+                               SKIP_PYTEST_GPU="0", **env)
+    runs = [c for c in calls if c.startswith("python3 -m pytest -m gpu ")]
+    assert len(runs) == 1 and runs[0].endswith(" " + (files or "tests")), runs
