@@ -26,8 +26,9 @@
 #   every log starts with its command and ends with "# exit <status>" (124: timed out);
 #   NCU="impl=JSON-config ..." profiles each impl once at b64 h16 topk2048 (NCU_HEADS, NCU_BATCH, NCU_TOPK to change
 #   the shape; a batch or topk changed is named in the file: ncu_<impl>_h<heads>_b<batch>_k<topk>.txt): its partial
-#   kernel (a name with "partial"; FlashMLA's: "splitkv"), the third launch; NCU_COMBINE=1 also its combine, the
-#   launch after it (each kernel's section is headed by its name);
+#   kernel (a name with "partial"; FlashMLA's: "splitkv"), the third launch; NCU_COMBINE=1 (a call of several
+#   splits: one with no combine gets no profile) also its combine, the launch after it (each kernel's section is
+#   headed by its name);
 #   BASELINE=<dir> (BASELINE_COMMIT=<sha>) runs the same sweeps again from an earlier commit's tree, into
 #   $OUT/baseline/, for a same-run comparison (the folder: `git archive <sha> | tar -x -C <dir>`, carried);
 #   PATCHES="data/explore/x.patch ..." applies untimed patches to this copy first (git apply; the call stops if one
