@@ -201,30 +201,29 @@ def test_cluster_probe_checks_first_and_times_only_if_the_check_ended(tmp_path, 
         assert (out / "cluster_probe_time.log").read_text().rstrip().endswith("# exit 0")
 
 
-PATCH = """--- a/workbench/kernels/combine.py
-+++ b/workbench/kernels/combine.py
-@@ -13,7 +13,7 @@ from .common import INTERPRET, launch, next_pow2, sink_args, to_bf16
- from .tuning import call_args
- 
- COMBINE_CONFIGS = [triton.Config({}, num_warps=w) for w in (1, 2, 4)]
--S_CHUNK_MAX = 4  # splits read at once: 4 x 512 fp32 is 64 registers a thread at one warp
-+S_CHUNK_MAX = 2  # splits read at once: 4 x 512 fp32 is 64 registers a thread at one warp
- 
- 
- def prune_combine_configs(configs, named_args, **kwargs):
-"""
-
-
 @pytest.mark.parametrize("applies", [True, False], ids=["applies", "does-not-apply"])
 def test_patches_are_timed_beside_the_tree_before_them(tmp_path, applies):
     """PATCHES=...: the patch is applied to the session's copy (check and sweeps run it, the rows named
     commit+patch, the kernel hash the patched code's), the tree before it is the baseline, timed with the same
     sweeps under the plain commit; a patch that does not apply stops the call before anything runs."""
+    import difflib
+    import re
+
     from workbench.report.provenance import kernel_source_hash
-    line = "S_CHUNK_MAX = 4  # splits read at once"
-    assert line in (ROOT / "workbench/kernels/combine.py").read_text(), "the test's patch is written against this"
+    # a patch of the combine's chunk constant, written against the checkout's file (one that does not apply: against
+    # a file whose constant differs from the checkout's)
+    rel = "workbench/kernels/combine.py"
+    text = (ROOT / rel).read_text()
+    line = re.search(r"^S_CHUNK_MAX = (\d+)", text, re.M)
+    assert line, "the combine names its chunk constant"
+    old_value = int(line.group(1))
+    before = text if applies else text.replace(line.group(0), f"S_CHUNK_MAX = {old_value + 1}")
+    after = before.replace(line.group(0) if applies else f"S_CHUNK_MAX = {old_value + 1}",
+                           f"S_CHUNK_MAX = {old_value * 2}")
     patch = tmp_path / "explore_untimed_20990101-0000_fewer_chunks.patch"
-    patch.write_text(PATCH if applies else PATCH.replace("S_CHUNK_MAX = 4", "S_CHUNK_MAX = 3"))
+    patch.write_text("".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{rel}",
+                                                  f"b/{rel}")))
+    line = line.group(0)
     sha = "0" * 40
     r = _run_session(tmp_path, "NVIDIA H200:90", "headline", copy=("workbench",), check=False, SKIP_SANITIZE="1",
                      PATCHES=str(patch), WORKBENCH_COMMIT=sha, TMPDIR=str(tmp_path))
@@ -234,7 +233,7 @@ def test_patches_are_timed_beside_the_tree_before_them(tmp_path, applies):
         assert not calls.exists(), "nothing ran"
         return
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "S_CHUNK_MAX = 2" in (tree / "workbench/kernels/combine.py").read_text()
+    assert f"S_CHUNK_MAX = {old_value * 2}" in (tree / "workbench/kernels/combine.py").read_text()
     assert line in (ROOT / "workbench/kernels/combine.py").read_text(), "the checkout is untouched"
     assert f"patched: kernel hash {kernel_source_hash(tree)}" in r.stdout
     assert kernel_source_hash(tree) != kernel_source_hash(ROOT)
