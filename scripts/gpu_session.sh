@@ -11,11 +11,11 @@
 #   its name and capability (gpu, capability, sm_count: workbench.report.provenance).
 #   <sha> typed out here: $(git rev-parse HEAD) in the device command runs in the machine's copy of the tree,
 #   which reported an older commit than the one sent (data/errata.csv, the 1102-1103 tables)
-#   GPU_TESTS="tests/test_a.py ..." limits the pytest step to those files (default: tests);
 #   SKIP_CHECK=1 / SKIP_PYTEST_GPU=1 / SKIP_SANITIZE=1 / SKIP_BENCH=1 leave a part out (to fit the 10-minute limit
 #   of one call); the pytest step (TRITON_INTERPRET=0 pytest -m gpu: the GPU checks as tests, and every other
 #   gpu-marked test) writes the same correctness table as check, as $OUT/correctness_<gpu>_pytest.csv, and runs
 #   under `timeout ${GPU_TEST_TIMEOUT:-540}` (exit 124), so a kernel that hangs fails the step, not the whole call;
+#   GPU_TESTS="tests/test_a.py ..." limits that step to those files (default: tests);
 #   CHECK_IMPLS="a b" limits the correctness table to those kernels (and any "auto" named); CHECK_JOBS=N checks
 #   them in N processes at once (the check is bound by one core's compiling) and merges their rows into one table;
 #   SANITIZE_IMPLS="a b" limits compute-sanitizer to those kernels (default: every checked kernel);
@@ -242,10 +242,11 @@ fi
 for item in ${NCU:-}; do
   impl="${item%%=*}"; cfg="${item#*=}"
   kname=partial; [ "$impl" = flashmla ] && kname=splitkv  # FlashMLA's partial: flash_fwd_splitkv_mla_fp8_sparse_kernel
-  [ -n "${NCU_COMBINE:-}" ] && kname="$kname|combine"  # FlashMLA's combine: flash_fwd_mla_combine_kernel
+  skip=2; count=1  # the third call's partial; with its combine, the launch after it (FlashMLA's:
+  # flash_fwd_mla_combine_kernel), and two combines before it to skip
+  [ -n "${NCU_COMBINE:-}" ] && { kname="$kname|combine"; skip=4; count=2; }
   tag="h${NCU_HEADS:-16}${NCU_BATCH:+_b$NCU_BATCH}${NCU_TOPK:+_k$NCU_TOPK}"
-  timeout 300 ncu --clock-control none --kernel-name "regex:$kname" --launch-skip $((${NCU_COMBINE:+2} + 2)) \
-    --launch-count $((${NCU_COMBINE:+1} + 1)) \
+  timeout 300 ncu --clock-control none --kernel-name "regex:$kname" --launch-skip $skip --launch-count $count \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SourceCounters --section MemoryWorkloadAnalysis --print-details all \
     --metrics "$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' long_scoreboard short_scoreboard \

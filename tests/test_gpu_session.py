@@ -214,16 +214,15 @@ def test_patches_are_timed_beside_the_tree_before_them(tmp_path, applies):
     # a file whose constant differs from the checkout's)
     rel = "workbench/kernels/combine.py"
     text = (ROOT / rel).read_text()
-    line = re.search(r"^S_CHUNK_MAX = (\d+)", text, re.M)
-    assert line, "the combine names its chunk constant"
-    old_value = int(line.group(1))
-    before = text if applies else text.replace(line.group(0), f"S_CHUNK_MAX = {old_value + 1}")
-    after = before.replace(line.group(0) if applies else f"S_CHUNK_MAX = {old_value + 1}",
-                           f"S_CHUNK_MAX = {old_value * 2}")
+    m = re.search(r"^S_CHUNK_MAX = (\d+)", text, re.M)
+    assert m, "the combine names its chunk constant"
+    line, value = m.group(0), int(m.group(1))
+    patched_from = line if applies else f"S_CHUNK_MAX = {value + 1}"
+    before = text.replace(line, patched_from)
+    after = before.replace(patched_from, f"S_CHUNK_MAX = {value * 2}")
     patch = tmp_path / "explore_untimed_20990101-0000_fewer_chunks.patch"
     patch.write_text("".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{rel}",
                                                   f"b/{rel}")))
-    line = line.group(0)
     sha = "0" * 40
     r = _run_session(tmp_path, "NVIDIA H200:90", "headline", copy=("workbench",), check=False, SKIP_SANITIZE="1",
                      PATCHES=str(patch), WORKBENCH_COMMIT=sha, TMPDIR=str(tmp_path))
@@ -233,7 +232,7 @@ def test_patches_are_timed_beside_the_tree_before_them(tmp_path, applies):
         assert not calls.exists(), "nothing ran"
         return
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert f"S_CHUNK_MAX = {old_value * 2}" in (tree / "workbench/kernels/combine.py").read_text()
+    assert f"S_CHUNK_MAX = {value * 2}" in (tree / "workbench/kernels/combine.py").read_text()
     assert line in (ROOT / "workbench/kernels/combine.py").read_text(), "the checkout is untouched"
     assert f"patched: kernel hash {kernel_source_hash(tree)}" in r.stdout
     assert kernel_source_hash(tree) != kernel_source_hash(ROOT)
