@@ -51,10 +51,11 @@ WS_MIN_TOKENS_H16 = 65536            # <= 16 heads: from b32 topk2048 the warp-s
 XCHG_MAX_TOKENS_H16 = 8192           # <= 16 heads (one 16-head group): up to b4 topk2048 the bf16 rung wins
 TWO_BLOCK_BELOW_HEAD_TOKENS = 1 << 18  # >= 33 heads: below b8 topk512 at h64, b4 topk512 at h128
 XCHG_BELOW_HEAD_TOKENS = 1 << 20     # >= 33 heads: below b8 topk2048 at h64, b4 topk2048 at h128; then the 64-head block
-H32P_MIN_HEAD_TOKENS_SM90 = 1 << 19  # >= 33 heads, below XCHG_BELOW_HEAD_TOKENS: rung 25 beat wgmma_xchg at every
-                                     # 2**19 shape of the crossover at dcff189 (6.4-14.2%) and of the A/B at 875fc90
-H32P_MIN_TOPK_SM90 = 2048            # ... and at 2**18 with 2048 tokens a query (b2 h64, b1 h128 topk2048: 6-7.4% at
-                                     # dcff189), not with 512 (b8 h64, b4 h128 topk512: wgmma_xchg 4-8% faster)
+H32_BAND_MIN_HEAD_TOKENS_SM90 = 1 << 19  # >= 33 heads, below XCHG_BELOW_HEAD_TOKENS: a 32-head portable rung (25,
+                                         # then 26) beat wgmma_xchg at every 2**19 shape of the crossover at dcff189
+                                         # (rung 25: 6.4-14.2%) and of the A/B at 875fc90
+H32_BAND_MIN_TOPK_SM90 = 2048  # ... and at 2**18 with 2048 tokens a query (b2 h64, b1 h128 topk2048: rung 25 6-7.4%
+                               # at dcff189), not with 512 (b8 h64, b4 h128 topk512: wgmma_xchg 4-8% faster)
 ONE_SPLIT_MAX_TOPK_SM90 = 512        # >= 33 heads, from XCHG_BELOW_HEAD_TOKENS: a call of one split (from
                                      # ONE_SPLIT_MIN_QUERIES_SM90 queries) of at most 512 tokens a query runs
                                      # wgmma_f16: b128 h64 topk512 39.6-40.0 us against the 64-head block's 41.5-41.8
@@ -89,18 +90,17 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     ONE_SPLIT_MIN_QUERIES_SM90 queries), else "wgmma_f16_2cta" up to TWO_BLOCK_MAX_TOKENS_H64 tokens,
     "portable_ws_h32t" (one 32-head block, mma.sync) from H32_MIN_TOKENS_SM90 tokens, else "wgmma_xchg". At >= 33
     heads, by head-tokens (heads * tokens, 33-63 heads counted as HEAD_BLOCK: they run padded to one 64-head
-    block): "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS; below XCHG_BELOW_HEAD_TOKENS "portable_ws_h32p"
-    (rung 25) for a call of one scope from H32P_MIN_HEAD_TOKENS_SM90, and below it with H32P_MIN_TOPK_SM90 tokens a
-    query or more, else "wgmma_xchg"; from there "wgmma_ws_h64" (but "wgmma_f16" for a one-split call of at most
-    ONE_SPLIT_MAX_TOPK_SM90 tokens a query). Any other GPU: :func:`portable_kernel`.
+    block): "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS; below XCHG_BELOW_HEAD_TOKENS "portable_ws_h32f"
+    (rung 26) for a call of one scope from H32_BAND_MIN_HEAD_TOKENS_SM90, and below it with H32_BAND_MIN_TOPK_SM90
+    tokens a query or more, else "wgmma_xchg"; from there "wgmma_ws_h64" (but "wgmma_f16" for a one-split call of
+    at most ONE_SPLIT_MAX_TOPK_SM90 tokens a query). Any other GPU: :func:`portable_kernel`.
 
     Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the
     history are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands:
     data/bench_h200_20261205-1812_crossover.csv and data/bench_h200_20261205-1815_heads.csv (the margins:
-    tests/test_registry.py, HOPPER_MARGINS), measured at 877f643 under this rule: within 2.7% of the fastest Hopper
-    rung at every shape but two, b8 h128 topk512 (10.6%) and b4 h64 topk2048 (6.7%), where rung 26 now beats the
-    rung 25 this rule picks (data/explore/explore_untimed_20261205-1900_h32f_hopper_band.patch: rung 26 in its place,
-    within 2.7% in-sample, not yet re-measured). ``tokens`` is the call's
+    tests/test_registry.py, HOPPER_MARGINS), measured at 877f643 with rung 25 in rung 26's band (10.6% over the
+    fastest rung at b8 h128 topk512, 6.7% at b4 h64 topk2048); with rung 26 there, within 2.7% at every shape
+    (in-sample: the next crossover is the test). ``tokens`` is the call's
     selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
@@ -120,11 +120,11 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     if work < TWO_BLOCK_BELOW_HEAD_TOKENS:
         return "wgmma_f16_2cta"
     if work < XCHG_BELOW_HEAD_TOKENS:
-        long_rows = _rows_at_least(H32P_MIN_TOPK_SM90, tokens=tokens, queries=queries)
+        long_rows = _rows_at_least(H32_BAND_MIN_TOPK_SM90, tokens=tokens, queries=queries)
         # one scope only: the portable rungs launch a scope at a time (production b8 h128, topk 128 + extra 512,
         # 2**19.3 head-tokens: 27.5 us against wgmma_xchg's 18.8; the production sweeps at c8e518c and dcff189)
-        band = scopes == 1 and (work >= H32P_MIN_HEAD_TOKENS_SM90 or long_rows)
-        return "portable_ws_h32p" if band else "wgmma_xchg"
+        band = scopes == 1 and (work >= H32_BAND_MIN_HEAD_TOKENS_SM90 or long_rows)
+        return "portable_ws_h32f" if band else "wgmma_xchg"
     return "wgmma_f16" if one_split and tokens <= ONE_SPLIT_MAX_TOPK_SM90 * queries else "wgmma_ws_h64"
 
 
