@@ -4,6 +4,8 @@ Every Triton split kernel on the ladder runs the golden cases (the Gluon rungs a
 ``interpreter`` run the kernels on CPU tensors: with TRITON_INTERPRET=0 they are skipped (on a GPU,
 ``pytest -m gpu`` runs the same cases through the GPU checks).
 """
+import math
+
 import pytest
 import torch
 
@@ -124,6 +126,40 @@ def test_combine_turns_a_nan_split_into_nan(device, lse_parts):
     lse = torch.empty(1, 1, 1, dtype=torch.float32, device=device)
     launch_combine(part_out=part_out, part_lse=part_lse, attn_sink=None, out=out, lse=lse, pinned=True)
     assert torch.isnan(lse).all() and torch.isnan(out).all(), (lse, out[..., :4])
+
+
+@pytest.mark.parametrize("device", [pytest.param("cpu", marks=interpreter),
+                                    pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("s", [3, 8, 11], ids=["3-splits", "8-splits-one-chunk", "11-splits-two-chunks"])
+@pytest.mark.parametrize("sink", [None, 0.3], ids=["no-sink", "sink"])
+def test_combine_weighs_live_splits_and_never_uses_an_empty_ones_row(device, s, sink):
+    """The combine on hand-made partials against the merge written out in torch: every third split empty (LSE
+    -inf) with NaN and inf in its row (a row nobody wrote may hold anything), the others live. The combine reads
+    the first chunk's rows with the LSEs, before it knows which are empty, so an empty row must be selected away,
+    not multiplied by its zero weight."""
+    from workbench.kernels.combine import launch_combine
+    g = torch.Generator().manual_seed(s)
+    h, d = 2, 512
+    part_out = torch.randn(1, h, s, d, generator=g)
+    part_lse = torch.randn(1, h, s, generator=g) * 3  # base 2
+    empty = torch.arange(s) % 3 == 1
+    part_lse[..., empty] = float("-inf")
+    part_out[..., empty, ::2] = float("nan")
+    part_out[..., empty, 1::2] = float("inf")
+    w = torch.exp2(part_lse - part_lse.amax(-1, keepdim=True))  # [1, h, s]
+    live = torch.where(empty[:, None], 0.0, part_out)
+    want = (w[..., None] * live).sum(-2) / w.sum(-1, keepdim=True)  # [1, h, d]
+    want_lse = torch.logsumexp(part_lse * math.log(2), -1)  # natural log, as decode returns it
+    attn_sink = None
+    if sink is not None:
+        attn_sink = torch.full((h,), sink)
+        want = want / (1 + torch.exp(attn_sink - want_lse))[..., None]
+    out = torch.empty(1, 1, h, d, dtype=torch.bfloat16, device=device)
+    lse = torch.empty(1, h, 1, dtype=torch.float32, device=device)
+    launch_combine(part_out=part_out.to(device), part_lse=part_lse.to(device),
+                   attn_sink=None if attn_sink is None else attn_sink.to(device), out=out, lse=lse, pinned=True)
+    torch.testing.assert_close(lse.cpu()[:, :, 0], want_lse, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.cpu()[0].float(), want.to(torch.bfloat16).float(), rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.gpu

@@ -210,3 +210,27 @@ def test_rung_15s_f16_loops_read_no_local_memory():
     assert len(loops) == 6 and len(f16_loops) == 3, [(hex(lp.first), lp.opcodes()) for lp in loops]
     assert [(hex(lp.first), lp.count("LDL"), lp.count("STL")) for lp in f16_loops
             if lp.count("LDL") or lp.count("STL")] == []
+
+
+@pytest.mark.parametrize("kernel,cfg", [("wgmma_ws", WS), ("wgmma_ws_h64", {"BLOCK_H": 64, "BLOCK_T": 64,
+                                                                            "num_warps": 4})],
+                         ids=["rung_13", "rung_15"])
+def test_the_softmax_loop_hands_the_last_slot_back_and_reads_valid_bytes_before_qk(kernel, cfg):
+    """sm_90 SASS of the f16 pass's consumer loop that runs QK (the innermost loop with the most HGMMA): the last
+    slot's "empty" arrive and the valid bytes' shared loads come before the tile's first HGMMA, and the loop's
+    wgmma waits are its own (two: the last PV's, then QK's), not one behind each HGMMA. ncu's source counters at
+    877f643 had the arrive after the softmax and the loads after QK's wait (docs/decisions.md, "The consumer's
+    chain at b64 h128"); ptxas sinks an arrive placed between QK's issue and its wait past the softmax."""
+    code = ("import json; from workbench.lab.resources import compiled_sass\n"
+            f"print(json.dumps(compiled_sass({kernel!r}, 'sm_90', {cfg!r}, DIRECT=True)))")
+    from workbench.lab import sass_loops
+    sass = json.loads(without_interpreter(code).splitlines()[-1])
+    f16 = [lp for lp in sass_loops.innermost(sass_loops.loops(sass))
+           if lp.count("HGMMA") and not any(".BF16" in t for _, t in lp.body)]
+    loop = max(f16, key=lambda lp: lp.count("HGMMA"))
+    ops = [(sass_loops.opcode(t), t) for _, t in loop.body]
+    first_mma = next(i for i, (op, _) in enumerate(ops) if op == "HGMMA")
+    before = [op for op, _ in ops[:first_mma]]
+    assert "LDS" in before, "the valid bytes are read after QK"
+    assert any(op == "SYNCS" and "ARRIVE" in t for op, t in ops[:first_mma]), "the slot goes back after QK"
+    assert sum("WARPGROUP.DEPBAR" in t for _, t in ops) == 2, [t for _, t in ops if "DEPBAR" in t]

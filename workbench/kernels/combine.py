@@ -13,7 +13,7 @@ from .common import INTERPRET, launch, next_pow2, sink_args, to_bf16
 from .tuning import call_args
 
 COMBINE_CONFIGS = [triton.Config({}, num_warps=w) for w in (1, 2, 4)]
-S_CHUNK_MAX = 4  # splits read at once: 4 x 512 fp32 is 64 registers a thread at one warp
+S_CHUNK_MAX = 8  # splits read at once: 8 x 512 fp32 is 128 registers a thread at one warp
 
 
 def prune_combine_configs(configs, named_args, **kwargs):
@@ -43,23 +43,29 @@ def combine_kernel(
     if PDL:  # launched as a programmatic dependent of the last partial: its writes are visible after this
         tl.extra.cuda.gdc_wait()
     sp = tl.arange(0, S_PAD)
+    d = tl.arange(0, D)
     lse_s = tl.load(part_lse_ptr + row * s_total + sp, mask=sp < s_total, other=float("-inf"))  # [S_PAD]
+    # S_CHUNK splits' rows are loaded at once, and the first chunk's in the same round as the LSEs: a split at a
+    # time, each program waited out s_total load latencies in a row (torch.profiler, exploratory H200 run, chunk 1
+    # -> 4: b64 h16 3.23 -> 3.07 us, b1 h64 topk512 2.69 -> 2.27 us; b64 h64 5.06 -> 5.28, within that run's
+    # spread), and a chunk masked by its LSEs waited for them. An empty split's row (LSE -inf: its partial may
+    # never have been written) is read but selected away, never multiplied
+    s = tl.arange(0, S_CHUNK)
+    part = tl.load(part_out_ptr + (row * s_total + s).to(tl.int64)[:, None] * D + d[None, :],
+                   mask=(s < s_total)[:, None], other=0.0)  # [S_CHUNK, D]
     # tl.max skips NaN: a NaN split (NaN in its scores) would leave m finite or -inf (empty); make it poison all
     m = tl.where(tl.sum((lse_s != lse_s).to(tl.int32), 0) > 0, float("nan"), tl.max(lse_s, 0))
     m_use = tl.where(m == float("-inf"), 0.0, m)
     w_sum = tl.sum(tl.exp2(lse_s - m_use), 0)
-    d = tl.arange(0, D)
     acc = tl.zeros([D], tl.float32)
-    # S_CHUNK splits' rows are loaded at once: a split at a time, each program waited out s_total load
-    # latencies in a row (torch.profiler, exploratory H200 run, chunk 1 -> 4: b64 h16 3.23 -> 3.07 us,
-    # b1 h64 topk512 2.69 -> 2.27 us; b64 h64 5.06 -> 5.28, within that run's spread)
     for s0 in range(0, s_total, S_CHUNK):
         s = s0 + tl.arange(0, S_CHUNK)
+        if s0 > 0:
+            part = tl.load(part_out_ptr + (row * s_total + s).to(tl.int64)[:, None] * D + d[None, :],
+                           mask=(s < s_total)[:, None], other=0.0)  # [S_CHUNK, D]
         lse_c = tl.load(part_lse_ptr + row * s_total + s, mask=s < s_total, other=float("-inf"))  # [S_CHUNK]
         w = tl.exp2(lse_c - m_use)
-        part = tl.load(part_out_ptr + (row * s_total + s).to(tl.int64)[:, None] * D + d[None, :],
-                       mask=(lse_c > float("-inf"))[:, None], other=0.0)  # [S_CHUNK, D]: empty splits unread
-        acc += tl.sum(w[:, None] * part, 0)
+        acc += tl.sum(tl.where((lse_c > float("-inf"))[:, None], w[:, None] * part, 0.0), 0)
     empty = m == float("-inf")
     lse = tl.where(empty, float("inf"), (m_use + tl.log2(tl.where(empty, 1.0, w_sum))) * 0.6931471805599453)
     out = tl.where(empty, 0.0, acc / tl.where(empty, 1.0, w_sum))

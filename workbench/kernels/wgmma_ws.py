@@ -181,24 +181,28 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row
     i = 0
     for t0 in range(start, end, BLOCK_T):
         buf = i % NUM_BUFS
+        # the previous slot goes back once the last PV has retired in every warp, before this tile's wait and QK,
+        # not after the softmax (wgmma_ws_h64 says why, and why not between QK's issue and its wait)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        gl.thread_barrier()
+        mbarrier.arrive(empty.index((i + NUM_BUFS - 1) % NUM_BUFS), pred=i > 0)
         mbarrier.wait(full.index(buf), (i // NUM_BUFS) & 1)
         kb = k_smem.index(buf)
-        if LEAVE_OUT & 8:  # no QK MMA: constant scores; the last PV is still retired here
+        # the valid bytes are read while QK runs: read after its wait, their shared loads were a tenth of this
+        # partition's stall samples (ncu source counters at b64 h16, docs/decisions.md)
+        v = valid_smem.index(buf).load(gl.SliceLayout(1, SL)) != 0
+        if LEAVE_OUT & 8:  # no QK MMA: constant scores
             s = s_zero + 1.0
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         else:
             s = warpgroup_mma(kb, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)  # [BLOCK_T, BLOCK_H]
-            s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))  # also retires the last PV
-        v = valid_smem.index(buf).load(gl.SliceLayout(1, SL)) != 0
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         p, alpha, m_i = softmax_step(s, v, m_i, scale, F16, LEAVE_OUT & 4)
         l_i = l_i * alpha + gl.sum(p, 0)
-        # every consumer warp has retired the last PV (it read P and the previous slot) before the barrier inside
-        # gl.max above, so P may be overwritten and that slot handed back to the producer
+        # every consumer warp has retired the last PV (it read P) before the barrier above, so P may be overwritten
         p_smem.store(p.to(KT))
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, OL)), 0)
         fence_async_shared()
         gl.thread_barrier()  # every warp's P before the PV reads it
-        mbarrier.arrive(empty.index((i + NUM_BUFS - 1) % NUM_BUFS), pred=i > 0)
         if LEAVE_OUT & 16:  # no PV MMA: the accumulator keeps its rescaled zeros (as the loop carries it)
             acc = warpgroup_mma_init(acc)
         else:

@@ -233,16 +233,23 @@ def _softmax_warpgroup(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem
     i = 0
     for t0 in range(start, end, BLOCK_T):
         buf = i % NUM_BUFS
+        # the previous slot goes back once its PV has retired in every warp, before this tile's wait and QK, not
+        # after the softmax: the producer dequantises a tile only once it has a slot, so a late hand-back put that
+        # on this chain. (Between QK's issue and wait the arrive is sunk by ptxas to the next barrier, past the
+        # softmax, and a wait for the PV alone with QK in flight serialises every wgmma: sm_90 lab.)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        gl.thread_barrier()
+        mbarrier.arrive(empty.index((i + NUM_BUFS - 1) % NUM_BUFS), pred=i > 0)
         mbarrier.wait(full.index(buf), (i // NUM_BUFS) & 1)
         kb = k_smem.index(buf)
-        if LEAVE_OUT & 8:  # no QK MMA: constant scores; the last PV is still retired here
+        # the valid bytes are read while QK runs: read after its wait, their shared loads were a tenth of this
+        # warpgroup's stall samples (ncu source counters at b64 h128, docs/decisions.md)
+        v = valid_smem.index(buf).load(gl.SliceLayout(0, SL)) != 0
+        if LEAVE_OUT & 8:  # no QK MMA: constant scores
             s = s_zero + 1.0
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         else:
             s = warpgroup_mma(q_smem, kb.permute((1, 0)), s_zero, use_acc=False, is_async=True)  # [BLOCK_H, BLOCK_T]
-            s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))  # also retires the last PV
-        # this warpgroup is done with the previous slot (its PV has retired in every warp: the barrier below)
-        v = valid_smem.index(buf).load(gl.SliceLayout(0, SL)) != 0
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         p, alpha, m_i = softmax_step(s, v, m_i, scale, F16, LEAVE_OUT & 4, 1)
         l_i = l_i * alpha + gl.sum(p, 1)
         pk = p.to(KT)
@@ -250,9 +257,8 @@ def _softmax_warpgroup(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem
         p_smem.store(pk)
         alpha_smem.store(alpha)
         fence_async_shared()  # P before the PV warpgroup's wgmma reads it
-        gl.thread_barrier()   # every warp's P, factors and retired PV before the arrives
+        gl.thread_barrier()   # every warp's P and factors before the arrive
         mbarrier.arrive(p_full)
-        mbarrier.arrive(empty.index((i + NUM_BUFS - 1) % NUM_BUFS), pred=i > 0)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, OL)), 1)
         if LEAVE_OUT & 16:  # no PV MMA: the accumulator keeps its rescaled zeros
             acc = warpgroup_mma_init(acc)
