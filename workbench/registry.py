@@ -100,7 +100,9 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     data/bench_h200_20261205-1812_crossover.csv and data/bench_h200_20261205-1815_heads.csv (the margins:
     tests/test_registry.py, HOPPER_MARGINS), measured at 877f643 with rung 25 in rung 26's band (10.6% over the
     fastest rung at b8 h128 topk512, 6.7% at b4 h64 topk2048); with rung 26 there, within 2.7% at every shape
-    (in-sample: the next crossover is the test). ``tokens`` is the call's
+    (in-sample). Out of sample, on an H100 at 809d7b2 (data/bench_h100_80gb_hbm3_20261205-2139_crossover.csv):
+    every shape of that band within 2%, the worst elsewhere b8 h64 topk2048 (3.8%) and b32 h64 topk512 (3.6%),
+    both wgmma_ws_h64's. ``tokens`` is the call's
     selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":

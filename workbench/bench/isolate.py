@@ -9,11 +9,10 @@ config, sm_90 lab, checked when the switch was added; wgmma_f16_2cta again when 
 got the switch), so the whole decode timed beside the variants is the one every other table times. In wgmma_ws_h64
 the no-PV bit drops both warpgroups' PV wgmmas, and "loads_only" compiles with serialised wgmmas (ptxas C7515, lab).
 
-The variants that drop the softmax ("no_softmax", "loads_only", "gather_dequant") time two passes in the f16 rungs,
-not one: their rescale factor is computed from the running max while it is still -inf (gluon_common.softmax_step:
-m_i * 0 + 1), so it is NaN, every row sum goes non-finite and every split runs again with bf16 operands (the H200
-tables show it: no_softmax about twice the whole decode). Read them as upper bounds; the fix (a factor of 1 built
-directly) is a kernel edit, to be made with the next re-measure.
+The variants that drop the softmax ("no_softmax", "loads_only", "gather_dequant") take the scores as P with a
+rescale factor of 1 built directly (gluon_common.softmax_step, since 2236853), so they time one pass. Before that,
+the factor came from the running max while it was still -inf, every row sum went non-finite and every split ran
+again with bf16 operands: the isolate tables of that time show no_softmax about twice the whole decode (two passes).
 
 What a variant leaves out beyond its name (a review of fce87fb; the compiler drops loads whose values go unused):
 with the dequant bit, the scale bytes are never read (every kernel), and in wgmma_ws and wgmma_ws_h64 the rope's
