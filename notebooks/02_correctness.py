@@ -63,7 +63,7 @@ from workbench.report.figures import (commit_provenance, gpu_label, out_folder, 
                                       save_table, set_theme)
 from workbench.report.plots_correctness import fig_error_ecdf, fig_gpu_checks, fig_worst_by_shape
 from workbench.report.provenance import kernels_changed_since
-from workbench.report.results import load_correctness, load_sanitizer, sanitizer_summary
+from workbench.report.results import folder_date, load_correctness, load_sanitizer, sanitizer_summary
 
 # the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
 # root, device cuda only on a GPU): a wrong one stops here, in one line
@@ -253,15 +253,16 @@ worst
 # Per kernel, what each tool reported on the sanitizer case (`python -m workbench check --sanitize <kernel>`, a
 # small hostile case whose output is also checked against the fp32 reference): memcheck's and synccheck's errors,
 # racecheck's reports (each one pair of accesses, covering the many hazards it counts; at most 20 are printed); an
-# empty cell is a log without the tool's summary (e.g. timed out). Newest is by the folders' dated names. Where a
-# tool reports anything, see the folder's README.md (for the warp-specialised kernel it maps each report to SASS
-# and to a race-free probe, `scripts/ws_protocol_probe.py`). Read with `workbench.report.results.load_sanitizer`.
+# empty cell is a log without the tool's summary (e.g. timed out). Newest is by the date that ends each folder's
+# name, whatever its GPU. Where a tool reports anything, see the folder's README.md (for the warp-specialised
+# kernel it maps each report to SASS and to a race-free probe, `scripts/ws_protocol_probe.py`). Read with
+# `workbench.report.results.load_sanitizer`.
 
 # %%
 san = sanitizer_summary(load_sanitizer(data_dir))
 san_table = san.pivot(index="kernel", columns="tool", values="errors").astype("Int64")
 san_table["case passed"] = san.groupby("kernel").case_passed.apply(lambda v: bool(v.eq(True).all()))
-san_table["folder"] = san.groupby("kernel").folder.max()
+san_table["folder"] = san.groupby("kernel").folder.agg(lambda f: max(f, key=lambda n: (folder_date(n), n)))
 san_table["stale"] = san.groupby("kernel").stale.apply(lambda v: bool(v.fillna(True).any()))
 save_table(san_table.reset_index(), "correctness_sanitizer", out_dir)
 san_table

@@ -703,10 +703,14 @@ def test_same_run_times_prefers_auto_and_takes_peers_from_its_table(bench):
     assert figures.default_kernel_rows(bench).provider.eq("auto").sum() == bench.provider.eq("auto").sum()
 
 
-def test_load_correctness_picks_the_newest_table_of_the_code_here_and_keeps_the_old_one():
-    from workbench.report.results import stale_flags
-    new = load_correctness(DATA)
+@pytest.mark.parametrize("gpu", ["NVIDIA H200", None], ids=["reference-gpu", "any-gpu"])
+def test_load_correctness_picks_the_newest_table_of_the_code_here_and_keeps_the_old_one(gpu):
+    from workbench.report.results import REFERENCE_GPU, stale_flags
+    new = load_correctness(DATA, gpu=gpu)
     dated = sorted(p for d in table_folders(DATA) for p in d.glob("correctness_*.csv"))  # data/ and archive/
+    if gpu is not None:  # the reference GPU's tables only (a table with no gpu column is the H200's)
+        assert gpu == REFERENCE_GPU
+        dated = [p for p in dated if set(pd.read_csv(p).get("gpu", pd.Series([gpu])).dropna()) == {gpu}]
 
     def checked_here(p):  # every row checked the checked-out kernel sources
         t = pd.read_csv(p)

@@ -77,6 +77,21 @@ def test_summary_takes_the_newest_folder_of_the_default_case(folders):
     assert cut.folder == "sanitizer_h200_20990102-0000" and cut.errors != cut.errors
 
 
+def test_summary_orders_folders_of_two_gpus_by_their_dates(tmp_path):
+    """An H100 folder newer than an H200 one is the newer, though "sanitizer_h100..." sorts before "sanitizer_h200..."
+    by name; and an older H100 folder stays older."""
+    for name, errors in (("sanitizer_h200_20990101-0000", 4), ("sanitizer_h100_80gb_hbm3_20990102-0000", 0),
+                         ("sanitizer_h100_80gb_hbm3_20981231-0000", 7)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "synccheck_wgmma_f16.log").write_text(SYNC.replace("0 errors", f"{errors} errors"))
+    s = sanitizer_summary(load_sanitizer(tmp_path)).set_index(["kernel", "tool"])
+    assert s.loc[("wgmma_f16", "synccheck"), "folder"] == "sanitizer_h100_80gb_hbm3_20990102-0000"
+    assert s.loc[("wgmma_f16", "synccheck"), "errors"] == 0
+    (tmp_path / "sanitizer_h100_80gb_hbm3_20990102-0000" / "synccheck_wgmma_f16.log").unlink()
+    s = sanitizer_summary(load_sanitizer(tmp_path)).set_index(["kernel", "tool"])
+    assert s.loc[("wgmma_f16", "synccheck"), "folder"] == "sanitizer_h200_20990101-0000"
+
+
 # checked kernels whose racecheck and synccheck logs are not committed yet, with why; memcheck has no such list.
 # An entry must name a kernel that really lacks both logs, so it goes as soon as they are committed
 NOT_YET_RACE_SYNC_CHECKED: dict[str, str] = {}

@@ -11,6 +11,7 @@ checked-out code (``stale``). :func:`current_tables` is the one rule for which t
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from .provenance import ROOT, kernel_source_hash, kernels_changed_since
@@ -386,11 +387,22 @@ def load_sanitizer(data_dir: Path | str = DATA):
     return df
 
 
+def folder_date(name: str) -> str:
+    """The ``YYYYMMDD-HHMM`` that ends a dated folder's name (``sanitizer_h200_20261205-0431``), "" for none: what
+    orders folders of different GPUs by time."""
+    m = re.search(r"(\d{8}-\d{4})$", str(name))
+    return m.group(1) if m else ""
+
+
 def sanitizer_summary(df):
     """Per kernel and tool, the newest folder's log of the default case (no extra arguments, no extra sanitizer
     flags): its folder, error count (racecheck: its reports, each a pair of accesses covering many hazards; NaN:
     the log has no summary), whether the case passed (None: the log does not say) and whether it is stale."""
-    plain = df[df["args"] == ""].sort_values("folder", kind="stable")  # folder names are dated
+    # newest by the date that ends each folder's name (sanitizer_<gpu>_<YYYYMMDD-HHMM>): by the whole name, every
+    # H200 folder sorted after every H100 one ("h1" < "h2"), whatever their dates
+    plain = df[df["args"] == ""].copy()
+    plain["_when"] = plain["folder"].map(folder_date)
+    plain = plain.sort_values(["_when", "folder"], kind="stable")
     # whole rows: a newest log without a summary stays NaN (groupby.last would fill it from an older folder)
     return plain.drop_duplicates(["kernel", "tool"], keep="last").sort_values(["kernel", "tool"]).reset_index(
         drop=True)[["kernel", "tool", "folder", "errors", "warnings", "case_passed", "stale"]]
