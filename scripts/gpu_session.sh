@@ -34,6 +34,10 @@
 #   PATCHES="data/explore/x.patch ..." applies untimed patches to this copy first (git apply; the call stops if one
 #   does not apply), keeps the tree before them as BASELINE, and names the rows WORKBENCH_COMMIT+x (check,
 #   GPU tests, sanitizer, sweeps and ncu all run the patched code; the baseline only the sweeps);
+#   EXPLORE="auto flashmla wgmma_ws_h64 ..." runs scripts/explore.py with those providers after the sweeps
+#   (EXPLORE_ARGS: its other arguments, e.g. "--shape 64,128,2048 --shape 1,64,512"; $OUT/explore.csv), and with
+#   PATCHES or BASELINE the same from the tree before them ($OUT/baseline/explore.csv): an A/B of a few shapes in
+#   one call, each provider checked against the fp32 reference first (EXPLORE_TIMEOUT, 300 s, for each of the two);
 #   NCU_SOURCE=1 also writes each profile's per-SASS-instruction counters (stall samples, executed instructions,
 #   sectors) as ncu_source_<impl>_h<heads>.csv;
 #   CLUSTER_PROBE=1 runs scripts/cluster_share_probe.py (sm_90: a cluster of two sharing the dequant) before the
@@ -238,6 +242,22 @@ if [ -n "${BASELINE:-}" ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
       python3 -m workbench bench --sweep "$sweep" --out "$OUT/baseline" --name "bench_$sweep.csv" --no-progress 2>&1 \
       | tee "$OUT/baseline_bench_$sweep.log" | tail -20)
   done
+fi
+if [ -n "${EXPLORE:-}" ]; then
+  # scripts/explore.py's providers at EXPLORE_ARGS's shapes (default: the headline shapes), each checked against the
+  # fp32 reference before it is timed: a same-call A/B quicker than a sweep. With PATCHES (or BASELINE) the tree
+  # before the patches runs the same command after it, into $OUT/baseline/explore.csv, under the plain commit
+  timeout "${EXPLORE_TIMEOUT:-300}" python3 scripts/explore.py $EXPLORE ${EXPLORE_ARGS:-} --csv "$OUT/explore.csv" \
+    > "$OUT/explore.log" 2>&1
+  echo "explore: exit $?"; grep -v "it/s\]" "$OUT/explore.log" | tail -60
+  if [ -n "${BASELINE:-}" ]; then
+    mkdir -p "$OUT/baseline"
+    (cd "$BASELINE" && PYTHONPATH="/tmp/site:$BASELINE" WORKBENCH_COMMIT="${BASELINE_COMMIT:-baseline}" \
+      timeout "${EXPLORE_TIMEOUT:-300}" python3 scripts/explore.py $EXPLORE ${EXPLORE_ARGS:-} \
+      --csv "$OUT/baseline/explore.csv" > "$OUT/baseline_explore.log" 2>&1
+     echo "baseline explore: exit $?")
+    grep -v "it/s\]" "$OUT/baseline_explore.log" | tail -60
+  fi
 fi
 for item in ${NCU:-}; do
   impl="${item%%=*}"; cfg="${item#*=}"

@@ -124,6 +124,13 @@ fi
 if [ "$1" = "-m" ] && [ "$2" = "pytest" ]; then
   echo "python3 $*" >> "{calls}"; exit 0
 fi
+if [ "${{1##*/}}" = explore.py ]; then  # recorded, with a one-row table where --csv says
+  echo "python3 $*" >> "{calls}"
+  echo "explore $PWD $WORKBENCH_COMMIT" >> "{calls}.commits"
+  csv=""; prev=""; for a in "$@"; do [ "$prev" = "--csv" ] && csv="$a"; prev="$a"; done
+  [ -n "$csv" ] && printf 'provider,median_us\nauto,1.0\n' > "$csv"
+  exit 0
+fi
 if [ "${{1##*/}}" = cluster_share_probe.py ]; then
   echo "python3 $*" >> "{calls}"
   [ "$PROBE_HANGS" = 1 ] && sleep 30
@@ -201,17 +208,11 @@ def test_cluster_probe_checks_first_and_times_only_if_the_check_ended(tmp_path, 
         assert (out / "cluster_probe_time.log").read_text().rstrip().endswith("# exit 0")
 
 
-@pytest.mark.parametrize("applies", [True, False], ids=["applies", "does-not-apply"])
-def test_patches_are_timed_beside_the_tree_before_them(tmp_path, applies):
-    """PATCHES=...: the patch is applied to the session's copy (check and sweeps run it, the rows named
-    commit+patch, the kernel hash the patched code's), the tree before it is the baseline, timed with the same
-    sweeps under the plain commit; a patch that does not apply stops the call before anything runs."""
+def _chunk_patch(tmp_path, applies=True):
+    """(patch, the checkout's line, its value): a patch of the combine's chunk constant, written against the
+    checkout's file (one that does not apply: against a file whose constant differs from the checkout's)."""
     import difflib
     import re
-
-    from workbench.report.provenance import kernel_source_hash
-    # a patch of the combine's chunk constant, written against the checkout's file (one that does not apply: against
-    # a file whose constant differs from the checkout's)
     rel = "workbench/kernels/combine.py"
     text = (ROOT / rel).read_text()
     m = re.search(r"^S_CHUNK_MAX = (\d+)", text, re.M)
@@ -223,6 +224,16 @@ def test_patches_are_timed_beside_the_tree_before_them(tmp_path, applies):
     patch = tmp_path / "explore_untimed_20990101-0000_fewer_chunks.patch"
     patch.write_text("".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{rel}",
                                                   f"b/{rel}")))
+    return patch, line, value
+
+
+@pytest.mark.parametrize("applies", [True, False], ids=["applies", "does-not-apply"])
+def test_patches_are_timed_beside_the_tree_before_them(tmp_path, applies):
+    """PATCHES=...: the patch is applied to the session's copy (check and sweeps run it, the rows named
+    commit+patch, the kernel hash the patched code's), the tree before it is the baseline, timed with the same
+    sweeps under the plain commit; a patch that does not apply stops the call before anything runs."""
+    from workbench.report.provenance import kernel_source_hash
+    patch, line, value = _chunk_patch(tmp_path, applies)
     sha = "0" * 40
     r = _run_session(tmp_path, "NVIDIA H200:90", "headline", copy=("workbench",), check=False, SKIP_SANITIZE="1",
                      PATCHES=str(patch), WORKBENCH_COMMIT=sha, TMPDIR=str(tmp_path))
@@ -251,3 +262,25 @@ def test_the_gpu_tests_step_runs_the_files_gpu_tests_names(tmp_path, files):
                                SKIP_PYTEST_GPU="0", **env)
     runs = [c for c in calls if c.startswith("python3 -m pytest -m gpu ")]
     assert len(runs) == 1 and runs[0].endswith(" " + (files or "tests")), runs
+
+
+def test_explore_runs_patched_and_then_in_the_tree_before_the_patches(tmp_path):
+    """EXPLORE=... with PATCHES: scripts/explore.py with the same providers and arguments in the patched copy (rows
+    commit+patch, $OUT/explore.csv) and then in the tree before it (the plain commit, $OUT/baseline/explore.csv)."""
+    patch, line, _ = _chunk_patch(tmp_path)
+    sha = "0" * 40
+    stdout, calls, out = _run_session(tmp_path, "NVIDIA H200:90", copy=("workbench",), SKIP_CHECK="1",
+                                      SKIP_SANITIZE="1", SKIP_BENCH="1", PATCHES=str(patch), WORKBENCH_COMMIT=sha,
+                                      TMPDIR=str(tmp_path), EXPLORE="auto wgmma_ws_h64",
+                                      EXPLORE_ARGS="--shape 64,128,2048 --shape 1,64,512")
+    tree = tmp_path / "tree"
+    runs = [c for c in calls if "explore.py" in c]
+    assert len(runs) == 2 and all(c.split("explore.py ", 1)[1].startswith(
+        "auto wgmma_ws_h64 --shape 64,128,2048 --shape 1,64,512 --csv ") for c in runs), runs
+    assert runs[0].endswith(f"--csv {out}/explore.csv") and runs[1].endswith(f"--csv {out}/baseline/explore.csv")
+    commits = [ln.split() for ln in (tmp_path / "calls.log.commits").read_text().splitlines()]
+    assert [(c[1] == str(tree), c[2]) for c in commits] == [(True, f"{sha}+20990101-0000_fewer_chunks"),
+                                                           (False, sha)]
+    assert line in (Path(commits[1][1]) / "workbench/kernels/combine.py").read_text(), "the baseline is unpatched"
+    assert (out / "explore.csv").exists() and (out / "baseline" / "explore.csv").exists()
+    assert "explore: exit 0" in stdout and "baseline explore: exit 0" in stdout
