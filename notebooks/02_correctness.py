@@ -63,7 +63,7 @@ from workbench.report.figures import (commit_provenance, gpu_label, out_folder, 
                                       save_table, set_theme)
 from workbench.report.plots_correctness import fig_error_ecdf, fig_gpu_checks, fig_worst_by_shape
 from workbench.report.provenance import kernels_changed_since
-from workbench.report.results import folder_date, load_correctness, load_sanitizer, sanitizer_summary
+from workbench.report.results import folder_key, load_correctness, load_sanitizer, sanitizer_summary
 
 # the parameters checked and converted in workbench.report.pipeline (booleans from text, folders from the repository
 # root, device cuda only on a GPU): a wrong one stops here, in one line
@@ -262,7 +262,7 @@ worst
 san = sanitizer_summary(load_sanitizer(data_dir))
 san_table = san.pivot(index="kernel", columns="tool", values="errors").astype("Int64")
 san_table["case passed"] = san.groupby("kernel").case_passed.apply(lambda v: bool(v.eq(True).all()))
-san_table["folder"] = san.groupby("kernel").folder.agg(lambda f: max(f, key=lambda n: (folder_date(n), n)))
+san_table["folder"] = san.groupby("kernel").folder.agg(lambda f: max(f, key=folder_key))
 san_table["stale"] = san.groupby("kernel").stale.apply(lambda v: bool(v.fillna(True).any()))
 save_table(san_table.reset_index(), "correctness_sanitizer", out_dir)
 san_table

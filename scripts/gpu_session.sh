@@ -36,8 +36,9 @@
 #   GPU tests, sanitizer, sweeps and ncu all run the patched code; the baseline only the sweeps);
 #   EXPLORE="auto flashmla wgmma_ws_h64 ..." runs scripts/explore.py with those providers after the sweeps
 #   (EXPLORE_ARGS: its other arguments, e.g. "--shape 64,128,2048 --shape 1,64,512"; $OUT/explore.csv), and with
-#   PATCHES or BASELINE the same from the tree before them ($OUT/baseline/explore.csv): an A/B of a few shapes in
-#   one call, each provider checked against the fp32 reference first (EXPLORE_TIMEOUT, 300 s, for each of the two);
+#   PATCHES or BASELINE the same script, on the package of the tree before them ($OUT/baseline/explore.csv): an A/B
+#   of a few shapes in one call, each provider checked against the fp32 reference first (a failed check or a
+#   timeout, EXPLORE_TIMEOUT, 300 s for each of the two, makes the call's exit status non-zero);
 #   NCU_SOURCE=1 also writes each profile's per-SASS-instruction counters (stall samples, executed instructions,
 #   sectors) as ncu_source_<impl>_h<heads>.csv;
 #   CLUSTER_PROBE=1 runs scripts/cluster_share_probe.py (sm_90: a cluster of two sharing the dequant) before the
@@ -249,13 +250,15 @@ if [ -n "${EXPLORE:-}" ]; then
   # before the patches runs the same command after it, into $OUT/baseline/explore.csv, under the plain commit
   timeout "${EXPLORE_TIMEOUT:-300}" python3 scripts/explore.py $EXPLORE ${EXPLORE_ARGS:-} --csv "$OUT/explore.csv" \
     > "$OUT/explore.log" 2>&1
-  echo "explore: exit $?"; grep -v "it/s\]" "$OUT/explore.log" | tail -60
+  x=$?; rc=$((rc | x)); echo "explore: exit $x"; grep -v "it/s\]" "$OUT/explore.log" | tail -60
   if [ -n "${BASELINE:-}" ]; then
     mkdir -p "$OUT/baseline"
-    (cd "$BASELINE" && PYTHONPATH="/tmp/site:$BASELINE" WORKBENCH_COMMIT="${BASELINE_COMMIT:-baseline}" \
-      timeout "${EXPLORE_TIMEOUT:-300}" python3 scripts/explore.py $EXPLORE ${EXPLORE_ARGS:-} \
+    # this tree's explore.py (the same flags) on the baseline's package: PYTHONPATH comes before the script's folder
+    # in what `import workbench` finds, and the script's folder holds no package
+    (here=$PWD; cd "$BASELINE" && PYTHONPATH="/tmp/site:$BASELINE" WORKBENCH_COMMIT="${BASELINE_COMMIT:-baseline}" \
+      timeout "${EXPLORE_TIMEOUT:-300}" python3 "$here/scripts/explore.py" $EXPLORE ${EXPLORE_ARGS:-} \
       --csv "$OUT/baseline/explore.csv" > "$OUT/baseline_explore.log" 2>&1
-     echo "baseline explore: exit $?")
+     x=$?; echo "baseline explore: exit $x"; exit $x) || rc=$((rc | $?))
     grep -v "it/s\]" "$OUT/baseline_explore.log" | tail -60
   fi
 fi

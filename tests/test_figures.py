@@ -705,12 +705,12 @@ def test_same_run_times_prefers_auto_and_takes_peers_from_its_table(bench):
 
 @pytest.mark.parametrize("gpu", ["NVIDIA H200", None], ids=["reference-gpu", "any-gpu"])
 def test_load_correctness_picks_the_newest_table_of_the_code_here_and_keeps_the_old_one(gpu):
-    from workbench.report.results import REFERENCE_GPU, stale_flags
+    from workbench.report.results import _chosen_gpu, _table_gpus, stale_flags
     new = load_correctness(DATA, gpu=gpu)
     dated = sorted(p for d in table_folders(DATA) for p in d.glob("correctness_*.csv"))  # data/ and archive/
-    if gpu is not None:  # the reference GPU's tables only (a table with no gpu column is the H200's)
-        assert gpu == REFERENCE_GPU
-        dated = [p for p in dated if set(pd.read_csv(p).get("gpu", pd.Series([gpu])).dropna()) == {gpu}]
+    if gpu is not None:  # that GPU's tables only (a table whose rows name none is the H200's)
+        chosen = _chosen_gpu(gpu, set().union(*(_table_gpus(p) for p in dated)))
+        dated = [p for p in dated if chosen in _table_gpus(p)]
 
     def checked_here(p):  # every row checked the checked-out kernel sources
         t = pd.read_csv(p)

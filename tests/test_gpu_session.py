@@ -124,9 +124,10 @@ fi
 if [ "$1" = "-m" ] && [ "$2" = "pytest" ]; then
   echo "python3 $*" >> "{calls}"; exit 0
 fi
-if [ "${{1##*/}}" = explore.py ]; then  # recorded, with a one-row table where --csv says
+if [ "${{1##*/}}" = explore.py ]; then  # recorded with the package it would import, and a one-row table at --csv
   echo "python3 $*" >> "{calls}"
-  echo "explore $PWD $WORKBENCH_COMMIT" >> "{calls}.commits"
+  wb=$("{sys.executable}" -c "import sys; sys.path[0] = '$(dirname "$1")'; import workbench; print(workbench.__file__)")
+  echo "explore $PWD $WORKBENCH_COMMIT $wb" >> "{calls}.commits"
   csv=""; prev=""; for a in "$@"; do [ "$prev" = "--csv" ] && csv="$a"; prev="$a"; done
   [ -n "$csv" ] && printf 'provider,median_us\nauto,1.0\n' > "$csv"
   exit 0
@@ -282,5 +283,8 @@ def test_explore_runs_patched_and_then_in_the_tree_before_the_patches(tmp_path):
     assert [(c[1] == str(tree), c[2]) for c in commits] == [(True, f"{sha}+20990101-0000_fewer_chunks"),
                                                            (False, sha)]
     assert line in (Path(commits[1][1]) / "workbench/kernels/combine.py").read_text(), "the baseline is unpatched"
+    # each run imports its own tree's package (the baseline's: not the patched copy's, nor the checkout's)
+    assert Path(commits[0][3]).resolve() == (tree / "workbench" / "__init__.py").resolve()
+    assert Path(commits[1][3]).resolve() == (Path(commits[1][1]) / "workbench" / "__init__.py").resolve()
     assert (out / "explore.csv").exists() and (out / "baseline" / "explore.csv").exists()
     assert "explore: exit 0" in stdout and "baseline explore: exit 0" in stdout

@@ -6,7 +6,7 @@ import pytest
 
 from workbench import registry
 from workbench.gpu_check import checked_impls
-from workbench.report.results import kernel_names_ever, load_sanitizer, sanitizer_summary
+from workbench.report.results import folder_key, kernel_names_ever, load_sanitizer, sanitizer_summary
 
 RACE = """# compute-sanitizer --tool racecheck ...
 ========= COMPUTE-SANITIZER
@@ -90,6 +90,13 @@ def test_summary_orders_folders_of_two_gpus_by_their_dates(tmp_path):
     (tmp_path / "sanitizer_h100_80gb_hbm3_20990102-0000" / "synccheck_wgmma_f16.log").unlink()
     s = sanitizer_summary(load_sanitizer(tmp_path)).set_index(["kernel", "tool"])
     assert s.loc[("wgmma_f16", "synccheck"), "folder"] == "sanitizer_h200_20990101-0000"
+
+
+def test_folders_sort_by_the_date_their_names_end_with():
+    """Minutes and seconds (publish names a second folder of one minute to the second), across GPUs."""
+    names = ["sanitizer_h200_20261205-0431", "sanitizer_h100_80gb_hbm3_20261205-043107",
+             "sanitizer_h100_80gb_hbm3_20261204-2359", "sanitizer_h200_20261205-0430"]
+    assert sorted(names, key=folder_key) == [names[2], names[3], names[0], names[1]]
 
 
 # checked kernels whose racecheck and synccheck logs are not committed yet, with why; memcheck has no such list.

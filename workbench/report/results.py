@@ -388,21 +388,27 @@ def load_sanitizer(data_dir: Path | str = DATA):
 
 
 def folder_date(name: str) -> str:
-    """The ``YYYYMMDD-HHMM`` that ends a dated folder's name (``sanitizer_h200_20261205-0431``), "" for none: what
-    orders folders of different GPUs by time."""
-    m = re.search(r"(\d{8}-\d{4})$", str(name))
+    """The ``YYYYMMDD-HHMM`` (or ``-HHMMSS``, as publish names a second table of the same minute) that ends a dated
+    folder's name (``sanitizer_h200_20261205-0431``), "" for none. As text the two forms order by time."""
+    m = re.search(r"(\d{8}-\d{4}(?:\d{2})?)$", str(name))
     return m.group(1) if m else ""
+
+
+def folder_key(name: str) -> tuple:
+    """How dated folders of any GPU sort by time: their date (:func:`folder_date`), then the name."""
+    return folder_date(name), str(name)
 
 
 def sanitizer_summary(df):
     """Per kernel and tool, the newest folder's log of the default case (no extra arguments, no extra sanitizer
-    flags): its folder, error count (racecheck: its reports, each a pair of accesses covering many hazards; NaN:
+    flags), whatever GPU ran it (a memory error is the code's, not the card's; each folder's meta names its GPU):
+    its folder, error count (racecheck: its reports, each a pair of accesses covering many hazards; NaN:
     the log has no summary), whether the case passed (None: the log does not say) and whether it is stale."""
     # newest by the date that ends each folder's name (sanitizer_<gpu>_<YYYYMMDD-HHMM>): by the whole name, every
     # H200 folder sorted after every H100 one ("h1" < "h2"), whatever their dates
     plain = df[df["args"] == ""].copy()
     plain["_when"] = plain["folder"].map(folder_date)
-    plain = plain.sort_values(["_when", "folder"], kind="stable")
+    plain = plain.sort_values(["_when", "folder"], kind="stable")  # folder_key's order
     # whole rows: a newest log without a summary stays NaN (groupby.last would fill it from an older folder)
     return plain.drop_duplicates(["kernel", "tool"], keep="last").sort_values(["kernel", "tool"]).reset_index(
         drop=True)[["kernel", "tool", "folder", "errors", "warnings", "case_passed", "stale"]]
