@@ -248,18 +248,21 @@ if [ -n "${EXPLORE:-}" ]; then
   # scripts/explore.py's providers at EXPLORE_ARGS's shapes (default: the headline shapes), each checked against the
   # fp32 reference before it is timed: a same-call A/B quicker than a sweep. With PATCHES (or BASELINE) the tree
   # before the patches runs the same command after it, into $OUT/baseline/explore.csv, under the plain commit
-  timeout "${EXPLORE_TIMEOUT:-300}" python3 scripts/explore.py $EXPLORE ${EXPLORE_ARGS:-} --csv "$OUT/explore.csv" \
-    > "$OUT/explore.log" 2>&1
-  x=$?; rc=$((rc | x)); echo "explore: exit $x"; grep -v "it/s\]" "$OUT/explore.log" | tail -60
+  here=$PWD
+  explore() {  # explore NAME CSV LOG: this tree's explore.py into CSV and LOG; its exit status, said, joins rc
+    timeout "${EXPLORE_TIMEOUT:-300}" python3 "$here/scripts/explore.py" $EXPLORE ${EXPLORE_ARGS:-} --csv "$2" \
+      > "$3" 2>&1
+    local x=$?; rc=$((rc | x)); echo "$1: exit $x"; grep -v "it/s\]" "$3" | tail -60
+  }
+  explore explore "$OUT/explore.csv" "$OUT/explore.log"
   if [ -n "${BASELINE:-}" ]; then
     mkdir -p "$OUT/baseline"
-    # this tree's explore.py (the same flags) on the baseline's package: PYTHONPATH comes before the script's folder
-    # in what `import workbench` finds, and the script's folder holds no package
-    (here=$PWD; cd "$BASELINE" && PYTHONPATH="/tmp/site:$BASELINE" WORKBENCH_COMMIT="${BASELINE_COMMIT:-baseline}" \
-      timeout "${EXPLORE_TIMEOUT:-300}" python3 "$here/scripts/explore.py" $EXPLORE ${EXPLORE_ARGS:-} \
-      --csv "$OUT/baseline/explore.csv" > "$OUT/baseline_explore.log" 2>&1
-     x=$?; echo "baseline explore: exit $x"; exit $x) || rc=$((rc | $?))
-    grep -v "it/s\]" "$OUT/baseline_explore.log" | tail -60
+    # the same script on the baseline's package: PYTHONPATH comes before the script's folder in what `import
+    # workbench` finds, and the script's folder holds no package
+    cd "$BASELINE"
+    PYTHONPATH="/tmp/site:$BASELINE" WORKBENCH_COMMIT="${BASELINE_COMMIT:-baseline}" \
+      explore "baseline explore" "$OUT/baseline/explore.csv" "$OUT/baseline_explore.log"
+    cd "$here"
   fi
 fi
 for item in ${NCU:-}; do

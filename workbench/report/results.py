@@ -404,11 +404,9 @@ def sanitizer_summary(df):
     flags), whatever GPU ran it (a memory error is the code's, not the card's; each folder's meta names its GPU):
     its folder, error count (racecheck: its reports, each a pair of accesses covering many hazards; NaN:
     the log has no summary), whether the case passed (None: the log does not say) and whether it is stale."""
-    # newest by the date that ends each folder's name (sanitizer_<gpu>_<YYYYMMDD-HHMM>): by the whole name, every
-    # H200 folder sorted after every H100 one ("h1" < "h2"), whatever their dates
-    plain = df[df["args"] == ""].copy()
-    plain["_when"] = plain["folder"].map(folder_date)
-    plain = plain.sort_values(["_when", "folder"], kind="stable")  # folder_key's order
+    # newest by the date that ends each folder's name (folder_key): by the whole name, every H200 folder sorted
+    # after every H100 one ("h1" < "h2"), whatever their dates
+    plain = df[df["args"] == ""].sort_values("folder", key=lambda f: f.map(folder_key), kind="stable")
     # whole rows: a newest log without a summary stays NaN (groupby.last would fill it from an older folder)
     return plain.drop_duplicates(["kernel", "tool"], keep="last").sort_values(["kernel", "tool"]).reset_index(
         drop=True)[["kernel", "tool", "folder", "errors", "warnings", "case_passed", "stale"]]
