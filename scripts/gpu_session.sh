@@ -268,17 +268,17 @@ fi
 for item in ${NCU:-}; do
   impl="${item%%=*}"; cfg="${item#*=}"
   kname=partial; [ "$impl" = flashmla ] && kname=splitkv  # FlashMLA's partial: flash_fwd_splitkv_mla_fp8_sparse_kernel
-  skip=2; count=1  # the third call's partial; with its combine, the launch after it (FlashMLA's:
-  # flash_fwd_mla_combine_kernel), and two combines before it to skip
-  [ -n "${NCU_COMBINE:-}" ] && { kname="$kname|combine"; skip=4; count=2; }
+  count=1  # the partial of the last call (workbench.lab.profile runs it in the NVTX range "profiled"); with its
+  # combine, the launch after it (FlashMLA's: flash_fwd_mla_combine_kernel)
+  [ -n "${NCU_COMBINE:-}" ] && { kname="$kname|combine"; count=2; }
   tag="h${NCU_HEADS:-16}${NCU_BATCH:+_b$NCU_BATCH}${NCU_TOPK:+_k$NCU_TOPK}"
-  timeout 300 ncu --clock-control none --kernel-name "regex:$kname" --launch-skip $skip --launch-count $count \
+  timeout 300 ncu --clock-control none --nvtx --nvtx-include "profiled/" --kernel-name "regex:$kname" --launch-count $count \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SourceCounters --section MemoryWorkloadAnalysis --print-details all \
     --metrics "$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' long_scoreboard short_scoreboard \
       barrier wait math_pipe_throttle mio_throttle lg_throttle not_selected selected dispatch_stall membar \
       no_instruction drain imc_miss branch_resolving tex_throttle sleeping | sed 's/,$//')" \
-    ${NCU_SOURCE:+-o /tmp/ncu_$impl --import-source no} \
+    ${NCU_SOURCE:+-f -o /tmp/ncu_$impl --import-source no} \
     python3 -m workbench.lab.profile --impl "$impl" --heads "${NCU_HEADS:-16}" --batch "${NCU_BATCH:-64}" \
       --topk "${NCU_TOPK:-2048}" --config "$cfg" > "$OUT/ncu_${impl}_$tag.txt" 2>&1
   if [ -n "${NCU_SOURCE:-}" ]; then  # the report went to a file: print its details, and every SASS line's counters

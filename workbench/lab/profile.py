@@ -1,7 +1,9 @@
 """One decode shape, run a few times, for Nsight Compute: ``python -m workbench.lab.profile --impl tile512 ...``.
 
-ncu captures the kernels of one call after a warm-up call; the inputs are the bench's cold-KV
-pool, so the profile sees what the timings see. Used by scripts/gpu_session.sh (NCU=1).
+ncu captures the kernels of the last call, which runs inside the NVTX range ``PROFILED_RANGE`` (the warm-up calls
+before it compile the kernels and autotune the combine, whose autotuning launches it many times: a launch count
+from the start would land among those); the inputs are the bench's cold-KV pool, so the profile sees what the
+timings see. Used by scripts/gpu_session.sh (NCU=1).
 """
 from __future__ import annotations
 
@@ -10,15 +12,21 @@ import json
 
 import torch
 
+PROFILED_RANGE = "profiled"  # gpu_session.sh's ncu: --nvtx --nvtx-include "profiled/"
+
 
 def run(impl: str, batch: int, heads: int, topk: int, config: dict | None, calls: int = 3) -> None:
     from ..bench import BenchShape, InputPool, make_provider
     pool = InputPool("cuda", pool_tokens=1 << 18)
     kw = pool.inputs(BenchShape(batch, heads, topk), rotations=1)[0]
     fn = make_provider(impl).prepare(kw, config)
-    for _ in range(calls):
+    for _ in range(calls - 1):
         fn()
     torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push(PROFILED_RANGE)
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_pop()
 
 
 def main(argv=None) -> int:
