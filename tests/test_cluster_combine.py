@@ -179,3 +179,24 @@ def test_at_a_benchmark_shape(batch, heads, topk):
     out, lse = sparse_mla_decode(**kw, impl=CLUSTER)
     ref_out, ref_lse = sparse_mla_decode(**kw, impl="reference")
     assert compare(out, lse, ref_out, ref_lse)["passed"]
+
+
+@pytest.mark.parametrize("output_slots", [False, True], ids=["plan_decode", "plain-path"])
+def test_a_plan_binds_the_cluster_launch(monkeypatch, output_slots):
+    """A plan of a call of 3 splits (its launch recorded, not run): one launch, the partials plan buffers, out and
+    lse the call's (plan buffers, or the per-call output slots), the sink the user's, and CLUSTER 3 in the launch
+    the plan compiles (plan.compile_launch makes it a cluster launch)."""
+    monkeypatch.setattr(wgmma, "require_sm90", lambda q, name: None)
+    case = build_case(batch=1, s_q=2, heads=16, topk=130, sink=True, seed=7)
+    user = {name: None for name in decode.INPUT_NAMES}
+    user.update({k: v for k, v in case.kwargs().items() if k in user})
+    plan = plan_mod.build_plan(user, sm_scale=case.sm_scale, impl=CLUSTER, config=None, output_slots=output_slots)
+    (launch,) = plan.launches
+    args, slots = launch.fixed, {name: index for name, index, _ in launch.slots}
+    assert args["CLUSTER"] == 3 and args["s_total"] == 3 and args["DIRECT"] is False and args["HAS_SINK"] is True
+    assert launch.grid[0] == 1 and args["part_lse_ptr"] is plan.part_lse and args["part_out_ptr"] is plan.part_out
+    assert slots["sink_ptr"] == plan_mod.INPUT_INDEX["attn_sink"]
+    if output_slots:
+        assert slots["out_ptr"] == plan_mod.INPUT_INDEX["out"] and slots["lse_ptr"] == plan_mod.INPUT_INDEX["lse"]
+    else:
+        assert args["out_ptr"] is plan.out and args["lse_ptr"] is plan.lse
