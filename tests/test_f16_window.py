@@ -73,10 +73,10 @@ def _assert_exact(q, cache, idx, impl, queries=range(B)):
 def test_every_f16_rung_is_covered():
     """The GPU tests below run every rung with an f16 window: the four "auto" picks among on sm_90 (rung 15,
     wgmma_ws_h64, is its default at b64 h64 and h128; its 64-head group holds the tests' 16 heads and 48 masked
-    ones), rung 16 (wgmma_ws_bal, rung 15's sibling), rung 26 (portable_ws_h32f), which it picks among off
-    sm_90, and rung 27 (wgmma_f16_cluster: rung 12 merging its splits in a cluster)."""
+    ones), rung 16 (wgmma_ws_bal, rung 15's sibling), and rung 26 (portable_ws_h32f), which it picks among off
+    sm_90."""
     assert set(F16_RUNGS) == {"wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64", "wgmma_ws_bal",
-                              "portable_ws_h32f", "wgmma_f16_cluster"}
+                              "portable_ws_h32f"}
 
 
 @pytest.mark.gpu

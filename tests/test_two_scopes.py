@@ -14,9 +14,7 @@ from workbench.kernels import common, gluon_common, wgmma
 from test_direct import _bits  # out and lse as integers: bit equality, NaN included
 from test_direct import call_scopes as _scopes, decode_stages as _stages, run_decode
 
-WGMMA_RUNGS = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_f16_cluster")
-# the rungs that also run a launch per scope (rung 27 merges its splits inside its one launch: it has no other)
-APART_RUNGS = tuple(n for n in WGMMA_RUNGS if not registry.get(n).cluster_combine)
+WGMMA_RUNGS = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta")
 
 
 def test_the_wgmma_rungs_and_only_they_take_both_scopes_in_one_launch():
@@ -146,7 +144,7 @@ TWO_SCOPE_CASES = [e for e in CATALOGUE if e.spec.get("extra_topk")]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", APART_RUNGS)
+@pytest.mark.parametrize("impl", WGMMA_RUNGS)
 @pytest.mark.parametrize("entry", TWO_SCOPE_CASES, ids=lambda e: e.id)
 def test_one_launch_is_a_launch_per_scope_bit_for_bit(impl, entry, monkeypatch):
     """Odd page sizes (2, 61), 256 beside 64, topk_length on either scope, all-invalid queries, NaN in unselected
@@ -215,7 +213,7 @@ def test_swapping_the_scopes_is_the_same_softmax():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", APART_RUNGS)
+@pytest.mark.parametrize("impl", WGMMA_RUNGS)
 def test_the_extra_scope_runs_its_bf16_second_pass(impl, monkeypatch):
     """Scale bytes outside the f16 window in the extra scope only: its splits run again in bf16 from the extra
     scope's arguments (the second pass selects the scope anew), bit for bit as a launch of that scope alone, and

@@ -229,7 +229,6 @@ class Workspace:
     part_lse: torch.Tensor | None     # [b*s_q, h, s_total] fp32
     splits: tuple[SplitPlan, ...]     # one per scope (split kinds)
     direct: bool = False              # one split in all and a kernel that writes out and lse itself: no combine
-    cluster: bool = False             # a cluster_combine kernel: its partial launch merges the splits, no combine
 
 
 def spec_split_plans(spec, *, queries: int, heads: int, topks, num_sms: int) -> tuple[SplitPlan, ...]:
@@ -241,16 +240,12 @@ def spec_split_plans(spec, *, queries: int, heads: int, topks, num_sms: int) -> 
     topks = list(topks)
     wants = [None] * len(topks)
     block_h = spec.split_block_h or NOMINAL_BLOCK_H
-    cap = spec.cluster_combine or None  # a cluster holds every split of the call
     if spec.two_scopes and len(topks) > 1 and sum(topks):
         # the launch's splits in all first, then shared: rounding each scope's share up on its own overshot one wave
         # (b32 h128 topk 128 + 512 on wgmma_xchg: 1 + 2 splits x 64 programs = 192 on 132 SMs)
         total = max(len(topks), splits_to_fill(waves=spec.split_waves, num_sms=num_sms, queries=queries, heads=heads,
                                                block_h=block_h))
-        wants = largest_remainder(min(total, cap or total), topks)
-    elif cap:
-        wants = [min(cap, max(1, splits_to_fill(waves=spec.split_waves, num_sms=num_sms, queries=queries,
-                                                heads=heads, block_h=block_h)))] * len(topks)
+        wants = largest_remainder(total, topks)
     return tuple(plan_splits(queries=queries, heads=heads, topk=k, num_sms=num_sms, waves=spec.split_waves,
                              granule=spec.split_granule, want=w, block_h=block_h) for k, w in zip(topks, wants))
 
@@ -292,7 +287,7 @@ def allocate_workspace(spec, q, scopes) -> Workspace:
     s_total = sum(p.num_splits for p in splits)
     part_out = torch.empty(b * s_q, h, s_total, MODEL1.d, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(b * s_q, h, s_total, dtype=torch.float32, device=q.device)
-    return Workspace(out, lse, part_out, part_lse, splits, cluster=bool(spec.cluster_combine))
+    return Workspace(out, lse, part_out, part_lse, splits)
 
 
 @dataclass(frozen=True)
@@ -321,26 +316,23 @@ def launch_stages(spec, *, q, scopes, attn_sink, sm_scale, config, work: Workspa
     # a direct call's one partial launch writes out and lse and reads the sink: no combine follows
     part_out, part_lse = (work.out, work.lse) if work.direct else (work.part_out, work.part_lse)
     direct = dict(direct=True, attn_sink=attn_sink) if work.direct else {}
-    if work.cluster:  # the partial launch writes out and lse itself, the sink applied
-        direct = dict(out=work.out, lse=work.lse, attn_sink=attn_sink)
-    reads_sink = ("attn_sink",) if work.direct or work.cluster else ()
     stages = []
     if spec.two_scopes and len(scopes) == 2:  # one partial launch over both scopes, so no launch waits on another
         ((c, ix, tl_), (xc, xix, xtl)), (split, xsplit) = scopes, work.splits
-        stages.append(LaunchStage(("q",) + SCOPE_INPUTS[0] + SCOPE_INPUTS[1] + reads_sink, partial(
+        stages.append(LaunchStage(("q",) + SCOPE_INPUTS[0] + SCOPE_INPUTS[1], partial(
             spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,
             split_offset=0, num_splits=split.num_splits, tokens_per_split=split.tokens_per_split, sm_scale=sm_scale,
             config=config, extra_cache=xc, extra_indices=xix, extra_topk_length=xtl,
-            extra_num_splits=xsplit.num_splits, extra_tokens_per_split=xsplit.tokens_per_split, **direct)))
+            extra_num_splits=xsplit.num_splits, extra_tokens_per_split=xsplit.tokens_per_split)))
     else:
         offset = 0
         for names, (c, ix, tl_), split in zip(SCOPE_INPUTS, scopes, work.splits):
-            stages.append(LaunchStage(("q",) + names + reads_sink, partial(
+            stages.append(LaunchStage(("q",) + names + (("attn_sink",) if work.direct else ()), partial(
                 spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,
                 split_offset=offset, num_splits=split.num_splits, tokens_per_split=split.tokens_per_split,
                 sm_scale=sm_scale, config=config, **direct)))
             offset += split.num_splits
-    if work.direct or work.cluster:
+    if work.direct:
         return tuple(stages)
     stages.append(LaunchStage(("attn_sink",), partial(
         launch_combine, part_out=work.part_out, part_lse=work.part_lse, attn_sink=attn_sink, out=work.out,

@@ -41,19 +41,12 @@ class KernelSpec:
     two_scopes: bool = False                # split kinds: a call with an extra scope runs one partial launch over both
     # (its launch takes extra_cache, extra_indices, extra_topk_length, extra_num_splits, extra_tokens_per_split; the
     # extra scope's splits follow the first's), not one launch per scope
-    cluster_combine: int = 0                # split kinds: >0, a call of several splits (at most this many in all,
-    # as its split plan caps them) merges them inside its one partial launch, its splits the CTAs of a cluster: the
-    # launch takes the call's out, lse and attn_sink besides the partial buffers, and no combine launch follows
-    # (kernels/cluster_combine.py); needs two_scopes with an extra scope
     rung: int | None = None                 # position on the optimisation ladder (None: not a rung)
     prediction: str = ""                    # written before it was measured: what should move
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"kind: expected one of {KINDS}, got {self.kind!r}")
-        if self.cluster_combine and not self.two_scopes:
-            raise ValueError(f"{self.name}: cluster_combine merges every split of a call in one launch, so it needs "
-                             "two_scopes (one launch over both KV scopes)")
 
     def check_config(self, config):
         """A user's config as this kernel's typed config; TypeError/ValueError name the problem."""

@@ -30,7 +30,7 @@ from triton.knobs import HookChain
 from triton.runtime.autotuner import Autotuner
 
 from . import decode, registry
-from .kernels.common import INTERPRET, as_cluster_launch, cache_views, capture_launches
+from .kernels.common import INTERPRET, cache_views, capture_launches
 
 OUTPUT_NAMES = ("out", "lse")  # with output_slots, slots filled per call after the user inputs
 INPUT_INDEX = {name: i for i, name in enumerate(decode.INPUT_NAMES + OUTPUT_NAMES)}
@@ -462,8 +462,6 @@ def compile_launch(kernel, grid, args):
     compiled = kernel.run(grid=grid, warmup=True, **args)
     if hasattr(compiled, "result"):  # Triton's async compile mode hands back a future
         compiled = compiled.result()
-    if args.get("CLUSTER"):  # launched as clusters, as common.launch launches it
-        as_cluster_launch(compiled, args["CLUSTER"])
     return compiled
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from ..kernel_spec import KernelSpec, register
 from . import gather, gluon_common, mma, simt, tile512, wgmma, wgmma_ws
 from .configs import SimtConfig, TiledConfig
-from .cluster_combine import MAX_CLUSTER
 from .common import layout_constexprs
 
 # runtime arguments describing one KV scope (common.scope_args); pointers are 16-byte aligned like torch allocations
@@ -33,7 +32,7 @@ GLUON_SIGNATURE = {**{k: t for k, t in SPLIT_SIGNATURE.items()
 # wgmma's kernel also takes the extra scope (x_), read when it runs both scopes in one launch (KernelSpec.two_scopes)
 WGMMA_SIGNATURE = {**GLUON_SIGNATURE, **{f"x_{k}": GLUON_SIGNATURE[k] for k in SCOPE_SIGNATURE if k in GLUON_SIGNATURE},
                    "X_TOPK": "i32", "x_tokens_per_split": "i32", "splits_1": "i32", "bs_shift": "i32",
-                   "x_bs_shift": "i32", "out_ptr": "*bf16", "lse_ptr": "*fp32"}
+                   "x_bs_shift": "i32"}
 # runtime arguments of the fused SIMT baseline: both scopes (the extra one's prefixed x_), the sink, out and lse
 SIMT_SIGNATURE = dict(
     **Q_SIGNATURE, **{f"{p}{k}": t for p in ("", "x_") for k, t in SCOPE_SIGNATURE.items()}, TOPK="i32",
@@ -90,17 +89,14 @@ def _gluon_lab_constexprs(fixed, **more):
                           **more, **c.meta())
 
 
-def _wgmma(name, rung, summary, prediction, *, allowed=wgmma.ALLOWED, split_waves=1, maxnreg=None, cluster_combine=0,
-           **fixed):
+def _wgmma(name, rung, summary, prediction, *, allowed=wgmma.ALLOWED, split_waves=1, maxnreg=None, **fixed):
     """A rung of the Gluon kernel of ``wgmma``: its constexpr switches (``fixed``: K_BUFFERS, F16), head groups and
-    register cap. Every rung lets its combine launch as a programmatic dependent (pdl; see decode.combine_pdl);
-    cluster_combine: its splits merge in a cluster instead (KernelSpec.cluster_combine; the lab compiles the
-    largest cluster)."""
+    register cap. Every rung lets its combine launch as a programmatic dependent (pdl; see decode.combine_pdl)."""
     checks = tuple({"BLOCK_H": bh, "BLOCK_T": 64, "num_warps": 8} for bh in (64, 16, 32) if bh in allowed["BLOCK_H"])
     options = {"maxnreg": maxnreg} if maxnreg else {}
     return register(KernelSpec(
         name=name, kind="split", rung=rung, interpretable=False, split_waves=split_waves, summary=summary, pdl=True,
-        direct=True, two_scopes=True, cluster_combine=cluster_combine,
+        direct=True, two_scopes=True,
         # whole 64-token tiles: b1 h64 topk512, 18.3 us at 16-token splits, 14.5 at 64 (rung 6, the 4-lane build)
         split_granule=64,
         prediction=prediction, jit=wgmma.wgmma_partial_kernel, config_cls=TiledConfig, allowed=allowed,
@@ -108,7 +104,7 @@ def _wgmma(name, rung, summary, prediction, *, allowed=wgmma.ALLOWED, split_wave
         config_space=tuple(c for c in wgmma.CONFIG_SPACE if c.BLOCK_H in allowed["BLOCK_H"]), fixed_meta=fixed,
         shared_model=lambda c: wgmma.estimate_shared_bytes(c, **fixed), check_configs=checks,
         compile_options=options, lab_signature=WGMMA_SIGNATURE,
-        lab_constexprs=_gluon_lab_constexprs(fixed, TWO_SCOPES=False, X_HAS_TOPK_LEN=False, CLUSTER=cluster_combine)))
+        lab_constexprs=_gluon_lab_constexprs(fixed, TWO_SCOPES=False, X_HAS_TOPK_LEN=False)))
 
 
 # split_waves=1: one 150-205 KB block per SM, so one wave, and half the fp32 partials the combine reads
@@ -136,14 +132,6 @@ _wgmma("wgmma_f16_2cta", 12, "wgmma_f16 at 16 heads, two blocks per SM: one K bu
        "fewer instructions a tile, expect h16 at b64 3-5% below wgmma_f16 (an exploratory run before this "
        "entry: 53.1 vs 55.6 us)",
        allowed=dict(wgmma.ALLOWED, BLOCK_H=(16,)), split_waves=2, maxnreg=128, K_BUFFERS=1, F16=1)
-_wgmma("wgmma_f16_cluster", 27, "wgmma_f16_2cta with the combine inside the partial launch: a query head group's "
-       "splits (at most 8) are the CTAs of one cluster, and after a cluster barrier each merges 64-column chunks of "
-       "every split's partial rows into out and lse: no combine launch",
-       "isolate at 809d7b2 (H100): b1 h64 topk512 7.68 us whole, 6.32 without the combine. The merge here reads "
-       "a CTA's share of the partials (32 KB at 8 splits, from L2) after one cluster barrier; expect b1 h64 "
-       "topk512 at 6.5-6.9 us, and nothing at b64, where one split runs direct",
-       allowed=dict(wgmma.ALLOWED, BLOCK_H=(16,)), split_waves=2, maxnreg=128, cluster_combine=MAX_CLUSTER, K_BUFFERS=1,
-       F16=1)
 
 
 def _wgmma_ws(name, rung, summary, prediction, **fixed):

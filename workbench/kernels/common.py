@@ -227,22 +227,7 @@ def launch(kernel, grid, args: dict) -> None:
     if stack:
         stack[-1].append((kernel, grid, args))
         return
-    if args.get("CLUSTER"):
-        compiled = kernel.run(grid=grid, warmup=True, **args)
-        as_cluster_launch(compiled.result() if hasattr(compiled, "result") else compiled, args["CLUSTER"])
     kernel[grid](**args)
-
-
-def as_cluster_launch(compiled, cluster: int):
-    """A launch whose arguments carry ``CLUSTER`` > 0 (a constexpr, so in the compiled kernel's cache key) runs as
-    thread-block clusters of that many CTAs along x: its compiled kernel's packed launch metadata ``(num_warps,
-    num_ctas, shared)`` gets ``num_ctas = cluster``, and Triton's launcher then launches ``cluster * grid[0]`` CTAs
-    in x with the cluster attribute (triton/backends/nvidia/driver.py). The kernel itself is compiled for one CTA
-    (``num_ctas=1``: its layouts need no CTA split). Both the plain launch (:func:`launch`) and a plan's
-    (``plan.compile_launch``) set it, so neither runs such a kernel as lone CTAs (kernels/cluster_combine.py)."""
-    num_warps, _, shared = compiled.packed_metadata
-    compiled.packed_metadata = (num_warps, int(cluster), shared)
-    return compiled
 
 
 class capture_launches:

@@ -37,8 +37,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma, warpgroup_mma_init,
                                                               warpgroup_mma_wait)
 
-from .cluster_combine import MAX_CLUSTER, combine_in_cluster, trap_unless_cluster_of
-from .common import cdiv, head_group, launch, scope_args, sink_args, split_args
+from .common import cdiv, head_group, launch, scope_args, split_args
 from .configs import TiledConfig
 from .gluon_common import (F16_OUT_MULT, bf16_scale_pairs, bf16x4_to_f16, cache_constexprs, dequant_words,
                            dequant_words_f16, epilogue_args, f16_scale_pairs, launch_dependents, load_idx, load_q, load_tile,
@@ -79,8 +78,7 @@ def wgmma_partial_kernel(
     bs_shift, x_bs_shift,  # log2 of each scope's page size (read only when BS_SHIFT == BS_SHIFT_RUNTIME)
     part_out_ptr,     # [b*s_q, h, s_total, 512] fp32
     part_lse_ptr,     # [b*s_q, h, s_total] fp32, base 2 (DIRECT: out [b, s_q, h, 512] bf16 and lse [b, h, s_q] fp32)
-    sink_ptr, stride_sink,  # [h] fp32, any stride (read only when HAS_SINK, and DIRECT or CLUSTER)
-    out_ptr, lse_ptr,  # CLUSTER: out [b, s_q, h, 512] bf16 and lse [b, h, s_q] fp32 (else unread stand-ins)
+    sink_ptr, stride_sink,  # [h] fp32, any stride (read only when DIRECT and HAS_SINK)
     sm_scale_log2,
     H, S_Q, TOPK, split_offset, tokens_per_split, s_total,
     HAS_TOPK_LEN: gl.constexpr,
@@ -94,8 +92,6 @@ def wgmma_partial_kernel(
     DIRECT: gl.constexpr = False,      # one split in all: write out and lse as the combine would (epilogue_args)
     TWO_SCOPES: gl.constexpr = False,  # both KV scopes in this one launch: no second partial launch to wait for
     X_HAS_TOPK_LEN: gl.constexpr = False,
-    CLUSTER: gl.constexpr = 0,         # >0: clusters of CLUSTER CTAs, the splits, which merge their partials and
-    # write out and lse themselves (cluster_combine); the split is then program_id(0) and the head group 1
 ):
     KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16  # the MMA operands' type: K, q, P
     D: gl.constexpr = D_NOPE + D_ROPE
@@ -112,10 +108,8 @@ def wgmma_partial_kernel(
     valid_smem = gl.allocate_shared_memory(gl.int8, [BLOCK_T], V_SMEM)
     alpha_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], V_SMEM)
 
-    if CLUSTER:
-        trap_unless_cluster_of(CLUSTER)
-    pid_h = gl.program_id(1 if CLUSTER else 0)
-    split = gl.program_id(0 if CLUSTER else 1)
+    pid_h = gl.program_id(0)
+    split = gl.program_id(1)
     pid_q = gl.program_id(2)
     m_i, l_i, acc = split_pass(
         pid_h, split, pid_q, q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, q_ptr, stride_qb, stride_qs,
@@ -139,7 +133,7 @@ def wgmma_partial_kernel(
         if bad:  # a tile outside the f16 window (or non-finite data): this split again with bf16 operands, exactly
             z = opaque_zero()  # every address of the second pass computed afresh, not kept from the first
             m_i, l_i, acc = split_pass(
-                gl.program_id(1 if CLUSTER else 0) + z, gl.program_id(0 if CLUSTER else 1) + z, gl.program_id(2) + z,
+                gl.program_id(0) + z, gl.program_id(1) + z, gl.program_id(2) + z,
                 q_smem._reinterpret(gl.bfloat16, [BLOCK_H, D], Q_SMEM),
                 k_smem._reinterpret(gl.bfloat16, [K_BUFFERS, BLOCK_T, D], K_SMEM),
                 p_smem._reinterpret(gl.bfloat16, p_smem.shape, p_smem.layout),
@@ -152,9 +146,6 @@ def wgmma_partial_kernel(
                 BS_SHIFT, K_BUFFERS, 0, LEAVE_OUT)
     store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pid_h, split, split_offset, s_total,
                   H, S_Q, sink_ptr, stride_sink, BLOCK_H, D, HAS_SINK, DIRECT)
-    if CLUSTER:
-        combine_in_cluster(part_out_ptr, part_lse_ptr, out_ptr, lse_ptr, sink_ptr, stride_sink, pid_q, pid_h, split,
-                           s_total, H, S_Q, BLOCK_H, D, CLUSTER, HAS_SINK)
 
 
 @gluon.jit
@@ -344,16 +335,14 @@ def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
 def launch_wgmma_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
                          tokens_per_split, sm_scale, name, allowed=ALLOWED, config=None, maxnreg=None, direct=False,
                          attn_sink=None, extra_cache=None, extra_indices=None, extra_topk_length=None,
-                         extra_num_splits=0, extra_tokens_per_split=0, out=None, lse=None, **switches):
+                         extra_num_splits=0, extra_tokens_per_split=0, **switches):
     """Run the Gluon partial kernel for one KV scope into splits [split_offset, split_offset+num_splits) (direct:
     part_out and part_lse are the call's out and lse, see gluon_common.epilogue_args); with extra_cache, for both
     scopes in one launch: the extra scope's extra_num_splits splits of extra_tokens_per_split tokens follow the
     first's.
 
     name, allowed: the registered rung's name and config table; maxnreg: ptxas's register cap (None: no cap);
-    switches: the rung's constexprs (K_BUFFERS, F16; LEAVE_OUT for a measurement). out, lse: the call's outputs,
-    which the launch's splits (all of them, both scopes', at most cluster_combine.MAX_CLUSTER) then write themselves
-    as one cluster per query head group (cluster_combine), after writing their partials; attn_sink applies.
+    switches: the rung's constexprs (K_BUFFERS, F16; LEAVE_OUT for a measurement).
     """
     require_sm90(q, name)
     b, s_q, h, _ = q.shape
@@ -363,14 +352,6 @@ def launch_wgmma_partial(*, q, cache, indices, topk_length, part_out, part_lse, 
                       sm_scale=sm_scale)
     args.update(epilogue_args(part_lse=part_lse, direct=direct, attn_sink=attn_sink, num_splits=num_splits))
     two = extra_cache is not None
-    cluster = 0
-    if out is not None:
-        cluster = num_splits + (extra_num_splits if two else 0)
-        if direct or split_offset != 0 or part_lse.shape[-1] != cluster or not 1 <= cluster <= MAX_CLUSTER:
-            raise ValueError(f"out, lse: the launch merges its splits in one cluster, so they must be the call's "
-                             f"every split (1..{MAX_CLUSTER}, split_offset 0, no direct), got {cluster} splits of "
-                             f"{part_lse.shape[-1]} at offset {split_offset}")
-        args.update(**sink_args(attn_sink, part_lse), HAS_SINK=attn_sink is not None)
     if two and direct:
         raise ValueError("direct: a launch over two scopes has two splits at least, so a combine")
     if two and (extra_num_splits < 1 or extra_tokens_per_split < 1):
@@ -385,9 +366,6 @@ def launch_wgmma_partial(*, q, cache, indices, topk_length, part_out, part_lse, 
                 X_HAS_TOPK_LEN=two and extra_topk_length is not None)
     args.update(splits_1=num_splits, bs_shift=shift, TWO_SCOPES=two)
     constexprs = two_scope_constexprs(cache, extra_cache) if two else cache_constexprs(cache)
-    args.update(out_ptr=part_out if out is None else out, lse_ptr=part_lse if lse is None else lse, CLUSTER=cluster)
-    args.update(**constexprs, BLOCK_H=cfg.BLOCK_H, BLOCK_T=cfg.BLOCK_T, num_warps=NUM_WARPS, maxnreg=maxnreg,
-                **switches)
-    # with CLUSTER, the splits are the CTAs of a cluster along x (common.as_cluster_launch)
-    grid = (1, cdiv(h, cfg.BLOCK_H)) if cluster else (cdiv(h, cfg.BLOCK_H), num_splits + (extra_num_splits if two else 0))
-    launch(wgmma_partial_kernel, grid + (b * s_q,), args)
+    grid = (cdiv(h, cfg.BLOCK_H), num_splits + (extra_num_splits if two else 0), b * s_q)
+    launch(wgmma_partial_kernel, grid, dict(**args, **constexprs, BLOCK_H=cfg.BLOCK_H, BLOCK_T=cfg.BLOCK_T,
+                                            num_warps=NUM_WARPS, maxnreg=maxnreg, **switches))

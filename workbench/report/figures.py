@@ -54,12 +54,11 @@ KERNEL_COLORS = {"mma": "#56B4E9", "tile512": "#D55E00", "tile512_bf16dq": "#CC7
 
 def kernel_colors(names) -> dict:
     """A colour per kernel name: its own from KERNEL_COLORS, else (a rung registered later, with no edit here)
-    the next colour of tab20, then tab20b and tab20c, that no kernel in ``names`` uses yet, so no two bars of one
-    figure share a colour (tab20 alone ran out at 21 registered kernels)."""
+    the next tab20 colour no kernel in ``names`` uses yet, so no two bars of one figure share a colour; in the
+    order of ``names`` (a name without a colour of its own before one with it came last before)."""
     import seaborn as sns
     out = {k: KERNEL_COLORS[k] for k in names if k in KERNEL_COLORS}
-    palette = [c for p in ("tab20", "tab20b", "tab20c") for c in sns.color_palette(p).as_hex()]
-    spare = iter(dict.fromkeys(c for c in palette if c not in set(out.values())))
+    spare = iter(c for c in sns.color_palette("tab20").as_hex() if c not in set(out.values()))
     for k in names:
         if k not in out:
             out[k] = next(spare, "grey")
