@@ -65,3 +65,24 @@ def test_cli_rejects_a_bad_name(capsys):
     with pytest.raises(SystemExit):
         stalls.main(["x.csv", "--names", "producer"])
     assert "REGS=NAME" in capsys.readouterr().err
+
+
+def test_a_profile_of_two_kernels_reads_the_one_asked_for(tmp_path):
+    """NCU_COMBINE=1 writes the partial's table, then the combine's, each under its own name line."""
+    path = tmp_path / "two.csv"
+    combine = '"Kernel Name","combine_kernel",\n"Address","Source","Warp Stall Sampling (All Samples)","stall_long_sb"\n'
+    path.write_text(HEADER.replace('"k"', '"wgmma_partial_kernel"')
+                    + "".join(f'"{a}","{s}","{n}","0"\n' for a, s, n in SASS)
+                    + combine + '"0x00","LDG.E R2, desc[UR4][R2.64]","11","11"\n"0x10","EXIT","0","0"\n')
+    assert stalls.read_source_csv(path)[stalls.SAMPLES].sum() == sum(n for _, _, n in SASS)
+    assert stalls.read_source_csv(path, "partial")[stalls.SAMPLES].sum() == sum(n for _, _, n in SASS)
+    assert stalls.read_source_csv(path, "combine")[stalls.SAMPLES].tolist() == [11, 0]
+    with pytest.raises(ValueError, match="combine_kernel"):
+        stalls.read_source_csv(path, "splitkv")
+
+
+def test_the_committed_b1_profile_holds_the_partial_and_the_combine():
+    """The numbers docs/decisions.md quotes for rung 12 at b1 h64 topk512 (ncu at 5edb960, an H100)."""
+    path = ROOT / "data/explore/explore_h100_20261205-2325_ncu_source_wgmma_f16_2cta_h64_b1_k512.csv.gz"
+    assert stalls.read_source_csv(path, "partial")[stalls.SAMPLES].sum() == 175
+    assert stalls.read_source_csv(path, "combine")[stalls.SAMPLES].sum() > 0

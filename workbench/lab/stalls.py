@@ -25,9 +25,25 @@ _SETMAXNREG = re.compile(r"USETMAXREG\.\S+\s+(?:\S+,\s*)?(0x[0-9a-f]+)")
 _BRANCH = re.compile(r"^\s*(?:@!?U?P\w+\s+)?BRA\s+(0x[0-9a-f]+)")
 
 
-def read_source_csv(path) -> pd.DataFrame:
-    """The per-instruction table (its first line names the kernel); numeric columns as numbers, 0 where blank."""
-    df = pd.read_csv(path, skiprows=1)
+def read_source_csv(path, kernel: str | None = None) -> pd.DataFrame:
+    """The per-instruction table of one kernel; numeric columns as numbers, 0 where blank.
+
+    Each kernel's table starts with a line that names it (``"Kernel Name","<name>",``): a profile with
+    ``NCU_COMBINE=1`` holds the partial's and then the combine's. ``kernel``: the table of the first kernel whose
+    name contains it (None: the first table); a ValueError names the kernels there are when none matches."""
+    import gzip
+    import io
+    with (gzip.open(path, "rt") if str(path).endswith(".gz") else open(path)) as f:
+        lines = f.readlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith('"Kernel Name",')]
+    tables = {}
+    for a, b in zip(starts, starts[1:] + [len(lines)]):
+        name = lines[a].split(",")[1].strip('"')
+        tables.setdefault(name, "".join(lines[a + 1:b]))
+    chosen = next((n for n in tables if kernel is None or kernel in n), None)
+    if chosen is None:
+        raise ValueError(f"kernel: no table of a kernel named like {kernel!r} in {path}; it holds {sorted(tables)}")
+    df = pd.read_csv(io.StringIO(tables[chosen]))
     for col in df.columns:
         if col not in ("Address", "Source", "Address Space", "Access Operation"):
             df[col] = pd.to_numeric(df[col], errors="coerce").fillna(0)
@@ -104,6 +120,8 @@ def partition_stalls(df: pd.DataFrame, names: dict[int, str] | None = None) -> p
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m workbench.lab.stalls", description=__doc__.split("\n\n")[0])
     p.add_argument("csv", help="ncu --page source --print-source sass --csv output (.csv or .csv.gz)")
+    p.add_argument("--kernel", default=None,
+                   help="the table of the first kernel whose name contains this (default: the file's first table)")
     p.add_argument("--names", nargs="*", default=[], metavar="REGS=NAME",
                    help="name a partition by its register share, e.g. 112=producer 160=pv 232=softmax")
     a = p.parse_args(argv)
@@ -113,7 +131,7 @@ def main(argv=None) -> int:
         if not regs.isdigit() or not name:
             p.error(f"--names: expected REGS=NAME, e.g. 112=producer; got {item!r}")
         names[int(regs)] = name
-    table = partition_stalls(read_source_csv(a.csv), names)
+    table = partition_stalls(read_source_csv(a.csv, a.kernel), names)
     print(table.to_string(index=False, formatters={"share": "{:.1%}".format, "waiting": "{:.0%}".format}))
     return 0
 
