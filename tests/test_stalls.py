@@ -81,6 +81,18 @@ def test_a_profile_of_two_kernels_reads_the_one_asked_for(tmp_path):
         stalls.read_source_csv(path, "splitkv")
 
 
+def test_a_template_name_keeps_its_commas_and_a_file_without_names_is_refused(tmp_path):
+    """FlashMLA's kernels are C++ templates: their quoted names hold commas."""
+    path = tmp_path / "t.csv"
+    path.write_text('"Kernel Name","void flash_fwd_splitkv<64, 8>(Params)",\n' + HEADER.split("\n", 1)[1]
+                    + '"0x00","EXIT","3","0"\n')
+    assert stalls.read_source_csv(path, "<64, 8>")[stalls.SAMPLES].tolist() == [3]
+    bare = tmp_path / "bare.csv"
+    bare.write_text(HEADER.split("\n", 1)[1] + '"0x00","EXIT","3","0"\n')
+    with pytest.raises(ValueError, match="Kernel Name"):
+        stalls.read_source_csv(bare)
+
+
 def test_the_committed_b1_profile_holds_the_partial_and_the_combine():
     """The numbers docs/decisions.md quotes for rung 12 at b1 h64 topk512 (ncu at 5edb960, an H100)."""
     path = ROOT / "data/explore/explore_h100_20261205-2325_ncu_source_wgmma_f16_2cta_h64_b1_k512.csv.gz"

@@ -31,14 +31,17 @@ def read_source_csv(path, kernel: str | None = None) -> pd.DataFrame:
     Each kernel's table starts with a line that names it (``"Kernel Name","<name>",``): a profile with
     ``NCU_COMBINE=1`` holds the partial's and then the combine's. ``kernel``: the table of the first kernel whose
     name contains it (None: the first table); a ValueError names the kernels there are when none matches."""
+    import csv
     import gzip
     import io
     with (gzip.open(path, "rt") if str(path).endswith(".gz") else open(path)) as f:
         lines = f.readlines()
     starts = [i for i, line in enumerate(lines) if line.startswith('"Kernel Name",')]
+    if not starts:
+        raise ValueError(f"{path}: no \"Kernel Name\" line; not an ncu --page source --csv table")
     tables = {}
     for a, b in zip(starts, starts[1:] + [len(lines)]):
-        name = lines[a].split(",")[1].strip('"')
+        name = next(csv.reader([lines[a]]))[1]  # quoted: a template name's commas stay in it
         tables.setdefault(name, "".join(lines[a + 1:b]))
     chosen = next((n for n in tables if kernel is None or kernel in n), None)
     if chosen is None:
