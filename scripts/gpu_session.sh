@@ -26,9 +26,10 @@
 #   every log starts with its command and ends with "# exit <status>" (124: timed out);
 #   NCU="impl=JSON-config ..." profiles each impl once at b64 h16 topk2048 (NCU_HEADS, NCU_BATCH, NCU_TOPK to change
 #   the shape; a batch or topk changed is named in the file: ncu_<impl>_h<heads>_b<batch>_k<topk>.txt): its partial
-#   kernel (a name with "partial"; FlashMLA's: "splitkv"), the third launch; NCU_COMBINE=1 (a call of several
-#   splits: one with no combine gets no profile) also its combine, the launch after it (each kernel's section is
-#   headed by its name);
+#   kernel (a name with "partial"; FlashMLA's: "splitkv") of the last call, which workbench.lab.profile runs in the
+#   NVTX range "profiled" after warm-up calls; NCU_COMBINE=1 (a call of several splits: one with no combine gets no
+#   profile) also its combine, the launch after it (each kernel's section is headed by its name); an ncu that fails
+#   or times out makes the call's exit status non-zero;
 #   BASELINE=<dir> (BASELINE_COMMIT=<sha>) runs the same sweeps again from an earlier commit's tree, into
 #   $OUT/baseline/, for a same-run comparison (the folder: `git archive <sha> | tar -x -C <dir>`, carried);
 #   PATCHES="data/explore/x.patch ..." applies untimed patches to this copy first (git apply; the call stops if one
@@ -40,7 +41,7 @@
 #   of a few shapes in one call, each provider checked against the fp32 reference first (a failed check or a
 #   timeout, EXPLORE_TIMEOUT, 300 s for each of the two, makes the call's exit status non-zero);
 #   NCU_SOURCE=1 also writes each profile's per-SASS-instruction counters (stall samples, executed instructions,
-#   sectors) as ncu_source_<impl>_h<heads>.csv;
+#   sectors) as ncu_source_<impl>_<tag>.csv (the .txt's tag: h<heads>, and _b<batch>_k<topk> where changed);
 #   CLUSTER_PROBE=1 runs scripts/cluster_share_probe.py (sm_90: a cluster of two sharing the dequant) before the
 #   sweeps: its check alone under `timeout ${PROBE_CHECK_TIMEOUT:-120}` (cluster_probe_check.log; a protocol
 #   error traps or hangs there), then, unless that timed out, check and time under `timeout 400`
@@ -281,11 +282,12 @@ for item in ${NCU:-}; do
     ${NCU_SOURCE:+-f -o /tmp/ncu_$impl --import-source no} \
     python3 -m workbench.lab.profile --impl "$impl" --heads "${NCU_HEADS:-16}" --batch "${NCU_BATCH:-64}" \
       --topk "${NCU_TOPK:-2048}" --config "$cfg" > "$OUT/ncu_${impl}_$tag.txt" 2>&1
+  status=$?; [ $status -ne 0 ] && rc=1  # the profile's own status, not the imports' below
   if [ -n "${NCU_SOURCE:-}" ]; then  # the report went to a file: print its details, and every SASS line's counters
     ncu --import "/tmp/ncu_$impl.ncu-rep" --print-details all >> "$OUT/ncu_${impl}_$tag.txt" 2>&1
     ncu --import "/tmp/ncu_$impl.ncu-rep" --page source --print-source sass --csv \
       > "$OUT/ncu_source_${impl}_$tag.csv" 2>&1
   fi
-  echo "ncu $impl: exit $?; $(grep -E 'Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|DRAM Throughput' "$OUT/ncu_${impl}_$tag.txt" | tr -s ' ' | tr '\n' ';')"
+  echo "ncu $impl: exit $status; $(grep -E 'Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|DRAM Throughput' "$OUT/ncu_${impl}_$tag.txt" | tr -s ' ' | tr '\n' ';')"
 done
 exit $rc

@@ -30,7 +30,8 @@ def read_source_csv(path, kernel: str | None = None) -> pd.DataFrame:
 
     Each kernel's table starts with a line that names it (``"Kernel Name","<name>",``): a profile with
     ``NCU_COMBINE=1`` holds the partial's and then the combine's. ``kernel``: the table of the first kernel whose
-    name contains it (None: the first table); a ValueError names the kernels there are when none matches."""
+    name contains it (None: the first table; a kernel profiled twice: its second table is "<name> #2"); a ValueError
+    names the tables there are when none matches."""
     import csv
     import gzip
     import io
@@ -42,7 +43,8 @@ def read_source_csv(path, kernel: str | None = None) -> pd.DataFrame:
     tables = {}
     for a, b in zip(starts, starts[1:] + [len(lines)]):
         name = next(csv.reader([lines[a]]))[1]  # quoted: a template name's commas stay in it
-        tables.setdefault(name, "".join(lines[a + 1:b]))
+        seen = sum(1 for n in tables if n == name or n.startswith(f"{name} #"))
+        tables[f"{name} #{seen + 1}" if seen else name] = "".join(lines[a + 1:b])  # a second launch: "<name> #2"
     chosen = next((n for n in tables if kernel is None or kernel in n), None)
     if chosen is None:
         raise ValueError(f"kernel: no table of a kernel named like {kernel!r} in {path}; it holds {sorted(tables)}")
