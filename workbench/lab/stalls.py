@@ -16,7 +16,11 @@ to the share of the code it returns to, and they, and the branches into the stub
 from __future__ import annotations
 
 import argparse
+import csv
+import gzip
+import io
 import re
+from collections import Counter
 
 import pandas as pd
 
@@ -32,19 +36,16 @@ def read_source_csv(path, kernel: str | None = None) -> pd.DataFrame:
     ``NCU_COMBINE=1`` holds the partial's and then the combine's. ``kernel``: the table of the first kernel whose
     name contains it (None: the first table; a kernel profiled twice: its second table is "<name> #2"); a ValueError
     names the tables there are when none matches."""
-    import csv
-    import gzip
-    import io
     with (gzip.open(path, "rt") if str(path).endswith(".gz") else open(path)) as f:
         lines = f.readlines()
     starts = [i for i, line in enumerate(lines) if line.startswith('"Kernel Name",')]
     if not starts:
         raise ValueError(f"{path}: no \"Kernel Name\" line; not an ncu --page source --csv table")
-    tables = {}
+    tables, seen = {}, Counter()
     for a, b in zip(starts, starts[1:] + [len(lines)]):
         name = next(csv.reader([lines[a]]))[1]  # quoted: a template name's commas stay in it
-        seen = sum(1 for n in tables if n == name or n.startswith(f"{name} #"))
-        tables[f"{name} #{seen + 1}" if seen else name] = "".join(lines[a + 1:b])  # a second launch: "<name> #2"
+        seen[name] += 1
+        tables[name if seen[name] == 1 else f"{name} #{seen[name]}"] = "".join(lines[a + 1:b])
     chosen = next((n for n in tables if kernel is None or kernel in n), None)
     if chosen is None:
         raise ValueError(f"kernel: no table of a kernel named like {kernel!r} in {path}; it holds {sorted(tables)}")
