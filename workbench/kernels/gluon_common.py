@@ -109,17 +109,11 @@ def load_idx(idx_row, t0, end, BLOCK_T: gl.constexpr, ROWS: gl.constexpr):
 
 
 @gluon.jit
-def load_tile(cache_w, cache_d, cache_u8, idx, t0, end, num_tokens, stride_page, block_size, g, g3, w3,
-              D_NOPE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, W: gl.constexpr,
-              BLOCK_T: gl.constexpr, ROWS: gl.constexpr, BS_SHIFT: gl.constexpr, bs_shift=0):
-    """Issue one tile's loads: (words [BLOCK_T, G, W] int32 = 4 fp8 each, rope [BLOCK_T, G, W] int64, scale bytes
-    [BLOCK_T, G] u8, valid [BLOCK_T]). The rope comes in the words' layout, group G-1 only: two bf16 pairs each,
-    the ones that group's outputs must become. Invalid tokens load as zero, so NaN in an unselected page never
-    enters a dot. Group G-1 of the words reads the first rope bytes and the pad scale byte: both are replaced.
-    cache_w and cache_d are the cache's bytes as int32 and int64. BS_SHIFT: log2 of a power-of-two page size,
-    BS_SHIFT_RUNTIME (power-of-two pages of log2 ``bs_shift``, a runtime value: two scopes' in one launch) or -1
-    (any page size: divisions).
-    """
+def token_pages(idx, t0, end, num_tokens, block_size, BLOCK_T: gl.constexpr, ROWS: gl.constexpr,
+                BS_SHIFT: gl.constexpr, bs_shift=0):
+    """(valid, page, off) [BLOCK_T] of the selected tokens [t0, t0 + BLOCK_T) (indices idx in the ROWS layout):
+    whether each is in the split and the cache, and its page and slot in that page as int64 (those of token 0 where
+    it is not valid). BS_SHIFT: as :func:`load_tile`."""
     offs = t0 + gl.arange(0, BLOCK_T, layout=ROWS)
     valid = (offs < end) & (idx >= 0) & (idx < num_tokens)
     safe = gl.where(valid, idx, 0)
@@ -132,6 +126,22 @@ def load_tile(cache_w, cache_d, cache_u8, idx, t0, end, num_tokens, stride_page,
     else:
         page = (safe.to(gl.uint32) // block_size.to(gl.uint32)).to(gl.int64)
         off = (safe.to(gl.uint32) % block_size.to(gl.uint32)).to(gl.int64)
+    return valid, page, off
+
+
+@gluon.jit
+def load_tile(cache_w, cache_d, cache_u8, idx, t0, end, num_tokens, stride_page, block_size, g, g3, w3,
+              D_NOPE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, W: gl.constexpr,
+              BLOCK_T: gl.constexpr, ROWS: gl.constexpr, BS_SHIFT: gl.constexpr, bs_shift=0):
+    """Issue one tile's loads: (words [BLOCK_T, G, W] int32 = 4 fp8 each, rope [BLOCK_T, G, W] int64, scale bytes
+    [BLOCK_T, G] u8, valid [BLOCK_T]). The rope comes in the words' layout, group G-1 only: two bf16 pairs each,
+    the ones that group's outputs must become. Invalid tokens load as zero, so NaN in an unselected page never
+    enters a dot. Group G-1 of the words reads the first rope bytes and the pad scale byte: both are replaced.
+    cache_w and cache_d are the cache's bytes as int32 and int64. BS_SHIFT: log2 of a power-of-two page size,
+    BS_SHIFT_RUNTIME (power-of-two pages of log2 ``bs_shift``, a runtime value: two scopes' in one launch) or -1
+    (any page size: divisions).
+    """
+    valid, page, off = token_pages(idx, t0, end, num_tokens, block_size, BLOCK_T, ROWS, BS_SHIFT, bs_shift)
     row = page * stride_page + off * DATA_BYTES  # [BLOCK_T] byte offset of the token
     row3 = gl.expand_dims(gl.expand_dims(row // 4, 1), 2)
     v3 = gl.expand_dims(gl.expand_dims(valid, 1), 2)
@@ -142,6 +152,43 @@ def load_tile(cache_w, cache_d, cache_u8, idx, t0, end, num_tokens, stride_page,
     rrow3 = gl.expand_dims(gl.expand_dims((row + D_NOPE) // 8, 1), 2)
     rope = gl.load(cache_d + rrow3 + w3, mask=v3 & (g3 == SCALE_BYTES - 1), other=0)
     return words, rope, sbyte, valid
+
+
+# the four lanes of a token (the producer layout's lanes 4t..4t+3) ask L2 for its data bytes' lines (576 bytes touch
+# at most 6 lines of 128: lane k the one holding byte 128k, lane 0 also byte 512's, lane 1 the last byte's) and lane
+# 2 for the line holding its scale bytes. Per-thread prefetches: the bulk form takes a uniform address, and ptxas
+# ran one lane at a time through it. A hint: nothing is written and nothing waits for it.
+_PREFETCH_ASM = gl.constexpr("""{
+    .reg .pred p, q;
+    .reg .b32 lane;
+    .reg .b64 a, o;
+    setp.ne.b32 p, $3, 0;
+    mov.u32 lane, %laneid;
+    and.b32 lane, lane, 3;
+    mul.wide.u32 o, lane, 128;
+    add.s64 a, $1, o;
+    @p prefetch.global.L2 [a];
+    setp.eq.and.b32 q, lane, 0, p;
+    @q prefetch.global.L2 [$1+512];
+    setp.eq.and.b32 q, lane, 1, p;
+    @q prefetch.global.L2 [$1+575];
+    setp.eq.and.b32 q, lane, 2, p;
+    @q prefetch.global.L2 [$2];
+    mov.b32 $0, 0;
+    }""")
+
+
+@gluon.jit
+def prefetch_tile_l2(cache_u8, idx, t0, end, num_tokens, stride_page, block_size, DATA_BYTES: gl.constexpr,
+                     SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr, ROWS: gl.constexpr, BS_SHIFT: gl.constexpr):
+    """Ask L2 for the selected tokens [t0, t0 + BLOCK_T) (indices idx [BLOCK_T] in the ROWS layout) ahead of their
+    loads: their latency then starts a tile earlier without holding a register or a byte of shared memory."""
+    valid, page, off = token_pages(idx, t0, end, num_tokens, block_size, BLOCK_T, ROWS, BS_SHIFT)
+    base = cache_u8 + page * stride_page
+    data = (base + off * DATA_BYTES).to(gl.int64, bitcast=True)
+    scale = (base + block_size * DATA_BYTES + off * SCALE_BYTES).to(gl.int64, bitcast=True)
+    gl.inline_asm_elementwise(asm=_PREFETCH_ASM, constraints="=r,l,l,r", args=[data, scale, valid.to(gl.int32)],
+                              dtype=gl.int32, is_pure=False, pack=1)
 
 
 # ----------------------------------------------------------------------------- dequants
@@ -293,6 +340,7 @@ def produce_k_tiles(k_smem, valid_smem, full, empty, cache_u8, stride_page, bloc
                                           block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS,
                                           BS_SHIFT)
     idx = load_idx(idx_row, start + BLOCK_T, end, BLOCK_T, ROWS)
+    p_idx = load_idx(idx_row, start + 2 * BLOCK_T, end, BLOCK_T, ROWS)  # the tile after, asked of L2 a tile early
     i = 0
     for t0 in range(start, end, BLOCK_T):
         buf = i % NUM_BUFS
@@ -302,7 +350,10 @@ def produce_k_tiles(k_smem, valid_smem, full, empty, cache_u8, stride_page, bloc
             n_words, n_rope, n_sbyte, n_valid = load_tile(cache_w, cache_d, cache_u8, idx, t0 + BLOCK_T, end,
                                                           num_tokens, stride_page, block_size, g, g3, w3, D_NOPE,
                                                           DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS, BS_SHIFT)
-            idx = load_idx(idx_row, t0 + 2 * BLOCK_T, end, BLOCK_T, ROWS)
+            prefetch_tile_l2(cache_u8, p_idx, t0 + 2 * BLOCK_T, end, num_tokens, stride_page, block_size, DATA_BYTES,
+                             SCALE_BYTES, BLOCK_T, ROWS, BS_SHIFT)
+            idx = p_idx
+            p_idx = load_idx(idx_row, t0 + 3 * BLOCK_T, end, BLOCK_T, ROWS)
         lo, hi = dequant_tile(words, rope, sbyte, is_rope, F16, LEAVE_OUT)
         # a fresh barrier counts as completed in phase 1, so each slot's first wait passes
         mbarrier.wait(empty.index(buf), ((i // NUM_BUFS) & 1) ^ 1)
@@ -336,6 +387,8 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
     is_rope = g3 == SCALE_BYTES - 1
     ia = load_idx(idx_row, start, end, HT, ROWS)
     ib = load_idx(idx_row, start + HT, end, HT, ROWS)
+    pa = load_idx(idx_row, start + BLOCK_T, end, HT, ROWS)  # the next tile, asked of L2 a tile early
+    pb = load_idx(idx_row, start + BLOCK_T + HT, end, HT, ROWS)
     if LEAVE_OUT & 1:  # no loads: every tile reuses the first tile's bytes
         first_a = load_tile(cache_w, cache_d, cache_u8, ia, start, end, num_tokens, stride_page, block_size, g, g3,
                             w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
@@ -352,8 +405,14 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
                                        g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
             wb, rb, sb, vb = load_tile(cache_w, cache_d, cache_u8, ib, t0 + HT, end, num_tokens, stride_page,
                                        block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
-            ia = load_idx(idx_row, t0 + BLOCK_T, end, HT, ROWS)
-            ib = load_idx(idx_row, t0 + BLOCK_T + HT, end, HT, ROWS)
+            prefetch_tile_l2(cache_u8, pa, t0 + BLOCK_T, end, num_tokens, stride_page, block_size, DATA_BYTES,
+                             SCALE_BYTES, HT, ROWS, BS_SHIFT)
+            prefetch_tile_l2(cache_u8, pb, t0 + BLOCK_T + HT, end, num_tokens, stride_page, block_size, DATA_BYTES,
+                             SCALE_BYTES, HT, ROWS, BS_SHIFT)
+            ia = pa
+            ib = pb
+            pa = load_idx(idx_row, t0 + 2 * BLOCK_T, end, HT, ROWS)
+            pb = load_idx(idx_row, t0 + 2 * BLOCK_T + HT, end, HT, ROWS)
         # a fresh barrier counts as completed in phase 1, so each slot's first wait passes
         mbarrier.wait(empty.index(buf), ((i // NUM_BUFS) & 1) ^ 1)
         lo, hi = dequant_tile(wa, ra, sa, is_rope, F16, LEAVE_OUT)
