@@ -18,7 +18,9 @@
 #   GPU_TESTS="tests/test_a.py ..." limits that step to those files (default: tests);
 #   CHECK_IMPLS="a b" limits the correctness table to those kernels (and any "auto" named); CHECK_JOBS=N checks
 #   them in N processes at once (the check is bound by one core's compiling) and merges their rows into one table;
-#   SANITIZE_IMPLS="a b" limits compute-sanitizer to those kernels (default: every checked kernel);
+#   SANITIZE_IMPLS="a b" limits compute-sanitizer to those kernels (default: every checked kernel; not "auto",
+#   which is refused with a line, as check --sanitize takes kernels);
+#   BUNDLE=1 writes every file into one archive, $OUT/bundle.tgz, at exit (the device tool returns at most 8 files);
 #   RACECHECK_IMPLS="a b" / SYNCCHECK_IMPLS="a b" also run compute-sanitizer racecheck / synccheck on those kernels'
 #   sanitizer case; SANITIZE_ARGS adds arguments to each `check --sanitize` (e.g. "--case ID --combine serial") and
 #   SANITIZER_FLAGS to each compute-sanitizer, both named in the log's file name (<tool>_<impl>_case-ID_...log);
@@ -51,6 +53,13 @@
 set -uo pipefail
 SWEEPS="${*:-smoke}"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
+if [ "${BUNDLE:-0}" = 1 ]; then
+  # the device tool brings back at most 8 files of a call's $OUT: every file goes to a folder of its own, and at
+  # exit (a timeout's TERM included) into one archive, $OUT/bundle.tgz
+  BUNDLE_TO="$OUT"; OUT=$(mktemp -d)
+  trap 'tar czf "$BUNDLE_TO/bundle.tgz" -C "$OUT" . && echo "bundle: $BUNDLE_TO/bundle.tgz ($(find "$OUT" -type f | wc -l) files)"' EXIT
+  trap 'exit 143' TERM
+fi
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton-cache
 # the golden cases ship in golden/; a carried .golden/ (FlashMLA's originals) adds to them
 [ -d .golden ] && export WORKBENCH_GOLDEN="$PWD/.golden"
@@ -189,6 +198,9 @@ logged() {  # logged LOG CMD...: CMD's output in LOG, headed by CMD and ended by
   echo "$(basename "$log" .log): $(grep -E '^# exit|SUMMARY|passed=|probe \(' "$log" | tr '\n' ' ')"
 }
 sanitize() {  # sanitize TOOL LOG-PREFIX IMPL: one kernel's sanitizer case under one tool
+  if [ "$3" = auto ]; then  # check --sanitize takes a kernel: auto's are the rungs its rule picks
+    echo "${2}_auto: not run: auto is not a kernel (name the kernels its rule picks)"; rc=1; return
+  fi
   SANITIZED=1
   logged "$OUT/${2}_$3$(tag ${SANITIZER_FLAGS:-} ${SANITIZE_ARGS:-}).log" compute-sanitizer --tool "$1" --print-limit 20 \
     ${SANITIZER_FLAGS:-} python3 -m workbench check --sanitize "$3" ${SANITIZE_ARGS:-}

@@ -288,3 +288,30 @@ def test_explore_runs_patched_and_then_in_the_tree_before_the_patches(tmp_path):
     assert Path(commits[1][3]).resolve() == (Path(commits[1][1]) / "workbench" / "__init__.py").resolve()
     assert (out / "explore.csv").exists() and (out / "baseline" / "explore.csv").exists()
     assert "explore: exit 0" in stdout and "baseline explore: exit 0" in stdout
+
+
+def test_bundle_puts_every_file_of_the_call_into_one_archive(tmp_path):
+    """BUNDLE=1: the device tool returns at most 8 files of $OUT (a session's 13 sweeps lost 13 of their files so),
+    so every file of the call, explore's table and its baseline's included, goes into $OUT/bundle.tgz, and nothing
+    else is left in $OUT."""
+    import tarfile
+    patch, _, _ = _chunk_patch(tmp_path)
+    stdout, _, out = _run_session(tmp_path, "NVIDIA H200:90", copy=("workbench",), SKIP_CHECK="1", SKIP_SANITIZE="1",
+                                  SKIP_BENCH="1", PATCHES=str(patch), TMPDIR=str(tmp_path), EXPLORE="auto",
+                                  EXPLORE_ARGS="--shape 64,128,2048", BUNDLE="1")
+    assert sorted(p.name for p in out.iterdir()) == ["bundle.tgz"]
+    with tarfile.open(out / "bundle.tgz") as t:
+        names = {n.removeprefix("./") for n in t.getnames()}
+    assert {"explore.csv", "explore.log", "baseline/explore.csv"} <= names, names
+    assert "bundle: " in stdout
+
+
+def test_sanitize_refuses_auto_with_a_line_and_runs_the_kernels_named(tmp_path):
+    """SANITIZE_IMPLS names kernels: `auto` (which check --sanitize refuses, exit 255 before any launch) is said and
+    skipped, the call's status non-zero; the kernels beside it still run."""
+    r = _run_session(tmp_path, "NVIDIA H200:90", check=False, SKIP_CHECK="1", SKIP_SANITIZE="0", SKIP_BENCH="1",
+                     SANITIZE_IMPLS="auto wgmma_ws")
+    assert r.returncode == 1, r.stdout[-2000:]
+    assert "sanitizer_auto: not run: auto is not a kernel" in r.stdout
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    assert [c.split("--sanitize ")[1] for c in calls if c.startswith("compute-sanitizer ")] == ["wgmma_ws"]
