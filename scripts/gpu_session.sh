@@ -53,12 +53,18 @@
 set -uo pipefail
 SWEEPS="${*:-smoke}"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
+BUNDLE_TO=""
+checkpoint() {  # BUNDLE=1: every file so far into $BUNDLE_TO/bundle.tgz (replaced whole, never half-written)
+  [ -n "$BUNDLE_TO" ] || return 0
+  tar czf "$BUNDLE_TO/.bundle.part" -C "$OUT" . && mv -f "$BUNDLE_TO/.bundle.part" "$BUNDLE_TO/bundle.tgz"
+}
 if [ "${BUNDLE:-0}" = 1 ]; then
-  # the device tool brings back at most 8 files of a call's $OUT: every file goes to a folder of its own, and at
-  # exit (a timeout's TERM included) into one archive, $OUT/bundle.tgz
+  # the device tool brings back at most 8 files of a call's $OUT: every file goes to a folder of its own, and into
+  # one archive, $OUT/bundle.tgz, after each step and at exit, so that a call killed before its exit trap (SIGKILL,
+  # or a TERM deferred behind a step's own timeout) still returns what the steps before it wrote
   BUNDLE_TO="$OUT"; OUT=$(mktemp -d)
-  trap 'tar czf "$BUNDLE_TO/bundle.tgz" -C "$OUT" . && echo "bundle: $BUNDLE_TO/bundle.tgz ($(find "$OUT" -type f | wc -l) files)"' EXIT
-  trap 'exit 143' TERM
+  trap 'checkpoint && echo "bundle: $BUNDLE_TO/bundle.tgz ($(find "$OUT" -type f | wc -l) files)"' EXIT
+  trap 'exit 143' TERM INT HUP
 fi
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton-cache
 # the golden cases ship in golden/; a carried .golden/ (FlashMLA's originals) adds to them
@@ -182,11 +188,13 @@ elif [ "${SKIP_CHECK:-0}" != 1 ]; then
   python3 -m workbench check --out "$OUT" --force --name "correctness_$GPU_TAG.csv" ${CHECK_IMPLS:+--impls $CHECK_IMPLS} \
     2>&1 | tee "$OUT/check.log" | grep -v "it/s\]" ; rc=$((rc | PIPESTATUS[0]))
 fi
+checkpoint
 if [ "${SKIP_PYTEST_GPU:-0}" != 1 ]; then
   WORKBENCH_CHECK_OUT="$OUT" WORKBENCH_CHECK_NAME="correctness_${GPU_TAG}_pytest.csv" TRITON_INTERPRET=0 \
     timeout "${GPU_TEST_TIMEOUT:-540}" python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider --continue-on-collection-errors ${GPU_TESTS:-tests} \
     2>&1 | tee "$OUT/pytest_gpu.log" | tail -40
   rc=$((rc | PIPESTATUS[0]))
+  checkpoint
 fi
 tag() {  # "--case ID --combine serial" -> "_case-ID_combine-serial": a log name's suffix for extra arguments
   local t; t=$(echo "$*" | sed -E 's/--([a-z-]+) +([^ -][^ ]*)/\1-\2/g; s/(^| )--/\1/g; s/ +/_/g; s/^_+|_+$//g')
@@ -196,6 +204,7 @@ logged() {  # logged LOG CMD...: CMD's output in LOG, headed by CMD and ended by
   local log="$1"; shift
   { echo "# $*"; timeout "${LOG_TIMEOUT:-300}" "$@" 2>&1; echo "# exit $?"; } > "$log"
   echo "$(basename "$log" .log): $(grep -E '^# exit|SUMMARY|passed=|probe \(' "$log" | tr '\n' ' ')"
+  checkpoint
 }
 sanitize() {  # sanitize TOOL LOG-PREFIX IMPL: one kernel's sanitizer case under one tool
   if [ "$3" = auto ]; then  # check --sanitize takes a kernel: auto's are the rungs its rule picks
@@ -245,6 +254,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   for sweep in $SWEEPS; do
     python3 -m workbench bench --sweep "$sweep" --out "$OUT" --force --name "bench_$sweep.csv" --no-progress 2>&1 \
       | tee "$OUT/bench_$sweep.log" | tail -40
+    checkpoint
   done
 fi
 if [ -n "${BASELINE:-}" ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
@@ -255,6 +265,7 @@ if [ -n "${BASELINE:-}" ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
     (cd "$BASELINE" && PYTHONPATH=/tmp/site WORKBENCH_COMMIT="${BASELINE_COMMIT:-baseline}" \
       python3 -m workbench bench --sweep "$sweep" --out "$OUT/baseline" --name "bench_$sweep.csv" --no-progress 2>&1 \
       | tee "$OUT/baseline_bench_$sweep.log" | tail -20)
+    checkpoint
   done
 fi
 if [ -n "${EXPLORE:-}" ]; then
@@ -266,6 +277,7 @@ if [ -n "${EXPLORE:-}" ]; then
     timeout "${EXPLORE_TIMEOUT:-300}" python3 "$here/scripts/explore.py" $EXPLORE ${EXPLORE_ARGS:-} --csv "$2" \
       > "$3" 2>&1
     local x=$?; rc=$((rc | x)); echo "$1: exit $x"; grep -v "it/s\]" "$3" | tail -60
+    checkpoint
   }
   explore explore "$OUT/explore.csv" "$OUT/explore.log"
   if [ -n "${BASELINE:-}" ]; then
@@ -301,5 +313,6 @@ for item in ${NCU:-}; do
       > "$OUT/ncu_source_${impl}_$tag.csv" 2>&1
   fi
   echo "ncu $impl: exit $status; $(grep -E 'Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|DRAM Throughput' "$OUT/ncu_${impl}_$tag.txt" | tr -s ' ' | tr '\n' ';')"
+  checkpoint
 done
 exit $rc

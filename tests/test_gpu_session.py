@@ -94,9 +94,12 @@ if os.environ.get("FAKE_GPU"):
 '''
 
 
-def _run_session(tmp_path, fake_gpu: str, *sweeps: str, copy: tuple = (), check: bool = True, **env):
+def _run_session(tmp_path, fake_gpu: str, *sweeps: str, copy: tuple = (), check: bool = True, kill_when=None,
+                 **env):
     """The script from a tree of links (so a .whl/ in the checkout is not installed), returning (stdout, calls);
-    the folders in ``copy`` are copies, not links (a patch applied there must not reach the checkout)."""
+    the folders in ``copy`` are copies, not links (a patch applied there must not reach the checkout).
+    kill_when(out): polled while the script runs; once true, the script's process group is killed (SIGKILL, as a
+    device call past its limit is), and the return is what $OUT then holds."""
     import shutil
     tree, bin_, site, out = (tmp_path / d for d in ("tree", "bin", "site", "out"))
     for d in (tree, bin_, site):
@@ -130,6 +133,7 @@ if [ "${{1##*/}}" = explore.py ]; then  # recorded with the package it would imp
   echo "explore $PWD $WORKBENCH_COMMIT $wb" >> "{calls}.commits"
   csv=""; prev=""; for a in "$@"; do [ "$prev" = "--csv" ] && csv="$a"; prev="$a"; done
   [ -n "$csv" ] && printf 'provider,median_us\nauto,1.0\n' > "$csv"
+  case "$csv" in */baseline/*) [ "$EXPLORE_HANGS" = 1 ] && sleep 60;; esac
   exit 0
 fi
 if [ "${{1##*/}}" = cluster_share_probe.py ]; then
@@ -148,6 +152,18 @@ echo "compute-sanitizer $*" >> "{calls}"; echo "========= ERROR SUMMARY: 0 error
     run_env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "PYTHONPATH": str(site),
                "TRITON_INTERPRET": "1", "FAKE_GPU": fake_gpu, "OUT": str(out), "SKIP_PYTEST_GPU": "1",
                "WORKBENCH_COMMIT": "0" * 40, **env}
+    if kill_when is not None:
+        import signal
+        import time
+        proc = subprocess.Popen(["bash", str(SCRIPT), *sweeps], cwd=tree, env=run_env, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and not kill_when(out) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, "the script ended before the condition held"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return out
     r = subprocess.run(["bash", str(SCRIPT), *sweeps], cwd=tree, env=run_env, capture_output=True, text=True,
                        timeout=300)
     if not check:
@@ -291,7 +307,7 @@ def test_explore_runs_patched_and_then_in_the_tree_before_the_patches(tmp_path):
 
 
 def test_bundle_puts_every_file_of_the_call_into_one_archive(tmp_path):
-    """BUNDLE=1: the device tool returns at most 8 files of $OUT (a session's 13 sweeps lost 13 of their files so),
+    """BUNDLE=1: the device tool returns at most 8 files of $OUT (one call of six sweeps lost 13 of its files so),
     so every file of the call, explore's table and its baseline's included, goes into $OUT/bundle.tgz, and nothing
     else is left in $OUT."""
     import tarfile
@@ -315,3 +331,25 @@ def test_sanitize_refuses_auto_with_a_line_and_runs_the_kernels_named(tmp_path):
     assert "sanitizer_auto: not run: auto is not a kernel" in r.stdout
     calls = (tmp_path / "calls.log").read_text().splitlines()
     assert [c.split("--sanitize ")[1] for c in calls if c.startswith("compute-sanitizer ")] == ["wgmma_ws"]
+
+
+def test_a_killed_call_still_returns_the_bundle_of_the_steps_before(tmp_path):
+    """BUNDLE=1 rewrites the archive after each step: a call killed past its limit (SIGKILL: no exit trap runs)
+    returns the files of the steps that ended, here the patched explore's table while the baseline's run hangs."""
+    import tarfile
+
+    def has_explore(out):
+        try:
+            with tarfile.open(out / "bundle.tgz") as t:
+                return "./explore.csv" in t.getnames()
+        except (FileNotFoundError, tarfile.ReadError, EOFError):
+            return False
+
+    patch, _, _ = _chunk_patch(tmp_path)
+    out = _run_session(tmp_path, "NVIDIA H200:90", copy=("workbench",), SKIP_CHECK="1", SKIP_SANITIZE="1",
+                       SKIP_BENCH="1", PATCHES=str(patch), TMPDIR=str(tmp_path), EXPLORE="auto",
+                       EXPLORE_ARGS="--shape 64,128,2048", BUNDLE="1", EXPLORE_HANGS="1", kill_when=has_explore)
+    assert sorted(p.name for p in out.iterdir()) == ["bundle.tgz"]
+    with tarfile.open(out / "bundle.tgz") as t:
+        names = set(t.getnames())
+    assert {"./explore.csv", "./explore.log"} <= names and "./baseline/explore.csv" not in names, names
