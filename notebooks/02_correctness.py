@@ -262,7 +262,10 @@ worst
 san = sanitizer_summary(load_sanitizer(data_dir))
 san_table = san.pivot(index="kernel", columns="tool", values="errors").astype("Int64")
 san_table["case passed"] = san.groupby("kernel").case_passed.apply(lambda v: bool(v.eq(True).all()))
-san_table["folder"] = san.groupby("kernel").folder.agg(lambda f: max(f, key=folder_key))
+# each tool's newest log may lie in another folder (a folder's README says which tools it ran): all of them, newest
+# first, so that no count is read as the newest folder's when it is an older one's
+san_table["folder"] = san.groupby("kernel").folder.agg(lambda f: ", ".join(sorted(set(f), key=folder_key,
+                                                                                   reverse=True)))
 san_table["stale"] = san.groupby("kernel").stale.apply(lambda v: bool(v.fillna(True).any()))
 save_table(san_table.reset_index(), "correctness_sanitizer", out_dir)
 san_table

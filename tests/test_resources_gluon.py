@@ -194,7 +194,7 @@ def test_rung_15s_f16_loops_read_little_local_memory():
     When the bf16 rerun loaded q in the f16 pass's layout, LLVM kept those addresses for it and the softmax and
     producer loops each reloaded a spilled value every tile (one LDL each); the rerun's own loops may still spill
     (it is rare). The producer's loop has spilled a little since it asks L2 for the next tile (5 LDL and 1 STL a
-    tile at 112 registers, of ~1,000 instructions): measured so, the call took 0.92x its time at b64 h64 topk2048
+    tile at 112 registers, of ~710 instructions): measured so, the call took 0.92x its time at b64 h64 topk2048
     (data/explore/README.md, the L2 prefetch), so more than that is what this test catches."""
     code = ("import json; from workbench.lab.resources import compiled_sass\n"
             "print(json.dumps(compiled_sass('wgmma_ws_h64', 'sm_90', {'BLOCK_H': 64, 'BLOCK_T': 64, 'num_warps': 4},"
@@ -222,12 +222,12 @@ def test_rung_15s_f16_loops_read_little_local_memory():
 @pytest.mark.parametrize("kernel,cfg,halves", [("wgmma_ws", WS, 1), ("wgmma_ws_h64", {"BLOCK_H": 64, "BLOCK_T": 64,
                                                                                     "num_warps": 4}, 2)],
                          ids=["rung_13", "rung_15"])
-def test_the_producer_asks_l2_for_a_later_tile_every_tile(kernel, cfg, halves):
+def test_each_producer_loop_issues_its_l2_prefetches(kernel, cfg, halves):
     """sm_90 SASS of each pass's producer loop (the loops with gathers, LDG, and no HGMMA) of the two warp-specialised
-    defaults: gluon_common.prefetch_tile_l2 a tile ahead of the gathers (rung 13: the tile after the one in flight),
-    four per-thread L2 prefetches (``CCTL.E.PF2``, PTX ``prefetch.global.L2``) a tile of BLOCK_T tokens or of each
-    half of one, and no bulk prefetch (``UBLKPF``: its address is uniform, and ptxas walked the warp's lanes through it
-    one at a time)."""
+    defaults: the four per-thread L2 prefetches of gluon_common.prefetch_tile_l2 (``CCTL.E.PF2``, PTX
+    ``prefetch.global.L2``) a tile of BLOCK_T tokens or of each half of one, and no bulk prefetch (``UBLKPF``: its
+    address is uniform, and ptxas walked the warp's lanes through it one at a time). It counts them: which tile they
+    ask for (a tile ahead of its gathers; rung 13, the tile after the one in flight) is the code's, not tested here."""
     code = ("import json; from workbench.lab.resources import compiled_sass\n"
             f"print(json.dumps(compiled_sass({kernel!r}, 'sm_90', {cfg!r}, DIRECT=True)))")
     from workbench.lab import sass_loops

@@ -182,10 +182,12 @@ _PREFETCH_ASM = gl.constexpr("""{
 def prefetch_tile_l2(cache_u8, idx, t0, end, num_tokens, stride_page, block_size, DATA_BYTES: gl.constexpr,
                      SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr, ROWS: gl.constexpr, BS_SHIFT: gl.constexpr):
     """Ask L2 for the selected tokens [t0, t0 + BLOCK_T) (indices idx [BLOCK_T] in the ROWS layout) ahead of their
-    loads: their latency then starts a tile earlier without holding a register or a byte of shared memory.
-    BS_SHIFT as :func:`load_tile`'s but not BS_SHIFT_RUNTIME: there is no ``bs_shift`` here, since the
-    warp-specialised producers that call it run one scope a launch (a caller of two scopes in one launch, as
-    wgmma.py's loop, must pass it through first)."""
+    loads: their latency then starts a tile earlier, holding none of the tile's words (only its indices, which the
+    caller loads a tile sooner) and no shared memory. BS_SHIFT as :func:`load_tile`'s but not BS_SHIFT_RUNTIME:
+    there is no ``bs_shift`` here, since the warp-specialised producers that call it run one scope a launch (a
+    caller of two scopes in one launch, as wgmma.py's loop, must pass it through first). The asm's line offsets
+    (128 k, 512, 575) are for DATA_BYTES = 576, MODEL1's: another layout needs them from DATA_BYTES (a
+    static_assert here would change the kernel hash, so it waits for the next re-measured kernel change)."""
     valid, page, off = token_pages(idx, t0, end, num_tokens, block_size, BLOCK_T, ROWS, BS_SHIFT)
     base = cache_u8 + page * stride_page
     data = (base + off * DATA_BYTES).to(gl.int64, bitcast=True)
