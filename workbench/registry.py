@@ -42,6 +42,9 @@ def decode_impls() -> tuple[str, ...]:
 TWO_BLOCK_MAX_TOKENS_H64 = 4096      # 17-32 heads (from older h64 crossovers)
 H32_MIN_TOKENS_SM90 = 16384          # 17-32 heads: from b8 topk2048 the portable 32-head block (rung 24) beats the
                                      # 16-head groups (the heads sweep at 0590dbc; data/explore/..._h32_hopper.csv)
+H32_WS_MIN_TOKENS_SM90 = 1 << 16     # 17-32 heads: from b32 topk2048 the 64-head block (rung 15, half its heads
+                                     # padding) beats rung 24 since its producer asks L2 ahead (c48ae8a, H100: b32
+                                     # 36.57 us against 38.48, b64 58.94 against 62.87, h20 57.57 against 59.80)
 ONE_SPLIT_MIN_QUERIES_SM90 = 89     # 17-64 heads: from 89 queries a 64-head block's split plan on 132 SMs is one
                                     # split (decode.plan_splits, waves 1), and wgmma_f16 runs it with no combine
                                     # (KernelSpec.direct): b128 topk512 32.87 us against rung 24's 37.29
@@ -87,8 +90,10 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
 
     On sm_90: at <= 16 heads (padded to one 16-head group) "wgmma_xchg" up to XCHG_MAX_TOKENS_H16 tokens,
     "wgmma_ws" from WS_MIN_TOKENS_H16, "wgmma_f16" between. At 17-32 heads "wgmma_f16" for a one-split call (from
-    ONE_SPLIT_MIN_QUERIES_SM90 queries), else "wgmma_f16_2cta" up to TWO_BLOCK_MAX_TOKENS_H64 tokens,
-    "portable_ws_h32t" (one 32-head block, mma.sync) from H32_MIN_TOKENS_SM90 tokens, else "wgmma_xchg". At >= 33
+    ONE_SPLIT_MIN_QUERIES_SM90 queries) of at most ONE_SPLIT_MAX_TOPK_SM90 tokens a query, "wgmma_ws_h64" from
+    H32_WS_MIN_TOKENS_SM90 tokens, "wgmma_f16" for the other one-split calls, else "wgmma_f16_2cta" up to
+    TWO_BLOCK_MAX_TOKENS_H64 tokens, "portable_ws_h32t" (one 32-head block, mma.sync) from H32_MIN_TOKENS_SM90
+    tokens, else "wgmma_xchg". At >= 33
     heads, by head-tokens (heads * tokens, 33-63 heads counted as HEAD_BLOCK: they run padded to one 64-head
     block): "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS; below XCHG_BELOW_HEAD_TOKENS "portable_ws_h32f"
     (rung 26) for a call of one scope from H32_BAND_MIN_HEAD_TOKENS_SM90, and below it with H32_BAND_MIN_TOPK_SM90
@@ -97,13 +102,13 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
 
     Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the
     history are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands:
-    data/bench_h200_20261205-1812_crossover.csv and data/bench_h200_20261205-1815_heads.csv (the margins:
-    tests/test_registry.py, HOPPER_MARGINS), measured at 877f643 with rung 25 in rung 26's band (10.6% over the
-    fastest rung at b8 h128 topk512, 6.7% at b4 h64 topk2048); with rung 26 there, within 2.7% at every shape
-    (in-sample). Out of sample, on an H100 at 809d7b2 (data/bench_h100_80gb_hbm3_20261205-2139_crossover.csv):
-    every shape of that band within 2%, the worst elsewhere b8 h64 topk2048 (3.8%) and b32 h64 topk512 (3.6%),
-    both wgmma_ws_h64's. ``tokens`` is the call's
-    selected tokens in all: b * s_q * (topk + extra topk).
+    data/bench_h100_80gb_hbm3_20261206-0228_crossover.csv and data/bench_h100_80gb_hbm3_20261206-0230_heads.csv
+    (an H100, c48ae8a: the first tables with the producers' L2 prefetch; the margins: tests/test_registry.py,
+    HOPPER_MARGINS): within 2% of the fastest Hopper rung at every shape but five, the worst b32 h64 topk512
+    (4.8%) and b8 h64 topk2048 (3.7%), both wgmma_ws_h64's where wgmma_xchg is faster. The H200's, at 877f643
+    before the prefetch (data/bench_h200_20261205-1812_crossover.csv, ..._1815_heads.csv), put rung 24 first at
+    b32-b64 h20-32 topk2048 by 4-9%: the next H200 crossover decides H32_WS_MIN_TOKENS_SM90. ``tokens`` is the
+    call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
         return portable_kernel(capability, heads=heads, tokens=tokens, queries=queries)
@@ -113,6 +118,10 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
         return "wgmma_ws" if tokens >= WS_MIN_TOKENS_H16 else "wgmma_f16"
     one_split = scopes == 1 and queries is not None and queries >= ONE_SPLIT_MIN_QUERIES_SM90
     if heads <= 32:
+        if one_split and tokens <= ONE_SPLIT_MAX_TOPK_SM90 * queries:
+            return "wgmma_f16"
+        if tokens >= H32_WS_MIN_TOKENS_SM90:
+            return "wgmma_ws_h64"
         if one_split:
             return "wgmma_f16"
         if tokens >= H32_MIN_TOKENS_SM90:

@@ -130,6 +130,13 @@ def token_pages(idx, t0, end, num_tokens, block_size, BLOCK_T: gl.constexpr, ROW
 
 
 @gluon.jit
+def token_rows(page, off, stride_page, block_size, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr):
+    """(data, scale) [BLOCK_T] int64: the byte offsets in the cache of each token's data bytes and of its scale
+    bytes (a page holds its tokens' data bytes, then their scale bytes: workbench.format)."""
+    return page * stride_page + off * DATA_BYTES, page * stride_page + block_size * DATA_BYTES + off * SCALE_BYTES
+
+
+@gluon.jit
 def load_tile(cache_w, cache_d, cache_u8, idx, t0, end, num_tokens, stride_page, block_size, g, g3, w3,
               D_NOPE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, W: gl.constexpr,
               BLOCK_T: gl.constexpr, ROWS: gl.constexpr, BS_SHIFT: gl.constexpr, bs_shift=0):
@@ -142,11 +149,10 @@ def load_tile(cache_w, cache_d, cache_u8, idx, t0, end, num_tokens, stride_page,
     (any page size: divisions).
     """
     valid, page, off = token_pages(idx, t0, end, num_tokens, block_size, BLOCK_T, ROWS, BS_SHIFT, bs_shift)
-    row = page * stride_page + off * DATA_BYTES  # [BLOCK_T] byte offset of the token
+    row, srow = token_rows(page, off, stride_page, block_size, DATA_BYTES, SCALE_BYTES)
     row3 = gl.expand_dims(gl.expand_dims(row // 4, 1), 2)
     v3 = gl.expand_dims(gl.expand_dims(valid, 1), 2)
     words = gl.load(cache_w + row3 + g3 * W + w3, mask=v3, other=0)
-    srow = page * stride_page + block_size * DATA_BYTES + off * SCALE_BYTES
     sbyte = gl.load(cache_u8 + gl.expand_dims(srow, 1) + gl.expand_dims(g, 0), mask=gl.expand_dims(valid, 1),
                     other=_F16_LO)  # a masked token's zero words times an in-window scale: 0 in both dequants
     rrow3 = gl.expand_dims(gl.expand_dims((row + D_NOPE) // 8, 1), 2)
@@ -180,19 +186,18 @@ _PREFETCH_ASM = gl.constexpr("""{
 
 @gluon.jit
 def prefetch_tile_l2(cache_u8, idx, t0, end, num_tokens, stride_page, block_size, DATA_BYTES: gl.constexpr,
-                     SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr, ROWS: gl.constexpr, BS_SHIFT: gl.constexpr):
+                     SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr, ROWS: gl.constexpr, BS_SHIFT: gl.constexpr,
+                     bs_shift=0):
     """Ask L2 for the selected tokens [t0, t0 + BLOCK_T) (indices idx [BLOCK_T] in the ROWS layout) ahead of their
     loads: their latency then starts a tile earlier, holding none of the tile's words (only its indices, which the
-    caller loads a tile sooner) and no shared memory. BS_SHIFT as :func:`load_tile`'s but not BS_SHIFT_RUNTIME:
-    there is no ``bs_shift`` here, since the warp-specialised producers that call it run one scope a launch (a
-    caller of two scopes in one launch, as wgmma.py's loop, must pass it through first). The asm's line offsets
-    (128 k, 512, 575) are for DATA_BYTES = 576, MODEL1's: another layout needs them from DATA_BYTES (a
-    static_assert here would change the kernel hash, so it waits for the next re-measured kernel change)."""
-    valid, page, off = token_pages(idx, t0, end, num_tokens, block_size, BLOCK_T, ROWS, BS_SHIFT)
-    base = cache_u8 + page * stride_page
-    data = (base + off * DATA_BYTES).to(gl.int64, bitcast=True)
-    scale = (base + block_size * DATA_BYTES + off * SCALE_BYTES).to(gl.int64, bitcast=True)
-    gl.inline_asm_elementwise(asm=_PREFETCH_ASM, constraints="=r,l,l,r", args=[data, scale, valid.to(gl.int32)],
+    caller loads a tile sooner) and no shared memory. BS_SHIFT and bs_shift as :func:`load_tile`'s. The asm's line
+    offsets (128 k, 512, 575) are for DATA_BYTES = 576, MODEL1's, which a static_assert holds it to."""
+    gl.static_assert(DATA_BYTES == 576, "prefetch_tile_l2's line offsets are MODEL1's 576 data bytes")
+    valid, page, off = token_pages(idx, t0, end, num_tokens, block_size, BLOCK_T, ROWS, BS_SHIFT, bs_shift)
+    data, scale = token_rows(page, off, stride_page, block_size, DATA_BYTES, SCALE_BYTES)
+    gl.inline_asm_elementwise(asm=_PREFETCH_ASM, constraints="=r,l,l,r",
+                              args=[(cache_u8 + data).to(gl.int64, bitcast=True),
+                                    (cache_u8 + scale).to(gl.int64, bitcast=True), valid.to(gl.int32)],
                               dtype=gl.int32, is_pure=False, pack=1)
 
 
