@@ -102,12 +102,14 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
 
     Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the
     history are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands:
-    data/bench_h100_80gb_hbm3_20261206-0228_crossover.csv and data/bench_h100_80gb_hbm3_20261206-0230_heads.csv
-    (an H100, c48ae8a: the first tables with the producers' L2 prefetch; the margins: tests/test_registry.py,
-    HOPPER_MARGINS): within 2% of the fastest Hopper rung at every shape but five, the worst b32 h64 topk512
-    (4.8%) and b8 h64 topk2048 (3.7%), both wgmma_ws_h64's where wgmma_xchg is faster. The H200's, at 877f643
-    before the prefetch (data/bench_h200_20261205-1812_crossover.csv, ..._1815_heads.csv), put rung 24 first at
-    b32-b64 h20-32 topk2048 by 4-9%: the next H200 crossover decides H32_WS_MIN_TOKENS_SM90. ``tokens`` is the
+    data/bench_h100_80gb_hbm3_20261206-0420_crossover.csv and data/bench_h100_80gb_hbm3_20261206-0422_heads.csv
+    (an H100, aa5fd52, the first tables of this rule; the margins: tests/test_registry.py, HOPPER_MARGINS): within
+    2% of the fastest Hopper rung at every shape but six, and within 3% but three: b32 h64 topk512 (4.2%) and b8
+    h64 topk2048 (3.7%), wgmma_ws_h64's where wgmma_xchg is faster, and b128 h128 topk2048 (3.2%), where
+    wgmma_ws_bal is faster (as at every 2048-a-query h128 shape from b32 on this H100). The H200's, at 877f643
+    before the producers' L2 prefetch (data/bench_h200_20261205-1812_crossover.csv, ..._1815_heads.csv), put rung
+    24 first at b32-b64 h20-32 topk2048 by 4-9% and rung 15 before rung 16 at every h128 shape: the next H200
+    crossover decides H32_WS_MIN_TOKENS_SM90 and the h128 pick there. ``tokens`` is the
     call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
