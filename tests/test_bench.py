@@ -6,6 +6,7 @@ import torch
 
 from workbench import bench
 from workbench.bench import COLUMNS, BenchShape, bench_one, fit_batch_model, rows_frame, summary_markdown, sweep_shapes
+from workbench.bench.sweeps import CROSSOVER_PROVIDERS
 
 
 class _NoPool:
@@ -65,6 +66,13 @@ def test_sweeps_cover_the_issue():
     assert all({"eager", "graph"} <= set(m) for _, _, m, _ in batch), "graph at every batch: the kernels' own time"
     prod = sweep_shapes("production")[0][0]
     assert (prod.topk, prod.block_size, prod.extra_topk, prod.extra_block_size) == (128, 256, 512, 64)
+    # the rule's candidates by name where the production shapes are graph-replayed: its only two-scope crossover
+    timed = {}
+    for s, provs, modes, _ in sweep_shapes("production"):
+        if "graph" in modes:
+            timed.setdefault((s.batch, s.heads), set()).update(provs)
+    assert set(timed) == {(b, h) for b in (1, 2, 4, 8) for h in (64, 128)}
+    assert all(set(CROSSOVER_PROVIDERS) | {"auto", "flashmla"} <= p for p in timed.values())
     assert {s.s_q for s, *_ in sweep_shapes("s_q2")} == {2}
     warps = sweep_shapes("warps")
     assert {c["num_warps"] for *_, c in warps} == {4, 8} and {c["BLOCK_T"] for *_, c in warps} == {16}
