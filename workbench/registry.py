@@ -59,10 +59,11 @@ H32_BAND_MIN_HEAD_TOKENS_SM90 = 1 << 19  # >= 33 heads, below XCHG_BELOW_HEAD_TO
                                          # (rung 25: 6.4-14.2%) and of the A/B at 875fc90
 H32_BAND_MIN_TOPK_SM90 = 2048  # ... and at 2**18 with 2048 tokens a query (b2 h64, b1 h128 topk2048: rung 25 6-7.4%
                                # at dcff189), not with 512 (b8 h64, b4 h128 topk512: wgmma_xchg 4-8% faster)
-ONE_SPLIT_MAX_TOPK_SM90 = 512        # >= 33 heads, from XCHG_BELOW_HEAD_TOKENS: a call of one split (from
+ONE_SPLIT_MAX_TOPK_SM90 = 512        # >= 17 heads (at >= 33 from XCHG_BELOW_HEAD_TOKENS): a call of one split (from
                                      # ONE_SPLIT_MIN_QUERIES_SM90 queries) of at most 512 tokens a query runs
                                      # wgmma_f16: b128 h64 topk512 39.6-40.0 us against the 64-head block's 41.5-41.8
-                                     # in three crossover runs (1125, 1322, 1515), b128 h128 within 0.5-2.1%
+                                     # in three crossover runs (1125, 1322, 1515); b128 h128 within 0.5-2.1% then,
+                                     # 2.9% on the H100 at aa5fd52 (HOPPER_MARGINS)
 PORTABLE_WS_BELOW_HEAD_TOKENS = 1 << 18  # off Hopper, > 32 heads: below b8 topk512 (b2 topk2048) at h64, b4 topk512
                                          # at h128; then the 32-head groups (rung 25 first: the crossover at dcff189)
 PORTABLE_H32P_BELOW_HEAD_TOKENS = 1 << 19  # off Hopper, > 32 heads: below b4 topk2048 (b16 topk512) at h64 the 32-head
@@ -108,8 +109,9 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     h64 topk2048 (3.7%), wgmma_ws_h64's where wgmma_xchg is faster, and b128 h128 topk2048 (3.2%), where
     wgmma_ws_bal is faster (as at every 2048-a-query h128 shape from b32 on this H100). The H200's, at 877f643
     before the producers' L2 prefetch (data/bench_h200_20261205-1812_crossover.csv, ..._1815_heads.csv), put rung
-    24 first at b32-b64 h20-32 topk2048 by 4-9% and rung 15 before rung 16 at every h128 shape: the next H200
-    crossover decides H32_WS_MIN_TOKENS_SM90 and the h128 pick there. ``tokens`` is the
+    24 first at b32-b64 h20-32 topk2048 by 4-9% and rung 15 before rung 16 at every h128 shape of 2048 tokens a
+    query from b2 (by 1.0-1.6% from b32): the next H200 crossover decides H32_WS_MIN_TOKENS_SM90 and the h128 pick
+    there. ``tokens`` is the
     call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
