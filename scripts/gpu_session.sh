@@ -3,6 +3,7 @@
 # Compute profiles, on any CUDA GPU (the H200 the tables in data/ come from, or an sm_120 RTX PRO 6000 / RTX 5090).
 # Results go to $OUT; publish them into data/ afterwards (publish names them after the GPU their rows record).
 # Usage (device tool, carry .whl; .golden optional): WORKBENCH_COMMIT=<sha> bash scripts/gpu_session.sh [sweep ...]
+#   A sweep name workbench.bench.sweeps does not know stops the call at once (exit 2), with the names there are.
 #   Off Hopper: the first lines say whether FlashMLA runs here (sm_90 only; where it does not, one line says why,
 #   and its bench rows are skipped and the check table's flashmla_* columns empty, with that reason) and which
 #   kernels do not run on this GPU (the Gluon wgmma rungs: sm_90 only), which check and compute-sanitizer leave out
@@ -52,6 +53,10 @@
 #   shape under Nsight Compute (ncu_cluster_probe_<variant>.txt).
 set -uo pipefail
 SWEEPS="${*:-smoke}"
+# a misspelt sweep stops the call here, before the check, the sanitizers and the sweeps ahead of it spend device time
+UNKNOWN=$(python3 -c 'import sys; from workbench.bench.sweeps import SWEEPS as K; print(" ".join(s for s in sys.argv[1:] if s not in K) + "|" + " ".join(K))' $SWEEPS) \
+  || { echo "could not read the sweep names from workbench.bench.sweeps"; exit 2; }
+if [ -n "${UNKNOWN%%|*}" ]; then echo "sweeps: ${UNKNOWN%%|*}: not a sweep (the sweeps: ${UNKNOWN#*|}); nothing ran"; exit 2; fi
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 BUNDLE_TO=""
 checkpoint() {  # BUNDLE=1: every file so far into $BUNDLE_TO/bundle.tgz (replaced whole, never half-written)

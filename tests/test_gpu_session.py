@@ -353,3 +353,13 @@ def test_a_killed_call_still_returns_the_bundle_of_the_steps_before(tmp_path):
     with tarfile.open(out / "bundle.tgz") as t:
         names = set(t.getnames())
     assert {"./explore.csv", "./explore.log"} <= names and "./baseline/explore.csv" not in names, names
+
+
+def test_a_misspelt_sweep_stops_the_call_before_anything_runs(tmp_path):
+    """A sweep name the bench does not know (`sq2` for `s_q2`, as one call had it) is said at once with the names
+    there are, exit 2, before the check or any sweep spends the call's device time."""
+    r = _run_session(tmp_path, "NVIDIA H200:90", "headline", "sq2", check=False, SKIP_SANITIZE="1")
+    assert r.returncode == 2, r.stdout[-2000:]
+    assert "sweeps: sq2: not a sweep" in r.stdout and "s_q2" in r.stdout
+    assert not (tmp_path / "calls.log").exists()
+
