@@ -3,7 +3,8 @@
 # Compute profiles, on any CUDA GPU (the H200 the tables in data/ come from, or an sm_120 RTX PRO 6000 / RTX 5090).
 # Results go to $OUT; publish them into data/ afterwards (publish names them after the GPU their rows record).
 # Usage (device tool, carry .whl; .golden optional): WORKBENCH_COMMIT=<sha> bash scripts/gpu_session.sh [sweep ...]
-#   A sweep name workbench.bench.sweeps does not know stops the call at once (exit 2), with the names there are.
+#   A sweep name workbench.bench.sweeps does not know stops the call before its first step (exit 2), with the
+#   names there are.
 #   Off Hopper: the first lines say whether FlashMLA runs here (sm_90 only; where it does not, one line says why,
 #   and its bench rows are skipped and the check table's flashmla_* columns empty, with that reason) and which
 #   kernels do not run on this GPU (the Gluon wgmma rungs: sm_90 only), which check and compute-sanitizer leave out
@@ -53,10 +54,6 @@
 #   shape under Nsight Compute (ncu_cluster_probe_<variant>.txt).
 set -uo pipefail
 SWEEPS="${*:-smoke}"
-# a misspelt sweep stops the call here, before the check, the sanitizers and the sweeps ahead of it spend device time
-UNKNOWN=$(python3 -c 'import sys; from workbench.bench.sweeps import SWEEPS as K; print(" ".join(s for s in sys.argv[1:] if s not in K) + "|" + " ".join(K))' $SWEEPS) \
-  || { echo "could not read the sweep names from workbench.bench.sweeps"; exit 2; }
-if [ -n "${UNKNOWN%%|*}" ]; then echo "sweeps: ${UNKNOWN%%|*}: not a sweep (the sweeps: ${UNKNOWN#*|}); nothing ran"; exit 2; fi
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 BUNDLE_TO=""
 checkpoint() {  # BUNDLE=1: every file so far into $BUNDLE_TO/bundle.tgz (replaced whole, never half-written)
@@ -115,9 +112,14 @@ from workbench.__main__ import gpu_slug
 from workbench.gpu_check import case_impls, checked_impls
 from workbench.bench.providers import flashmla_line
 from workbench.lab.resources import gluon_archs, is_gluon, lab_kernels
-from workbench.bench.sweeps import sweep_shapes
+from workbench.bench.sweeps import SWEEPS, sweep_shapes
 from workbench.lab.targets import target_for_capability
 
+# a misspelt sweep stops the call after this block, before the check, the sanitizers and the sweeps ahead of it
+# spend device time
+unknown = [s for s in sys.argv[2:] if s not in SWEEPS]
+if unknown:
+    print(f"sweeps: {' '.join(unknown)}: not a sweep (the sweeps: {' '.join(SWEEPS)}); nothing ran")
 print(flashmla_line())
 arch, tag = None, "cpu"
 if torch.cuda.is_available():
@@ -133,22 +135,20 @@ if not_here:
     print(f"kernels: {' '.join(not_here)} do not run on this GPU ({arch}; Gluon kernels written for "
           f"{', '.join(sorted({a for k in not_here for a in gluon_archs(lab[k])}))}): check and compute-sanitizer "
           f"leave them out unless CHECK_IMPLS / SANITIZE_IMPLS name them")
-    for sweep in sys.argv[2:]:
-        try:
-            timed = {p for _, providers, _, _ in sweep_shapes(sweep) for p in providers}
-        except ValueError:
-            continue  # the bench says what it makes of an unknown sweep
+    for sweep in (s for s in sys.argv[2:] if s not in unknown):
+        timed = {p for _, providers, _, _ in sweep_shapes(sweep) for p in providers}
         if timed & set(not_here):
             print(f"bench {sweep}: times {' '.join(sorted(timed & set(not_here)))}, which raise on {arch}: the sweep "
                   f"stops at the first of them, keeping the rows before it (the bench skips only a provider that "
                   f"says it cannot run)")
-values = dict(GPU_TAG=tag, NOT_HERE=" ".join(not_here),
+values = dict(GPU_TAG=tag, NOT_HERE=" ".join(not_here), UNKNOWN_SWEEPS=" ".join(unknown),
               HERE_IMPLS=" ".join(k for k in case_impls() if k not in not_here),
               HERE_KERNELS=" ".join(k for k in checked_impls() if k not in not_here))
 with open(sys.argv[1], "w") as f:
     f.writelines(f"{k}={shlex.quote(v)}\n" for k, v in values.items())
 PY
 . "$SESSION_ENV"; rm -f "$SESSION_ENV"
+[ -n "${UNKNOWN_SWEEPS:-}" ] && exit 2  # said above
 CHECK_IMPLS="${CHECK_IMPLS:-${NOT_HERE:+$HERE_IMPLS}}"  # off Hopper: the kernels that run here (and auto)
 rc=0
 # --force on check and bench: $OUT collects every step's files, and tee has made each step's log there first

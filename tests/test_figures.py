@@ -667,6 +667,16 @@ def test_default_kernel_labels():
     assert "auto" in figures.PROVIDER_ORDER and "auto" in figures.PROVIDER_COLORS
 
 
+def test_default_kernel_rows_leave_out_the_rungs_the_production_sweep_times_by_name():
+    """The production sweep also times every crossover rung by name (for the two-scope rule): notebook 04's figures
+    draw only the default, FlashMLA and the floors of it."""
+    from workbench.bench.sweeps import CROSSOVER_PROVIDERS
+    provs = CROSSOVER_PROVIDERS + ("auto", "flashmla", "gather_fine")
+    # auto_portable records the rung it resolved to, as auto does; the rungs by name their own
+    df = pd.DataFrame(dict(provider=provs, kernel=[("portable_ws" if p.startswith("auto") else p) for p in provs]))
+    assert sorted(figures.default_kernel_rows(df).provider) == ["auto", "flashmla", "gather_fine"]
+
+
 def test_ladder_figure_draws_every_rung_and_the_reference_lines(bench):
     times, rungs = _ladder_times(bench)
     fig = plots_ladder.fig_ladder(times, [("h16", "b64 h16")], rungs, default="wgmma")

@@ -53,12 +53,8 @@ def fig_time_vs_batch(rows, *, mode: str, batches=None):
 
 
 def fig_production(rows, panels, *, batches=None):
-    """Rows: timing mode (graph, eager); columns: the given (sweep, heads, title) panels. The default, FlashMLA and
-    the floors: the rungs the production sweep also times by name (for the rule) are left out."""
+    """Rows: timing mode (graph, eager); columns: the given (sweep, heads, title) panels."""
     import matplotlib.pyplot as plt
-
-    from ..bench.sweeps import CROSSOVER_PROVIDERS
-    rows = rows[~rows.provider.isin(CROSSOVER_PROVIDERS)]
     batches = sorted(set(batches if batches is not None else rows["batch"]))
     modes = ["graph", "eager"]
     # wide panels: the legend of every provider (floors included) takes a fixed width on the right
