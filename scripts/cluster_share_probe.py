@@ -303,7 +303,8 @@ def probe_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, topk, o
 
     if SHARED:
         HT: gl.constexpr = BLOCK_T // 2
-        g3, w3 = _tile_layouts(HT, SCALE_BYTES, TILE)
+        g, g3, w3 = _tile_layouts(HT, SCALE_BYTES, TILE)
+        is_rope = g3 == SCALE_BYTES - 1
         _trap_unless_cluster_of_2()
         rank = _cluster_rank()
         peer = rank ^ 1
@@ -313,17 +314,17 @@ def probe_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, topk, o
         _cluster_sync()  # both CTAs' barriers initialised before any remote arrive or st.async
         idx = load_idx(idx_row, my0, end, HT, ROWS)
         words, rope, sbyte, valid = load_tile(cache_w, cache_d, cache_u8, idx, my0, end, num_tokens, stride_page,
-                                              block_size, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS,
+                                              block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS,
                                               BS_SHIFT)
         idx = load_idx(idx_row, BLOCK_T + my0, end, HT, ROWS)
         i = 0
         for t0 in range(0, end, BLOCK_T):
             buf = i % NUM_BUFS
             n_words, n_rope, n_sbyte, n_valid = load_tile(cache_w, cache_d, cache_u8, idx, t0 + BLOCK_T + my0, end,
-                                                          num_tokens, stride_page, block_size, g3, w3, D_NOPE,
+                                                          num_tokens, stride_page, block_size, g, g3, w3, D_NOPE,
                                                           DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
             idx = load_idx(idx_row, t0 + 2 * BLOCK_T + my0, end, HT, ROWS)
-            lo, hi = dequant_tile(words, rope, sbyte, g3, False)
+            lo, hi = dequant_tile(words, rope, sbyte, is_rope, False)
             # the slot is free in both CTAs once both consumers released it (a fresh barrier passes phase 1)
             _wait(bar_l + (NUM_BUFS + buf) * 8, ((i // NUM_BUFS) & 1) ^ 1, CLUSTER_SCOPE)
             if rank == 0:
@@ -345,26 +346,27 @@ def probe_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, topk, o
         _remote_arrive(bar_r + 2 * NUM_BUFS * 8, CLUSTER_SCOPE)
         _wait(bar_l + 2 * NUM_BUFS * 8, 0, CLUSTER_SCOPE)
     else:
-        g3, w3 = _tile_layouts(BLOCK_T, SCALE_BYTES, TILE)
+        g, g3, w3 = _tile_layouts(BLOCK_T, SCALE_BYTES, TILE)
+        is_rope = g3 == SCALE_BYTES - 1
         gl.thread_barrier()
         idx = load_idx(idx_row, 0, end, BLOCK_T, ROWS)
         words, rope, sbyte, valid = load_tile(cache_w, cache_d, cache_u8, idx, 0, end, num_tokens, stride_page,
-                                              block_size, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS,
+                                              block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS,
                                               BS_SHIFT)
         idx = load_idx(idx_row, BLOCK_T, end, BLOCK_T, ROWS)
         if AHEAD == 2:  # a second tile's loads in flight: tile i+2's issued before tile i is dequantised
             words2, rope2, sbyte2, valid2 = load_tile(cache_w, cache_d, cache_u8, idx, BLOCK_T, end, num_tokens,
-                                                      stride_page, block_size, g3, w3, D_NOPE, DATA_BYTES,
+                                                      stride_page, block_size, g, g3, w3, D_NOPE, DATA_BYTES,
                                                       SCALE_BYTES, W, BLOCK_T, ROWS, BS_SHIFT)
             idx = load_idx(idx_row, 2 * BLOCK_T, end, BLOCK_T, ROWS)
         i = 0
         for t0 in range(0, end, BLOCK_T):
             buf = i % NUM_BUFS
             n_words, n_rope, n_sbyte, n_valid = load_tile(cache_w, cache_d, cache_u8, idx, t0 + AHEAD * BLOCK_T, end,
-                                                          num_tokens, stride_page, block_size, g3, w3, D_NOPE,
+                                                          num_tokens, stride_page, block_size, g, g3, w3, D_NOPE,
                                                           DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS, BS_SHIFT)
             idx = load_idx(idx_row, t0 + (AHEAD + 1) * BLOCK_T, end, BLOCK_T, ROWS)
-            lo, hi = dequant_tile(words, rope, sbyte, g3, False)
+            lo, hi = dequant_tile(words, rope, sbyte, is_rope, False)
             store_tile_rows(ring.index(buf), lo, hi, 0, BLOCK_T, BLOCK_T, D)
             fence_async_shared()
             gl.thread_barrier()

@@ -193,11 +193,9 @@ def test_rung_15s_f16_loops_read_little_local_memory():
     ``.BF16``) and the producer's (gathers and f16 converts, F2FP). The two consumer loops touch no local memory.
     When the bf16 rerun loaded q in the f16 pass's layout, LLVM kept those addresses for it and the softmax and
     producer loops each reloaded a spilled value every tile (one LDL each); the rerun's own loops may still spill
-    (it is rare). The producer's loop spilled a little once it asked L2 for the next tile (5 LDL and 1 STL a
+    (it is rare). The producer's loop has spilled a little since it asks L2 for the next tile (5 LDL and 1 STL a
     tile at 112 registers, of ~710 instructions): measured so, the call took 0.92x its time at b64 h64 topk2048
-    (data/explore/README.md, the L2 prefetch), so more than that is what this test catches. Since the f16 scale
-    pairs take three instructions a group (gluon_common.f16_scale_pairs) the loop is ~650 instructions and spills
-    nothing."""
+    (data/explore/README.md, the L2 prefetch), so more than that is what this test catches."""
     code = ("import json; from workbench.lab.resources import compiled_sass\n"
             "print(json.dumps(compiled_sass('wgmma_ws_h64', 'sm_90', {'BLOCK_H': 64, 'BLOCK_T': 64, 'num_warps': 4},"
             " DIRECT=True)))")

@@ -36,13 +36,11 @@ LAYOUT_KEYS = ("D_NOPE", "D_ROPE", "TILE", "DATA_BYTES", "SCALE_BYTES")
 # (scales 2**-22..2**0: vLLM's writers give small tiles bytes 105..111, FlashMLA's quantiser 114 and up; 127 is
 # amax 448), and the rope (bf16, scaled by 2**7 in fp32 before its f16 rounding) for |rope| < 512 (exact from
 # 2**-24 up; below that, absolute errors under 2**-32). q needs no window: each head is scaled by a power of two,
-# so its products stay far inside fp32. Outside the window nothing is checked per tile: a token with a scale byte
-# outside it dequantises its group 0 to NaN (f16_scale_pairs) and a rope of 512 or more to f16 inf, so the split's
-# row sums or accumulator come out
+# so its products stay far inside fp32. Outside the window nothing is checked per tile: a scale byte outside it
+# dequantises to NaN and a rope of 512 or more to f16 inf, so the split's row sums or accumulator come out
 # non-finite, and the split runs again with bf16 operands (unscaled q), exactly as the bf16 kernel: every scale
 # byte 0..254, any rope. Non-finite data (NaN in a selected token) takes the same second pass, to FlashMLA's NaN.
 F16_MIN_SCALE_BYTE, F16_MAX_SCALE_BYTE = 105, 127
-assert F16_MAX_SCALE_BYTE == 127, "f16_scale_pairs finds the bytes above the window by their top bit"
 F16_K_SHIFT = 7
 _K_SHIFT = gl.constexpr(F16_K_SHIFT)
 F16_OUT_MULT = gl.constexpr(2.0 ** -F16_K_SHIFT)
@@ -139,31 +137,27 @@ def token_rows(page, off, stride_page, block_size, DATA_BYTES: gl.constexpr, SCA
 
 
 @gluon.jit
-def load_tile(cache_w, cache_d, cache_u8, idx, t0, end, num_tokens, stride_page, block_size, g3, w3,
+def load_tile(cache_w, cache_d, cache_u8, idx, t0, end, num_tokens, stride_page, block_size, g, g3, w3,
               D_NOPE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, W: gl.constexpr,
               BLOCK_T: gl.constexpr, ROWS: gl.constexpr, BS_SHIFT: gl.constexpr, bs_shift=0):
-    """Issue one tile's loads: (words [BLOCK_T, G, W] int32 = 4 fp8 each, rope [BLOCK_T, G, W] int64, scales
-    [BLOCK_T] int64 = each token's G scale bytes (:func:`scale_bytes`), valid [BLOCK_T]). The rope comes in the
-    words' layout, group G-1 only: two bf16 pairs each, the ones that group's outputs must become. Invalid tokens
-    load as zero, so NaN in an unselected page never enters a dot. Group G-1 of the words reads the first rope
-    bytes and the pad scale byte: both are replaced. cache_w and cache_d are the cache's bytes as int32 and int64.
-    BS_SHIFT: log2 of a power-of-two page size, BS_SHIFT_RUNTIME (power-of-two pages of log2 ``bs_shift``, a
-    runtime value: two scopes' in one launch) or -1 (any page size: divisions).
+    """Issue one tile's loads: (words [BLOCK_T, G, W] int32 = 4 fp8 each, rope [BLOCK_T, G, W] int64, scale bytes
+    [BLOCK_T, G] u8, valid [BLOCK_T]). The rope comes in the words' layout, group G-1 only: two bf16 pairs each,
+    the ones that group's outputs must become. Invalid tokens load as zero, so NaN in an unselected page never
+    enters a dot. Group G-1 of the words reads the first rope bytes and the pad scale byte: both are replaced.
+    cache_w and cache_d are the cache's bytes as int32 and int64. BS_SHIFT: log2 of a power-of-two page size,
+    BS_SHIFT_RUNTIME (power-of-two pages of log2 ``bs_shift``, a runtime value: two scopes' in one launch) or -1
+    (any page size: divisions).
     """
     valid, page, off = token_pages(idx, t0, end, num_tokens, block_size, BLOCK_T, ROWS, BS_SHIFT, bs_shift)
     row, srow = token_rows(page, off, stride_page, block_size, DATA_BYTES, SCALE_BYTES)
     row3 = gl.expand_dims(gl.expand_dims(row // 4, 1), 2)
     v3 = gl.expand_dims(gl.expand_dims(valid, 1), 2)
     words = gl.load(cache_w + row3 + g3 * W + w3, mask=v3, other=0)
-    # a token's 8 scale bytes (one 8-byte load), held as one int64 word: LLVM folds the shifts into the loaded
-    # register pair (an int64 load compiled to the same load, but ptxas then spilled in rung 15's producer loop).
-    # A masked token's are in-window, so its zero words dequantise to 0
-    g2 = gl.expand_dims(gl.arange(0, SCALE_BYTES, layout=gl.SliceLayout(0, gl.SliceLayout(2, g3.type.layout))), 0)
-    sbyte = gl.load(cache_u8 + gl.expand_dims(srow, 1) + g2, mask=gl.expand_dims(valid, 1), other=_F16_LO)
-    scales = gl.sum(sbyte.to(gl.int64) << (8 * g2).to(gl.int64), axis=1)
+    sbyte = gl.load(cache_u8 + gl.expand_dims(srow, 1) + gl.expand_dims(g, 0), mask=gl.expand_dims(valid, 1),
+                    other=_F16_LO)  # a masked token's zero words times an in-window scale: 0 in both dequants
     rrow3 = gl.expand_dims(gl.expand_dims((row + D_NOPE) // 8, 1), 2)
     rope = gl.load(cache_d + rrow3 + w3, mask=v3 & (g3 == SCALE_BYTES - 1), other=0)
-    return words, rope, scales, valid
+    return words, rope, sbyte, valid
 
 
 # the four lanes of a token (the producer layout's lanes 4t..4t+3) ask L2 for its data bytes' lines (576 bytes touch
@@ -214,18 +208,10 @@ _DEQUANT_ASM = gl.constexpr(e4m3_bf16x2_asm("$3", "$3"))
 
 
 @gluon.jit
-def scale_bytes(scales, g3):
-    """scales [BLOCK_T] int64 (a token's G scale bytes, :func:`load_tile`) -> [BLOCK_T, G, 1] int32, the byte of
-    each group g3 [1, G, 1]: each thread holds its tokens' groups, so every shift is a constant."""
-    s3 = gl.expand_dims(gl.expand_dims(scales, 1), 2)
-    word = gl.where(g3 < 4, s3.to(gl.int32), (s3 >> 32).to(gl.int32))
-    return (word >> (8 * (g3 % 4))) & 0xFF
-
-
-@gluon.jit
-def bf16_scale_pairs(e):
-    """Scale bytes e (int32 0..255, :func:`scale_bytes`) -> int32 words holding the bf16 of 2**(e-127) twice, for
-    every byte 0..254 (byte 0 as the bf16 subnormal 0x0040)."""
+def bf16_scale_pairs(sbyte):
+    """Scale bytes [BLOCK_T, G] u8 -> int32 words holding the bf16 of 2**(e-127) twice, for every byte 0..254
+    (byte 0 as the bf16 subnormal 0x0040)."""
+    e = sbyte.to(gl.int32)
     return gl.where(e == 0, 0x0040, e << 7) * 65537
 
 
@@ -239,9 +225,7 @@ def dequant_words(words, sc):
 
 
 _F16_LO = gl.constexpr(F16_MIN_SCALE_BYTE)  # 2**-22 * 2**7 = 2**-15: f16's subnormal 0x0200
-_F16_LO_WORD = gl.constexpr(F16_MIN_SCALE_BYTE * 0x01010101)  # the window's bottom in each byte of a word
-_TOP_BITS = gl.constexpr(0x80808080 - (1 << 32))  # each byte's top bit, as an int32
-_TOP_BITS_NO_PAD = gl.constexpr(0x00808080)       # ... but the last byte's, the pad after 7 scale bytes
+_F16_HI = gl.constexpr(F16_MAX_SCALE_BYTE)
 _DEQUANT_F16_ASM = gl.constexpr("""{
     .reg .b16 l, h;
     .reg .b32 a, b;
@@ -270,28 +254,13 @@ _BF16X4_F16_ASM = gl.constexpr("""{
 
 
 @gluon.jit
-def f16_scale_pairs(scales, g3):
-    """scales [BLOCK_T] int64 (:func:`load_tile`), g3 [1, G, 1] -> [BLOCK_T, G, 1] int32 words holding the f16 of
-    2**(e - 127 + F16_K_SHIFT) twice for each group's scale byte e, exact for the window [105, 127]. A token with
-    any scale byte outside it gets NaN for group 0, so that its split's result comes out non-finite (masked tokens
-    load in-window bytes and zero words); its other groups' pairs are then of no account.
-
-    Three integer instructions a pair (extract, multiply-add, max) and a few a token for the window, where testing
-    each byte took eight a pair: the window is tested on the two words at once, a byte per lane of the word (SWAR,
-    tests/test_f16_window.py checks it against every byte on the CPU). For w - 0x69696969 (105 in each byte), a
-    byte below 105 (with every byte below 128) borrows into its own top bit, and ``& ~w`` keeps that bit only
-    where the byte's own top bit was clear: some byte is below 105 exactly when a top bit survives; ``| w`` adds
-    the bytes of 128 and up. Byte 7 is the rope group's pad, not a scale."""
-    gl.static_assert(g3.shape[1] == 8, "f16_scale_pairs' window test is for MODEL1's 8 scale bytes a token")
-    lo = scales.to(gl.int32)
-    hi = (scales >> 32).to(gl.int32)
-    out = (((lo - _F16_LO_WORD) & ~lo) | lo) & _TOP_BITS
-    out |= (((hi - _F16_LO_WORD) & ~hi) | hi) & _TOP_BITS_NO_PAD
-    bad = gl.expand_dims(gl.expand_dims(out != 0, 1), 2)
-    # f16's exponent field e - 120 + 15 in both halves; e = 105 is the subnormal 2**-15 (0x0200), which the
-    # max gives (in-window e >= 106 give 0x0400 and up); below 105 the words are negative, and poisoned below
-    pair = gl.maximum((scale_bytes(scales, g3) - _F16_LO) * 0x04000400, 0x02000200)
-    return gl.where(bad & (g3 == 0), 0x7E007E00, pair)
+def f16_scale_pairs(sbyte):
+    """Scale bytes [BLOCK_T, G] u8 -> int32 words holding the f16 of 2**(e - 127 + F16_K_SHIFT) twice, for e in
+    the window [105, 127]; NaN for every other byte, so that a valid token outside the window makes its split's
+    result non-finite (masked tokens load an in-window byte and zero words)."""
+    e = sbyte.to(gl.int32)
+    bits = gl.where(e > _F16_LO, (e - _F16_LO) << 10, 0x200)  # f16's exponent field: e - 120 + 15
+    return gl.where((e < _F16_LO) | (e > _F16_HI), 0x7E00, bits) * 65537
 
 
 @gluon.jit
@@ -313,13 +282,13 @@ def bf16x4_to_f16(rope):
 
 @gluon.jit
 def _tile_layouts(BLOCK_T: gl.constexpr, SCALE_BYTES: gl.constexpr, TILE: gl.constexpr):
-    """(g3 [1, G, 1], w3 [1, 1, W]) of a [BLOCK_T, G, W] tile of raw words in the producer's layout: 4
+    """(g [G], g3 [1, G, 1], w3 [1, 1, W]) of a [BLOCK_T, G, W] tile of raw words in the producer's layout: 4
     lanes share a token, each 16 B of every group (G = SCALE_BYTES groups of W = TILE/4 words)."""
     L3: gl.constexpr = gl.BlockedLayout([1, 8, 4], [8, 1, 4], [gl.num_warps(), 1, 1], [2, 1, 0])
     g = gl.arange(0, SCALE_BYTES, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))
     g3 = gl.expand_dims(gl.expand_dims(g, 0), 2)
     w3 = gl.expand_dims(gl.expand_dims(gl.arange(0, TILE // 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
-    return g3, w3
+    return g, g3, w3
 
 
 @gluon.constexpr_function
@@ -329,19 +298,18 @@ def _rows_layout(num_warps):
 
 
 @gluon.jit
-def dequant_tile(words, rope, scales, g3, F16: gl.constexpr, LEAVE_OUT: gl.constexpr = 0):
-    """A gathered tile's words (:func:`load_tile`; g3 [1, G, 1] the group of each) -> (lo, hi) int32 words of
-    16-bit pairs (f16 with F16, else bf16), the rope in the last group's words."""
-    is_rope = g3 == g3.shape[1] - 1
+def dequant_tile(words, rope, sbyte, is_rope, F16: gl.constexpr, LEAVE_OUT: gl.constexpr = 0):
+    """A gathered tile's words -> (lo, hi) int32 words of 16-bit pairs (f16 with F16, else bf16), the rope in the
+    last group's words."""
     if LEAVE_OUT & 2:  # no dequant: f16 1.0 or 0 in every half
         lo = words & 0x3C003C00
         hi = lo
     else:
         if F16:
-            lo, hi = dequant_words_f16(words, f16_scale_pairs(scales, g3))
+            lo, hi = dequant_words_f16(words, gl.expand_dims(f16_scale_pairs(sbyte), 2))
             rlo, rhi = bf16x4_to_f16(rope)
         else:
-            lo, hi = dequant_words(words, bf16_scale_pairs(scale_bytes(scales, g3)))
+            lo, hi = dequant_words(words, gl.expand_dims(bf16_scale_pairs(sbyte), 2))
             rlo = rope.to(gl.int32)
             rhi = (rope >> 32).to(gl.int32)
         lo = gl.where(is_rope, rlo, lo)
@@ -372,13 +340,14 @@ def produce_k_tiles(k_smem, valid_smem, full, empty, cache_u8, stride_page, bloc
     D: gl.constexpr = D_NOPE + D_ROPE
     ROWS: gl.constexpr = _rows_layout(gl.num_warps())
     W: gl.constexpr = TILE // 4
-    g3, w3 = _tile_layouts(BLOCK_T, SCALE_BYTES, TILE)
+    g, g3, w3 = _tile_layouts(BLOCK_T, SCALE_BYTES, TILE)
     cache_w = cache_u8.to(gl.pointer_type(gl.int32), bitcast=True)
     cache_d = cache_u8.to(gl.pointer_type(gl.int64), bitcast=True)
+    is_rope = g3 == SCALE_BYTES - 1
 
     idx = load_idx(idx_row, start, end, BLOCK_T, ROWS)
-    words, rope, scales, valid = load_tile(cache_w, cache_d, cache_u8, idx, start, end, num_tokens, stride_page,
-                                          block_size, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS,
+    words, rope, sbyte, valid = load_tile(cache_w, cache_d, cache_u8, idx, start, end, num_tokens, stride_page,
+                                          block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS,
                                           BS_SHIFT)
     idx = load_idx(idx_row, start + BLOCK_T, end, BLOCK_T, ROWS)
     p_idx = load_idx(idx_row, start + 2 * BLOCK_T, end, BLOCK_T, ROWS)  # the tile after, asked of L2 a tile early
@@ -386,16 +355,16 @@ def produce_k_tiles(k_smem, valid_smem, full, empty, cache_u8, stride_page, bloc
     for t0 in range(start, end, BLOCK_T):
         buf = i % NUM_BUFS
         if LEAVE_OUT & 1:  # no loads: every tile reuses the first tile's bytes
-            n_words, n_rope, n_scales, n_valid = words, rope, scales, valid
+            n_words, n_rope, n_sbyte, n_valid = words, rope, sbyte, valid
         else:
-            n_words, n_rope, n_scales, n_valid = load_tile(cache_w, cache_d, cache_u8, idx, t0 + BLOCK_T, end,
-                                                          num_tokens, stride_page, block_size, g3, w3, D_NOPE,
+            n_words, n_rope, n_sbyte, n_valid = load_tile(cache_w, cache_d, cache_u8, idx, t0 + BLOCK_T, end,
+                                                          num_tokens, stride_page, block_size, g, g3, w3, D_NOPE,
                                                           DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS, BS_SHIFT)
             prefetch_tile_l2(cache_u8, p_idx, t0 + 2 * BLOCK_T, end, num_tokens, stride_page, block_size, DATA_BYTES,
                              SCALE_BYTES, BLOCK_T, ROWS, BS_SHIFT)
             idx = p_idx
             p_idx = load_idx(idx_row, t0 + 3 * BLOCK_T, end, BLOCK_T, ROWS)
-        lo, hi = dequant_tile(words, rope, scales, g3, F16, LEAVE_OUT)
+        lo, hi = dequant_tile(words, rope, sbyte, is_rope, F16, LEAVE_OUT)
         # a fresh barrier counts as completed in phase 1, so each slot's first wait passes
         mbarrier.wait(empty.index(buf), ((i // NUM_BUFS) & 1) ^ 1)
         store_tile_rows(k_smem.index(buf), lo, hi, 0, BLOCK_T, BLOCK_T, D)
@@ -403,7 +372,7 @@ def produce_k_tiles(k_smem, valid_smem, full, empty, cache_u8, stride_page, bloc
         fence_async_shared()  # the generic stores before the consumer's wgmma reads the slot
         gl.thread_barrier()   # every producer warp's part of the tile before the one arrive
         mbarrier.arrive(full.index(buf))
-        words, rope, scales, valid = n_words, n_rope, n_scales, n_valid
+        words, rope, sbyte, valid = n_words, n_rope, n_sbyte, n_valid
         i += 1
 
 
@@ -422,17 +391,18 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
     HT: gl.constexpr = BLOCK_T // 2
     ROWS: gl.constexpr = _rows_layout(gl.num_warps())
     W: gl.constexpr = TILE // 4
-    g3, w3 = _tile_layouts(HT, SCALE_BYTES, TILE)
+    g, g3, w3 = _tile_layouts(HT, SCALE_BYTES, TILE)
     cache_w = cache_u8.to(gl.pointer_type(gl.int32), bitcast=True)
     cache_d = cache_u8.to(gl.pointer_type(gl.int64), bitcast=True)
+    is_rope = g3 == SCALE_BYTES - 1
     ia = load_idx(idx_row, start, end, HT, ROWS)
     ib = load_idx(idx_row, start + HT, end, HT, ROWS)
     pa = load_idx(idx_row, start + BLOCK_T, end, HT, ROWS)  # the next tile, asked of L2 a tile early
     pb = load_idx(idx_row, start + BLOCK_T + HT, end, HT, ROWS)
     if LEAVE_OUT & 1:  # no loads: every tile reuses the first tile's bytes
-        first_a = load_tile(cache_w, cache_d, cache_u8, ia, start, end, num_tokens, stride_page, block_size, g3,
+        first_a = load_tile(cache_w, cache_d, cache_u8, ia, start, end, num_tokens, stride_page, block_size, g, g3,
                             w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
-        first_b = load_tile(cache_w, cache_d, cache_u8, ib, start + HT, end, num_tokens, stride_page, block_size,
+        first_b = load_tile(cache_w, cache_d, cache_u8, ib, start + HT, end, num_tokens, stride_page, block_size, g,
                             g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
     i = 0
     for t0 in range(start, end, BLOCK_T):
@@ -442,9 +412,9 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
             wb, rb, sb, vb = first_b
         else:
             wa, ra, sa, va = load_tile(cache_w, cache_d, cache_u8, ia, t0, end, num_tokens, stride_page, block_size,
-                                       g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
+                                       g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
             wb, rb, sb, vb = load_tile(cache_w, cache_d, cache_u8, ib, t0 + HT, end, num_tokens, stride_page,
-                                       block_size, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
+                                       block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
             prefetch_tile_l2(cache_u8, pa, t0 + BLOCK_T, end, num_tokens, stride_page, block_size, DATA_BYTES,
                              SCALE_BYTES, HT, ROWS, BS_SHIFT)
             prefetch_tile_l2(cache_u8, pb, t0 + BLOCK_T + HT, end, num_tokens, stride_page, block_size, DATA_BYTES,
@@ -455,12 +425,12 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
             pb = load_idx(idx_row, t0 + 2 * BLOCK_T + HT, end, HT, ROWS)
         # a fresh barrier counts as completed in phase 1, so each slot's first wait passes
         mbarrier.wait(empty.index(buf), ((i // NUM_BUFS) & 1) ^ 1)
-        lo, hi = dequant_tile(wa, ra, sa, g3, F16, LEAVE_OUT)
+        lo, hi = dequant_tile(wa, ra, sa, is_rope, F16, LEAVE_OUT)
         if HALF_SLOTS:
             store_tile_rows(k_smem.index(2 * buf), lo, hi, 0, HT, HT, D)
         else:
             store_tile_rows(k_smem.index(buf), lo, hi, 0, HT, BLOCK_T, D)
-        lo, hi = dequant_tile(wb, rb, sb, g3, F16, LEAVE_OUT)
+        lo, hi = dequant_tile(wb, rb, sb, is_rope, F16, LEAVE_OUT)
         if HALF_SLOTS:
             store_tile_rows(k_smem.index(2 * buf + 1), lo, hi, 0, HT, HT, D)
         else:

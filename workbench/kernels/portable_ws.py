@@ -355,24 +355,25 @@ def _producer(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size
     w3 = gl.expand_dims(gl.expand_dims(gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
     cache_w = cache_u8.to(gl.pointer_type(gl.int32), bitcast=True)
     cache_d = cache_u8.to(gl.pointer_type(gl.int64), bitcast=True)
+    is_rope = g3 == G - 1
 
     idx = load_idx(idx_row, start, end, BLOCK_T, ROWS)
-    words, rope, scales, valid = load_tile(cache_w, cache_d, cache_u8, idx, start, end, num_tokens, stride_page,
-                                          block_size, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS,
+    words, rope, sbyte, valid = load_tile(cache_w, cache_d, cache_u8, idx, start, end, num_tokens, stride_page,
+                                          block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS,
                                           BS_SHIFT)
     idx = load_idx(idx_row, start + BLOCK_T, end, BLOCK_T, ROWS)
     i = 0
     for t0 in range(start, end, BLOCK_T):
         buf = i % NUM_BUFS
         # the next tile's gathers are in flight while this one is dequantised and waits for its slot
-        n_words, n_rope, n_scales, n_valid = load_tile(cache_w, cache_d, cache_u8, idx, t0 + BLOCK_T, end, num_tokens,
-                                                      stride_page, block_size, g3, w3, D_NOPE, DATA_BYTES,
+        n_words, n_rope, n_sbyte, n_valid = load_tile(cache_w, cache_d, cache_u8, idx, t0 + BLOCK_T, end, num_tokens,
+                                                      stride_page, block_size, g, g3, w3, D_NOPE, DATA_BYTES,
                                                       SCALE_BYTES, W, BLOCK_T, ROWS, BS_SHIFT)
         idx = load_idx(idx_row, t0 + 2 * BLOCK_T, end, BLOCK_T, ROWS)
         # a fresh barrier counts as completed in phase 1, so each slot's first wait passes. The dequant follows the
         # wait, so that its 64 words a thread need not be live beside the next tile's 32 across it (spills at 96)
         mbarrier.wait(empty.index(buf), ((i // NUM_BUFS) & 1) ^ 1)
-        lo, hi = dequant_tile(words, rope, scales, g3, F16)  # the rope's pairs in the last group
+        lo, hi = dequant_tile(words, rope, sbyte, is_rope, F16)  # the rope's pairs in the last group
         kw = gl.join(lo, hi)                                     # [BLOCK_T, G, W, 2] int32: 16-bit pairs
         if len(k_smem.shape) == 3:   # slots [BLOCK_T, D]
             k_smem.index(buf)._reinterpret(gl.int32, [BLOCK_T, D // 2], KW).store(gl.reshape(kw, [BLOCK_T, D // 2]))
@@ -382,7 +383,7 @@ def _producer(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size
         valid_smem.index(buf).store(valid.to(gl.int8))
         gl.thread_barrier()   # every producer warp's part of the tile before the one arrive
         mbarrier.arrive(full.index(buf))
-        words, rope, scales, valid = n_words, n_rope, n_scales, n_valid
+        words, rope, sbyte, valid = n_words, n_rope, n_sbyte, n_valid
         i += 1
 
 

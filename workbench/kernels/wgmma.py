@@ -41,8 +41,8 @@ from .common import cdiv, head_group, launch, scope_args, split_args
 from .configs import TiledConfig
 from .gluon_common import (F16_OUT_MULT, bf16_scale_pairs, bf16x4_to_f16, cache_constexprs, dequant_words,
                            dequant_words_f16, epilogue_args, f16_scale_pairs, launch_dependents, load_idx, load_q, load_tile,
-                           not_finite, page_shift, qk_scale, require_sm90, scale_bytes, scale_q_per_head, softmax_step,
-                           store_partial, two_scope_constexprs)
+                           not_finite, page_shift, qk_scale, require_sm90, scale_q_per_head, softmax_step, store_partial,
+                           two_scope_constexprs)
 
 ALLOWED = dict(BLOCK_H=(16, 32, 64), BLOCK_T=(64,), num_warps=(8,), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=bh, BLOCK_T=64, num_warps=8) for bh in ALLOWED["BLOCK_H"]]
@@ -246,8 +246,8 @@ def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, q_row, strid
 
     # software pipeline: indices two tiles ahead, bytes one tile ahead of the tile being dequantised
     idx = load_idx(idx_row, start, end, BLOCK_T, ROWS)
-    words, rope, scales, valid = load_tile(cache_w, cache_d, cache_u8, idx, start, end, num_tokens, stride_page,
-                                          block_size, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS,
+    words, rope, sbyte, valid = load_tile(cache_w, cache_d, cache_u8, idx, start, end, num_tokens, stride_page,
+                                          block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, BLOCK_T, ROWS,
                                           BS_SHIFT, bs_shift)
     idx = load_idx(idx_row, start + BLOCK_T, end, BLOCK_T, ROWS)
     # q while the first tile's bytes are in flight; stored before the loop's first barrier, which the QK follows
@@ -270,9 +270,9 @@ def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, q_row, strid
             lo = words & 0x3C003C00
             hi = lo
         elif F16:
-            lo, hi = dequant_words_f16(words, f16_scale_pairs(scales, g3))
+            lo, hi = dequant_words_f16(words, gl.expand_dims(f16_scale_pairs(sbyte), 2))
         else:
-            lo, hi = dequant_words(words, bf16_scale_pairs(scale_bytes(scales, g3)))
+            lo, hi = dequant_words(words, gl.expand_dims(bf16_scale_pairs(sbyte), 2))
         kb = k_smem.index(buf)
         if K_BUFFERS == 1:  # the last PV still reads the one buffer
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
@@ -293,8 +293,8 @@ def attend(q_smem, k_smem, p_smem, pt_smem, valid_smem, alpha_smem, q_row, strid
         valid_smem.store(valid.to(gl.int8))  # read back in the softmax's layout after the barrier below
         # the next tile's gathers are in flight during this tile's MMAs and softmax
         if not LEAVE_OUT & 1:  # (no loads: every tile reuses the first tile's bytes)
-            words, rope, scales, valid = load_tile(cache_w, cache_d, cache_u8, idx, t0 + BLOCK_T, end, num_tokens,
-                                                  stride_page, block_size, g3, w3, D_NOPE, DATA_BYTES,
+            words, rope, sbyte, valid = load_tile(cache_w, cache_d, cache_u8, idx, t0 + BLOCK_T, end, num_tokens,
+                                                  stride_page, block_size, g, g3, w3, D_NOPE, DATA_BYTES,
                                                   SCALE_BYTES, W, BLOCK_T, ROWS, BS_SHIFT, bs_shift)
             idx = load_idx(idx_row, t0 + 2 * BLOCK_T, end, BLOCK_T, ROWS)
         fence_async_shared()
