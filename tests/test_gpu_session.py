@@ -362,4 +362,3 @@ def test_a_misspelt_sweep_stops_the_call_before_anything_runs(tmp_path):
     assert r.returncode == 2, r.stdout[-2000:]
     assert "sweeps: sq2: not a sweep" in r.stdout and "s_q2" in r.stdout
     assert not (tmp_path / "calls.log").exists()
-
