@@ -187,7 +187,8 @@ def test_rung_16_keeps_its_wgmmas_pipelined():
     assert depbar < hgmma // 4, f"{depbar} DEPBAR for {hgmma} HGMMA: ptxas serialised the wgmmas"
 
 
-def test_rung_15s_f16_loops_read_little_local_memory():
+@pytest.mark.parametrize("pf_ahead", [1, 2], ids=["one_head_group", "two_head_groups"])
+def test_rung_15s_f16_loops_read_little_local_memory(pf_ahead):
     """Rung 15 (wgmma_ws_h64) runs its f16 pass in three loops, one a partition (sm_90 SASS, innermost loops of
     ``workbench.lab.sass_loops``): the PV warpgroup's and the softmax warpgroup's (f16 HGMMA: ``.F32`` without
     ``.BF16``) and the producer's (gathers and f16 converts, F2FP). The two consumer loops touch no local memory.
@@ -195,10 +196,12 @@ def test_rung_15s_f16_loops_read_little_local_memory():
     producer loops each reloaded a spilled value every tile (one LDL each); the rerun's own loops may still spill
     (it is rare). The producer's loop has spilled a little since it asks L2 for the next tile (5 LDL and 1 STL a
     tile at 112 registers, of ~710 instructions): measured so, the call took 0.92x its time at b64 h64 topk2048
-    (data/explore/README.md, the L2 prefetch), so more than that is what this test catches."""
+    (data/explore/README.md, the L2 prefetch), so more than that is what this test catches. Both builds the launcher
+    picks (wgmma_ws_h64.prefetch_ahead: L2 asked one tile ahead, or two at more than one head group; the second
+    reloads 2 and stores 1 a tile in the lab) are checked."""
     code = ("import json; from workbench.lab.resources import compiled_sass\n"
             "print(json.dumps(compiled_sass('wgmma_ws_h64', 'sm_90', {'BLOCK_H': 64, 'BLOCK_T': 64, 'num_warps': 4},"
-            " DIRECT=True)))")
+            f" DIRECT=True, PF_AHEAD={pf_ahead})))")
     from workbench.lab import sass_loops
     sass = json.loads(without_interpreter(code).splitlines()[-1])
 
@@ -219,17 +222,21 @@ def test_rung_15s_f16_loops_read_little_local_memory():
     assert producer.count("LDL") <= 5 and producer.count("STL") <= 1, (producer.count("LDL"), producer.count("STL"))
 
 
-@pytest.mark.parametrize("kernel,cfg,halves", [("wgmma_ws", WS, 1), ("wgmma_ws_h64", {"BLOCK_H": 64, "BLOCK_T": 64,
-                                                                                    "num_warps": 4}, 2)],
-                         ids=["rung_13", "rung_15"])
-def test_each_producer_loop_issues_its_l2_prefetches(kernel, cfg, halves):
+H64 = {"BLOCK_H": 64, "BLOCK_T": 64, "num_warps": 4}
+
+
+@pytest.mark.parametrize("kernel,cfg,halves,more", [("wgmma_ws", WS, 1, {}), ("wgmma_ws_h64", H64, 2, {}),
+                                                    ("wgmma_ws_h64", H64, 2, {"PF_AHEAD": 2})],
+                         ids=["rung_13", "rung_15", "rung_15_two_tiles_ahead"])
+def test_each_producer_loop_issues_its_l2_prefetches(kernel, cfg, halves, more):
     """sm_90 SASS of each pass's producer loop (the loops with gathers, LDG, and no HGMMA) of the two warp-specialised
     defaults: the four per-thread L2 prefetches of gluon_common.prefetch_tile_l2 (``CCTL.E.PF2``, PTX
     ``prefetch.global.L2``) a tile of BLOCK_T tokens or of each half of one, and no bulk prefetch (``UBLKPF``: its
     address is uniform, and ptxas walked the warp's lanes through it one at a time). It counts them: which tile they
-    ask for (a tile ahead of its gathers; rung 13, the tile after the one in flight) is the code's, not tested here."""
+    ask for (a tile ahead of its gathers; rung 13, the tile after the one in flight; rung 15 at two head groups, two
+    tiles ahead) is the code's, not tested here."""
     code = ("import json; from workbench.lab.resources import compiled_sass\n"
-            f"print(json.dumps(compiled_sass({kernel!r}, 'sm_90', {cfg!r}, DIRECT=True)))")
+            f"print(json.dumps(compiled_sass({kernel!r}, 'sm_90', {cfg!r}, DIRECT=True, **{more!r})))")
     from workbench.lab import sass_loops
     sass = json.loads(without_interpreter(code).splitlines()[-1])
     producers = [lp for lp in sass_loops.innermost(sass_loops.loops(sass))

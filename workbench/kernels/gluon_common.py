@@ -381,12 +381,15 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
                               idx_row, start, end, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr,
                               DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr,
                               BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr,
-                              LEAVE_OUT: gl.constexpr = 0, HALF_SLOTS: gl.constexpr = False):
+                              LEAVE_OUT: gl.constexpr = 0, HALF_SLOTS: gl.constexpr = False,
+                              PF_AHEAD: gl.constexpr = 1):
     """The producer partition in fewer registers (wgmma_ws_h64's 4 warps at 112): one tile of words at a time, not
     two. Each tile's gathers are issued, both halves, as soon as the previous tile is stored, and are in flight
     while the producer waits for its slot; then each half is dequantised and stored on its own, so that only half
     a tile of 16-bit words is live at once. HALF_SLOTS: k_smem is [2 * NUM_BUFS, BLOCK_T / 2, D], each half tile
-    a slot of its own (wgmma_ws_bal, whose consumers each score one half)."""
+    a slot of its own (wgmma_ws_bal, whose consumers each score one half). PF_AHEAD: L2 is asked for the tile that
+    many ahead of the one whose gathers are issued (above 1, the prefetch's indices are a stream of their own, and a
+    prologue asks for the tiles its first prefetches skip)."""
     D: gl.constexpr = D_NOPE + D_ROPE
     HT: gl.constexpr = BLOCK_T // 2
     ROWS: gl.constexpr = _rows_layout(gl.num_warps())
@@ -397,8 +400,13 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
     is_rope = g3 == SCALE_BYTES - 1
     ia = load_idx(idx_row, start, end, HT, ROWS)
     ib = load_idx(idx_row, start + HT, end, HT, ROWS)
-    pa = load_idx(idx_row, start + BLOCK_T, end, HT, ROWS)  # the next tile, asked of L2 a tile early
-    pb = load_idx(idx_row, start + BLOCK_T + HT, end, HT, ROWS)
+    for k in gl.static_range(1, PF_AHEAD):  # the tiles the loop's first prefetches skip
+        prefetch_tile_l2(cache_u8, load_idx(idx_row, start + k * BLOCK_T, end, HT, ROWS), start + k * BLOCK_T, end,
+                         num_tokens, stride_page, block_size, DATA_BYTES, SCALE_BYTES, HT, ROWS, BS_SHIFT)
+        prefetch_tile_l2(cache_u8, load_idx(idx_row, start + k * BLOCK_T + HT, end, HT, ROWS), start + k * BLOCK_T + HT,
+                         end, num_tokens, stride_page, block_size, DATA_BYTES, SCALE_BYTES, HT, ROWS, BS_SHIFT)
+    pa = load_idx(idx_row, start + PF_AHEAD * BLOCK_T, end, HT, ROWS)  # asked of L2 PF_AHEAD tiles early
+    pb = load_idx(idx_row, start + PF_AHEAD * BLOCK_T + HT, end, HT, ROWS)
     if LEAVE_OUT & 1:  # no loads: every tile reuses the first tile's bytes
         first_a = load_tile(cache_w, cache_d, cache_u8, ia, start, end, num_tokens, stride_page, block_size, g, g3,
                             w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
@@ -415,14 +423,18 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
                                        g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
             wb, rb, sb, vb = load_tile(cache_w, cache_d, cache_u8, ib, t0 + HT, end, num_tokens, stride_page,
                                        block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
-            prefetch_tile_l2(cache_u8, pa, t0 + BLOCK_T, end, num_tokens, stride_page, block_size, DATA_BYTES,
-                             SCALE_BYTES, HT, ROWS, BS_SHIFT)
-            prefetch_tile_l2(cache_u8, pb, t0 + BLOCK_T + HT, end, num_tokens, stride_page, block_size, DATA_BYTES,
-                             SCALE_BYTES, HT, ROWS, BS_SHIFT)
-            ia = pa
-            ib = pb
-            pa = load_idx(idx_row, t0 + 2 * BLOCK_T, end, HT, ROWS)
-            pb = load_idx(idx_row, t0 + 2 * BLOCK_T + HT, end, HT, ROWS)
+            prefetch_tile_l2(cache_u8, pa, t0 + PF_AHEAD * BLOCK_T, end, num_tokens, stride_page, block_size,
+                             DATA_BYTES, SCALE_BYTES, HT, ROWS, BS_SHIFT)
+            prefetch_tile_l2(cache_u8, pb, t0 + PF_AHEAD * BLOCK_T + HT, end, num_tokens, stride_page, block_size,
+                             DATA_BYTES, SCALE_BYTES, HT, ROWS, BS_SHIFT)
+            if PF_AHEAD == 1:
+                ia = pa
+                ib = pb
+            else:
+                ia = load_idx(idx_row, t0 + BLOCK_T, end, HT, ROWS)
+                ib = load_idx(idx_row, t0 + BLOCK_T + HT, end, HT, ROWS)
+            pa = load_idx(idx_row, t0 + (PF_AHEAD + 1) * BLOCK_T, end, HT, ROWS)
+            pb = load_idx(idx_row, t0 + (PF_AHEAD + 1) * BLOCK_T + HT, end, HT, ROWS)
         # a fresh barrier counts as completed in phase 1, so each slot's first wait passes
         mbarrier.wait(empty.index(buf), ((i // NUM_BUFS) & 1) ^ 1)
         lo, hi = dequant_tile(wa, ra, sa, is_rope, F16, LEAVE_OUT)

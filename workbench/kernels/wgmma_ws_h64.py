@@ -83,6 +83,8 @@ def ws_h64_partial_kernel(
     PRODUCER_WARPS: gl.constexpr,      # warps of the producer partition
     PRODUCER_REGS: gl.constexpr,       # and its registers per thread; the softmax warpgroup gets the rest
     LEAVE_OUT: gl.constexpr = 0,       # measurement only: gluon_common.LEAVE_OUT_BITS; wrong output
+    PF_AHEAD: gl.constexpr = 1,        # the producer asks L2 for the tile this many ahead of the one it gathers
+                                       # (the launcher's choice: prefetch_ahead)
     HAS_SINK: gl.constexpr = False,
     DIRECT: gl.constexpr = False,      # one split in all: write out and lse as the combine would (epilogue_args)
 ):
@@ -123,7 +125,7 @@ def ws_h64_partial_kernel(
                           q_row, stride_qh, pid_h, H, sm_scale_log2, cache_u8, stride_page, block_size, num_tokens,
                           idx_row, part_out_ptr, slot0, s_total, sink_ptr, stride_sink, D_NOPE, D_ROPE, TILE,
                           DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PV_REGS, PRODUCER_WARPS,
-                          PRODUCER_REGS, 1, LEAVE_OUT, HAS_SINK, DIRECT)
+                          PRODUCER_REGS, 1, LEAVE_OUT, HAS_SINK, DIRECT, PF_AHEAD=PF_AHEAD)
     bad = not_finite(l_i)  # a token outside the f16 window makes some row sum non-finite
     out_mult = gl.where(bad, 1.0, F16_OUT_MULT)
     if bad:  # rare: the split again with bf16 operands in the same three partitions; each rewrites its half
@@ -134,7 +136,8 @@ def ws_h64_partial_kernel(
                               full, empty, sync, start, end, q_row, stride_qh, pid_h, H, sm_scale_log2, cache_u8,
                               stride_page, block_size, num_tokens, idx_row, part_out_ptr, slot0, s_total, sink_ptr,
                               stride_sink, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT,
-                              NUM_BUFS, PV_REGS, PRODUCER_WARPS, PRODUCER_REGS, 0, LEAVE_OUT, HAS_SINK, DIRECT)
+                              NUM_BUFS, PV_REGS, PRODUCER_WARPS, PRODUCER_REGS, 0, LEAVE_OUT, HAS_SINK, DIRECT,
+                              PF_AHEAD=PF_AHEAD)
     store_half(acc, m_i, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink, BLOCK_H, D, 0,
                HAS_SINK, DIRECT)
     # the split's LSE, from the softmax warpgroup's row statistics
@@ -168,7 +171,7 @@ def _pass(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem, full, empty
           DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr,
           BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr, PV_REGS: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
           PRODUCER_REGS: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr, HAS_SINK: gl.constexpr,
-          DIRECT: gl.constexpr):
+          DIRECT: gl.constexpr, PF_AHEAD: gl.constexpr = 1):
     """One pass over the split in the three partitions (F16: the f16 pass, which also signals the combine's
     launch; else the bf16 rerun); returns the softmax warpgroup's (m_i, l_i, O[:, :D/2])."""
     D: gl.constexpr = D_NOPE + D_ROPE
@@ -181,7 +184,7 @@ def _pass(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem, full, empty
                          HAS_SINK, DIRECT)),
         (produce_k_tiles_in_halves, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens,
                                      idx_row, start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T,
-                                     BS_SHIFT, NUM_BUFS, F16, LEAVE_OUT)),
+                                     BS_SHIFT, NUM_BUFS, F16, LEAVE_OUT, False, PF_AHEAD)),
     ], [4, PRODUCER_WARPS], [PV_REGS, PRODUCER_REGS])
 
 
@@ -313,6 +316,15 @@ def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
     return TiledConfig(BLOCK_H=64, BLOCK_T=64, num_warps=4)
 
 
+def prefetch_ahead(head_groups: int) -> int:
+    """The kernel's PF_AHEAD for a call of this many 64-head groups: 2 where a query's tokens are gathered by two
+    groups' blocks or more, else 1. Measured on an H100 (same-call A/Bs, data/explore/README.md, the prefetch
+    distance): two tiles ahead took 0.94-0.97x the time at 96 and 128 heads from b16 topk2048 (b64 h128 topk2048
+    106.3 -> 101.5 us, b128 h128 0.94x; b8 h128 topk2048 1.01-1.02x), but 1.02x at b64 h64, and three tiles ahead
+    was slower than two at every shape timed. Why two groups gain and one does not is not profiled."""
+    return 2 if head_groups > 1 else 1
+
+
 def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
                           tokens_per_split, sm_scale, name, allowed=ALLOWED, config=None, maxnreg=MAXNREG,
                           switches=SWITCHES, LEAVE_OUT=0, direct=False, attn_sink=None):
@@ -320,7 +332,8 @@ def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse,
     (direct: part_out and part_lse are the call's out and lse, see gluon_common.epilogue_args).
 
     name, allowed: the registered rung's name and config table; switches: its constexprs (SWITCHES); LEAVE_OUT:
-    stages to drop, for a measurement (workbench.bench.isolate)."""
+    stages to drop, for a measurement (workbench.bench.isolate). PF_AHEAD: :func:`prefetch_ahead`'s, unless switches
+    names one (an A/B)."""
     require_sm90(q, name)
     b, s_q, h, _ = q.shape
     cfg = default_config(h, allowed) if config is None else TiledConfig.from_any(config, allowed, name)
@@ -329,6 +342,7 @@ def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse,
                       sm_scale=sm_scale)
     args.update(epilogue_args(part_lse=part_lse, direct=direct, attn_sink=attn_sink, num_splits=num_splits))
     grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
+    switches = {"PF_AHEAD": prefetch_ahead(grid[0]), **switches}
     launch(ws_h64_partial_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H,
                                              BLOCK_T=cfg.BLOCK_T, num_warps=cfg.num_warps, maxnreg=maxnreg,
                                              LEAVE_OUT=LEAVE_OUT, **switches))
