@@ -289,6 +289,19 @@ def test_scaled_case_takes_the_overrides_and_keeps_the_seed():
         cases.get("no-such-case")
 
 
+def test_a_scaled_case_is_found_by_its_id_and_a_wrong_label_is_refused():
+    """compute-sanitizer's --case takes an entry's GPU version (rung 15 asks L2 further ahead above 64 heads, which
+    only a scaled case reaches): get resolves "<id>@<label>" to the same case, and a label the entry does not have
+    is an error, not the base case."""
+    big = cases.get("h4-k37-bs69-allinvalid@h128-k2048")
+    assert big.spec["heads"] == 128 and big == cases.get("h4-k37-bs69-allinvalid").scaled()
+    assert "h4-k37-bs69-allinvalid@h128-k2048" in cases.scaled_ids()
+    assert len(cases.scaled_ids()) == len(cases.gpu_cases()) - len(cases.CATALOGUE)
+    for wrong in ("h4-k37-bs69-allinvalid@h64-k2048", f"{cases.BITWISE}@h128", "h4-k37-bs69-allinvalid@"):
+        with pytest.raises(ValueError, match="case_id"):
+            cases.get(wrong)
+
+
 def test_builder_invalid_indices_fall_on_both_sides_of_the_cache():
     c = build_case(batch=2, heads=1, topk=200, block_size=2, invalid_frac=0.5, seed=1)
     idx, n = c.main.indices.long(), c.main.cache.shape[0] * 2

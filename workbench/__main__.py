@@ -250,9 +250,10 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--sanitize", choices=checked_impls(), help="run one small case (for compute-sanitizer)")
     c.add_argument("--impls", nargs="+", choices=case_impls(), metavar="IMPL",
                    help="check only these kernels (and 'auto'); default: every kernel and 'auto'")
-    from .format.cases import SANITIZER, catalogue
-    c.add_argument("--case", default=SANITIZER, choices=[e.id for e in catalogue()], metavar="CASE_ID",
-                   help=f"with --sanitize: the catalogue entry to run (default {SANITIZER})")
+    from .format.cases import SANITIZER, catalogue, scaled_ids
+    c.add_argument("--case", default=SANITIZER, choices=[e.id for e in catalogue()] + scaled_ids(), metavar="CASE_ID",
+                   help=f"with --sanitize: the catalogue entry to run, or an entry's GPU version (<id>@<label>, "
+                        f"e.g. one of 128 heads) (default {SANITIZER})")
     c.add_argument("--combine", default="rule", choices=("rule", "pdl", "serial"),
                    help="with --sanitize: launch the combine by decode's rule, always as a programmatic "
                         "dependent, or as an ordinary launch")

@@ -674,9 +674,21 @@ SANITIZER = "h20-sq2-k70-bs61-sinkmixed-tklen-extra-bs2-nan"    # compute-saniti
 
 
 def get(case_id: str) -> HostileCase:
-    if case_id not in _BY_ID:
-        raise ValueError(f"case_id: expected one of {list(_BY_ID)}, got {case_id!r}")
-    return _BY_ID[case_id]
+    """The catalogue entry ``case_id``, or an entry's larger GPU version by its id (``<id>@<label>``:
+    :meth:`HostileCase.scaled`), so that compute-sanitizer can run a case of more than 64 heads."""
+    if case_id in _BY_ID:
+        return _BY_ID[case_id]
+    base, at, _ = case_id.partition("@")
+    scaled = _BY_ID[base].scaled() if at and base in _BY_ID else None
+    if scaled is None or scaled.id != case_id:
+        raise ValueError(f"case_id: expected one of {list(_BY_ID)} or one's GPU version (<id>@<label>: "
+                         f"{scaled_ids()}), got {case_id!r}")
+    return scaled
+
+
+def scaled_ids() -> list[str]:
+    """The ids of the entries' larger GPU versions, in catalogue order."""
+    return [s.id for s in (e.scaled() for e in CATALOGUE) if s is not None]
 
 
 def catalogue(*, interpretable: bool | None = None) -> tuple[HostileCase, ...]:
