@@ -396,7 +396,7 @@ def test_sanitize_case_choices_are_the_catalogue(capsys):
     from workbench.format import cases
     assert tuple(_choices("check", "--case")) == tuple(e.id for e in cases.catalogue()) + tuple(cases.scaled_ids())
     assert cli.parser().parse_args(["check", "--sanitize", "mma"]).case == cases.SANITIZER
-    big = "h4-k37-bs69-allinvalid@h128-k2048"  # a GPU version: 128 heads, which rung 15 runs in two head groups
+    big = "h5-sq2-k100-bs61-sinkmixed-tklen-allinvalid@b4-h128-sq3-k2048"  # 128 heads: rung 15's two-group build
     assert cli.parser().parse_args(["check", "--sanitize", "wgmma_ws_h64", "--case", big]).case == big
     with pytest.raises(SystemExit):
         cli.parser().parse_args(["check", "--sanitize", "mma", "--case", "h1-k1"])

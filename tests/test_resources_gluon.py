@@ -234,7 +234,9 @@ def test_each_producer_loop_issues_its_l2_prefetches(kernel, cfg, halves, more):
     ``prefetch.global.L2``) a tile of BLOCK_T tokens or of each half of one, and no bulk prefetch (``UBLKPF``: its
     address is uniform, and ptxas walked the warp's lanes through it one at a time). It counts them: which tile they
     ask for (a tile ahead of its gathers; rung 13, the tile after the one in flight; rung 15 at two head groups, two
-    tiles ahead) is the code's, not tested here."""
+    tiles ahead) is the code's, not tested here; the count over the whole kernel says the distance reached both
+    passes (rung 15 two tiles ahead asks for the tile its loop skips before the loop). Three builds: the two
+    warp-specialised defaults and rung 15's build for two head groups."""
     code = ("import json; from workbench.lab.resources import compiled_sass\n"
             f"print(json.dumps(compiled_sass({kernel!r}, 'sm_90', {cfg!r}, DIRECT=True, **{more!r})))")
     from workbench.lab import sass_loops
@@ -245,6 +247,11 @@ def test_each_producer_loop_issues_its_l2_prefetches(kernel, cfg, halves, more):
     for lp in producers:
         assert sum("CCTL.E.PF2" in t for _, t in lp.body) == 4 * halves, hex(lp.first)
     assert "UBLKPF" not in sass
+    # PF_AHEAD reaches both passes' producers: a distance of d asks for the d - 1 tiles the loop skips before it,
+    # so each pass holds 4 * halves * (1 + (d - 1)) prefetches in all (outside its loop as well as in it)
+    d = more.get("PF_AHEAD", 1 if kernel == "wgmma_ws_h64" else 2)
+    before_loop = d - 1 if kernel == "wgmma_ws_h64" else 0
+    assert sass.count("CCTL.E.PF2") == 2 * 4 * halves * (1 + before_loop), sass.count("CCTL.E.PF2")
 
 
 @pytest.mark.parametrize("kernel,cfg", [("wgmma_ws", WS), ("wgmma_ws_h64", {"BLOCK_H": 64, "BLOCK_T": 64,

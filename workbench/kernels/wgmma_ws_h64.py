@@ -320,8 +320,10 @@ def prefetch_ahead(head_groups: int) -> int:
     """The kernel's PF_AHEAD for a call of this many 64-head groups: 2 where a query's tokens are gathered by two
     groups' blocks or more, else 1. Measured on an H100 (same-call A/Bs, data/explore/README.md, the prefetch
     distance): two tiles ahead took 0.94-0.97x the time at 96 and 128 heads from b16 topk2048 (b64 h128 topk2048
-    106.3 -> 101.5 us, b128 h128 0.94x; b8 h128 topk2048 1.01-1.02x), but 1.02x at b64 h64, and three tiles ahead
-    was slower than two at every shape timed. Why two groups gain and one does not is not profiled."""
+    106.3 -> 101.5 us, b128 h128 0.94x), but 1.01-1.02x at b8 h128 topk2048 and b16 h128 topk1024 and 1.02x at b64
+    h64, and three tiles ahead was slower than two at every shape timed; the partial crossover at this rule's commit
+    had b16 and b32 h128 topk512 (splits of 128 and 256 tokens) at 1.02-1.03x. Why two groups gain and one does not
+    is not profiled. PF_AHEAD must be 1 or more (0 would ask L2 for the tile just loaded; nothing checks it)."""
     return 2 if head_groups > 1 else 1
 
 
