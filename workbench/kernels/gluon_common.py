@@ -190,8 +190,9 @@ def prefetch_tile_l2(cache_u8, idx, t0, end, num_tokens, stride_page, block_size
                      bs_shift=0):
     """Ask L2 for the selected tokens [t0, t0 + BLOCK_T) (indices idx [BLOCK_T] in the ROWS layout) ahead of their
     loads: their latency then starts one or more tiles earlier (the caller's distance), holding none of the tile's
-    words (only its indices, which the caller loads an iteration before the prefetch) and no shared memory. BS_SHIFT and bs_shift as :func:`load_tile`'s. The asm's line
-    offsets (128 k, 512, 575) are for DATA_BYTES = 576, MODEL1's, which a static_assert holds it to."""
+    words (only its indices, which the caller loads an iteration before the prefetch) and no shared memory.
+    BS_SHIFT and bs_shift as :func:`load_tile`'s. The asm's line offsets (128 k, 512, 575) are for DATA_BYTES =
+    576, MODEL1's, which a static_assert holds it to."""
     gl.static_assert(DATA_BYTES == 576, "prefetch_tile_l2's line offsets are MODEL1's 576 data bytes")
     valid, page, off = token_pages(idx, t0, end, num_tokens, block_size, BLOCK_T, ROWS, BS_SHIFT, bs_shift)
     data, scale = token_rows(page, off, stride_page, block_size, DATA_BYTES, SCALE_BYTES)
