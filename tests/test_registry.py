@@ -148,8 +148,8 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
         assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 1024) == "portable_ws_h32f", h
         assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 2048) == "wgmma_ws_h64", h
         assert registry.resolve("auto", "cuda", heads=h, tokens=64 * 2048) == "wgmma_ws_h64", h
-    # >= 64 heads, by head-tokens: the 16-head groups below 2**18, the bf16 rung or rung 25 below 2**20, then the
-    # 64-head block
+    # >= 64 heads, by head-tokens: the 16-head groups below 2**18, the bf16 rung or rung 26 below 2**20 (the bf16
+    # rung on it), then the 64-head block
     assert registry.resolve("auto", "cuda", heads=64, tokens=512) == "wgmma_f16_2cta"  # small call, 64 heads
     assert registry.resolve("auto", "cuda", heads=64, tokens=4095) == "wgmma_f16_2cta"
     assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "wgmma_xchg"
@@ -168,24 +168,34 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=64, tokens=1024, queries=1) == "wgmma_f16_2cta"  # below 2**18
     assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 1024) == "portable_ws_h32f"  # 2**19 head-tokens
     assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048 - 1) == "portable_ws_h32f"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048) == "wgmma_ws_h64"
+    # 2**20 itself: wgmma_xchg from 64 heads (b8 h64 topk2048, b32 h64 topk512), the 64-head block at 33-63
+    assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048, queries=8) == "wgmma_xchg"  # long rows too
+    assert registry.resolve("auto", "cuda", heads=64, tokens=32 * 512, queries=32) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=40, tokens=8 * 2048, queries=8) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=48, tokens=8 * 2048, queries=8) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048 + 1) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "wgmma_ws_h64"
-    # ... but wgmma_f16 for a call of one split (89 queries or more, one scope) of at most 512 tokens a query
+    # ... but wgmma_f16 for a call of one split (89 queries or more, one scope) of at most 512 tokens a query, at
+    # one 64-head group (at two the 64-head block leads: b128 h128 topk512)
     assert registry.resolve("auto", "cuda", heads=64, tokens=128 * 512, queries=128) == "wgmma_f16"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=128 * 512, queries=128) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=65, tokens=128 * 512, queries=128) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=128 * 512, queries=128) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=40, tokens=89 * 512, queries=89) == "wgmma_f16"
     assert registry.resolve("auto", "cuda", heads=64, tokens=88 * 512, queries=88) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=64, tokens=128 * 512 + 1, queries=128) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=64, tokens=128 * 2048, queries=128) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=64, tokens=128 * 512, queries=128, scopes=2) == "wgmma_ws_h64"
-    assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048, queries=8) == "wgmma_ws_h64"  # not one split
+    assert registry.resolve("auto", "cuda", heads=64, tokens=16 * 2048, queries=16) == "wgmma_ws_h64"  # not one split
     assert registry.resolve("auto", "cuda", heads=64, tokens=4096, queries=128) == "wgmma_xchg"  # small: as before
     assert registry.resolve("auto", "cuda", heads=128, tokens=512) == "wgmma_f16_2cta"
     assert registry.resolve("auto", "cuda", heads=128, tokens=2047) == "wgmma_f16_2cta"
     assert registry.resolve("auto", "cuda", heads=128, tokens=2048) == "wgmma_xchg"
     assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 1024 - 1) == "wgmma_xchg"
     assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 2048 - 1) == "portable_ws_h32f"
-    assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 2048) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 2048) == "wgmma_xchg"  # 2**20: b4 topk2048
+    assert registry.resolve("auto", "cuda", heads=128, tokens=16 * 512, queries=16) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 2048 + 1) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 2048) == "wgmma_ws_h64"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (12, 0))
     assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048, queries=64) == "portable_ws_h32f"
@@ -253,8 +263,7 @@ RULE_TABLES = {"sm_90": ("bench_h100_80gb_hbm3_20261206-0420_crossover.csv",
                "sm_120": ("bench_h200_20261205-1812_crossover.csv", "bench_h200_20261205-1815_heads.csv")}
 # (batch, heads, topk): the pick's time over the fastest Hopper rung's where over 2% in either table (docs/decisions.md)
 # (out of sample for the 17-32-head step to rung 15, chosen from the c48ae8a tables before these)
-HOPPER_MARGINS = {(4, 128, 512): 1.028, (8, 64, 2048): 1.037, (32, 64, 512): 1.042, (64, 128, 2048): 1.026,
-                  (128, 128, 512): 1.030, (128, 128, 2048): 1.033}
+HOPPER_MARGINS = {(4, 128, 512): 1.028, (64, 128, 2048): 1.026, (128, 128, 2048): 1.033}
 # (batch, heads, topk): the pick's time over the fastest portable rung's where over 0.5% in either table
 # (docs/decisions.md)
 PORTABLE_MARGINS = {(1, 64, 2048): 1.019, (1, 128, 2048): 1.006, (4, 64, 512): 1.007, (4, 128, 512): 1.008,

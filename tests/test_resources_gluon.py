@@ -197,8 +197,11 @@ def test_rung_15s_f16_loops_read_little_local_memory(pf_ahead):
     (it is rare). The producer's loop has spilled a little since it asks L2 for the next tile (5 LDL and 1 STL a
     tile at 112 registers, of ~710 instructions): measured so, the call took 0.92x its time at b64 h64 topk2048
     (data/explore/README.md, the L2 prefetch), so more than that is what this test catches. Both builds the launcher
-    picks (wgmma_ws_h64.prefetch_ahead: L2 asked one tile ahead, or two at more than one head group; the second
-    reloads 2 and stores 1 a tile in the lab) are checked."""
+    picks (wgmma_ws_h64.prefetch_ahead: L2 asked one tile ahead, or two at more than one head group and splits of
+    512 tokens or more) are checked. The second keeps the next tile's indices in registers (a one-deep queue, so
+    each index tile is loaded once): 5 LDL and 4 STL a tile in the lab at 3c5ed47's patch, measured 0.97-0.99x the
+    time of loading them twice (data/explore/explore_h100_20261206-0836_split_bound_index_queue_rule.csv), so its
+    bound is 4 stores."""
     code = ("import json; from workbench.lab.resources import compiled_sass\n"
             "print(json.dumps(compiled_sass('wgmma_ws_h64', 'sm_90', {'BLOCK_H': 64, 'BLOCK_T': 64, 'num_warps': 4},"
             f" DIRECT=True, PF_AHEAD={pf_ahead})))")
@@ -219,7 +222,9 @@ def test_rung_15s_f16_loops_read_little_local_memory(pf_ahead):
     assert len(consumers) == 2
     assert [(hex(lp.first), lp.count("LDL"), lp.count("STL")) for lp in consumers
             if lp.count("LDL") or lp.count("STL")] == []
-    assert producer.count("LDL") <= 5 and producer.count("STL") <= 1, (producer.count("LDL"), producer.count("STL"))
+    stores = 1 if pf_ahead == 1 else 4
+    assert producer.count("LDL") <= 5 and producer.count("STL") <= stores, (producer.count("LDL"),
+                                                                             producer.count("STL"))
 
 
 H64 = {"BLOCK_H": 64, "BLOCK_T": 64, "num_warps": 4}

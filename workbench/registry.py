@@ -53,17 +53,23 @@ HEAD_BLOCK = 64                      # 33-63 heads run as one 64-head block, so 
 WS_MIN_TOKENS_H16 = 65536            # <= 16 heads: from b32 topk2048 the warp-specialised kernel wins
 XCHG_MAX_TOKENS_H16 = 8192           # <= 16 heads (one 16-head group): up to b4 topk2048 the bf16 rung wins
 TWO_BLOCK_BELOW_HEAD_TOKENS = 1 << 18  # >= 33 heads: below b8 topk512 at h64, b4 topk512 at h128
-XCHG_BELOW_HEAD_TOKENS = 1 << 20     # >= 33 heads: below b8 topk2048 at h64, b4 topk2048 at h128; then the 64-head block
-H32_BAND_MIN_HEAD_TOKENS_SM90 = 1 << 19  # >= 33 heads, below XCHG_BELOW_HEAD_TOKENS: a 32-head portable rung (25,
+XCHG_MAX_HEAD_TOKENS = 1 << 20       # >= 33 heads: up to b8 topk2048 and b32 topk512 at h64, b4 topk2048 and b16
+                                     # topk512 at h128 (2**20 itself: wgmma_xchg within 1.4% of the fastest at all
+                                     # four shapes in the H100 crossovers at aa5fd52 and 11c3638 and the H200's at
+                                     # 877f643, the 64-head block 1.7-5.9% behind in the H100s'); then that block
+H32_BAND_BELOW_HEAD_TOKENS = 1 << 20  # >= 33 heads: the 32-head portable band's top (at 2**20 rung 26 is 1.5-2.0%
+                                      # behind wgmma_xchg at b8 h64 topk2048 in the same three tables)
+H32_BAND_MIN_HEAD_TOKENS_SM90 = 1 << 19  # >= 33 heads, below H32_BAND_BELOW_HEAD_TOKENS: a 32-head portable rung (25,
                                          # then 26) beat wgmma_xchg at every 2**19 shape of the crossover at dcff189
                                          # (rung 25: 6.4-14.2%) and of the A/B at 875fc90
 H32_BAND_MIN_TOPK_SM90 = 2048  # ... and at 2**18 with 2048 tokens a query (b2 h64, b1 h128 topk2048: rung 25 6-7.4%
                                # at dcff189), not with 512 (b8 h64, b4 h128 topk512: wgmma_xchg 4-8% faster)
-ONE_SPLIT_MAX_TOPK_SM90 = 512        # >= 17 heads (at >= 33 from XCHG_BELOW_HEAD_TOKENS): a call of one split (from
+ONE_SPLIT_MAX_TOPK_SM90 = 512        # 17-64 heads (at 33-64 above XCHG_MAX_HEAD_TOKENS): a call of one split (from
                                      # ONE_SPLIT_MIN_QUERIES_SM90 queries) of at most 512 tokens a query runs
                                      # wgmma_f16: b128 h64 topk512 39.6-40.0 us against the 64-head block's 41.5-41.8
-                                     # in three crossover runs (1125, 1322, 1515); b128 h128 within 0.5-2.1% then,
-                                     # 2.9% on the H100 at aa5fd52 (HOPPER_MARGINS)
+                                     # in three crossover runs (1125, 1322, 1515). Not above 64 heads: at b128 h128
+                                     # topk512 the 64-head block was 1.7-3.2% faster in the H200's crossover at
+                                     # 877f643 and the H100's at aa5fd52 and 11c3638 (two tiles ahead there)
 PORTABLE_WS_BELOW_HEAD_TOKENS = 1 << 18  # off Hopper, > 32 heads: below b8 topk512 (b2 topk2048) at h64, b4 topk512
                                          # at h128; then the 32-head groups (rung 25 first: the crossover at dcff189)
 PORTABLE_H32P_BELOW_HEAD_TOKENS = 1 << 19  # off Hopper, > 32 heads: below b4 topk2048 (b16 topk512) at h64 the 32-head
@@ -94,25 +100,21 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     ONE_SPLIT_MIN_QUERIES_SM90 queries) of at most ONE_SPLIT_MAX_TOPK_SM90 tokens a query, "wgmma_ws_h64" from
     H32_WS_MIN_TOKENS_SM90 tokens, "wgmma_f16" for the other one-split calls, else "wgmma_f16_2cta" up to
     TWO_BLOCK_MAX_TOKENS_H64 tokens, "portable_ws_h32t" (one 32-head block, mma.sync) from H32_MIN_TOKENS_SM90
-    tokens, else "wgmma_xchg". At >= 33
-    heads, by head-tokens (heads * tokens, 33-63 heads counted as HEAD_BLOCK: they run padded to one 64-head
-    block): "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS; below XCHG_BELOW_HEAD_TOKENS "portable_ws_h32f"
-    (rung 26) for a call of one scope from H32_BAND_MIN_HEAD_TOKENS_SM90, and below it with H32_BAND_MIN_TOPK_SM90
-    tokens a query or more, else "wgmma_xchg"; from there "wgmma_ws_h64" (but "wgmma_f16" for a one-split call of
-    at most ONE_SPLIT_MAX_TOPK_SM90 tokens a query). Any other GPU: :func:`portable_kernel`.
+    tokens, else "wgmma_xchg". At >= 33 heads, by head-tokens (heads * tokens, 33-63 heads counted as HEAD_BLOCK:
+    they run padded to one 64-head block): "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS; below
+    XCHG_MAX_HEAD_TOKENS, and on it from 64 heads, "portable_ws_h32f" (rung 26) for a call of one scope below H32_BAND_BELOW_HEAD_TOKENS, from
+    H32_BAND_MIN_HEAD_TOKENS_SM90 or with H32_BAND_MIN_TOPK_SM90 tokens a query or more, else "wgmma_xchg"; above it
+    "wgmma_ws_h64" (but "wgmma_f16" at 33-64 heads for a one-split call of at most ONE_SPLIT_MAX_TOPK_SM90 tokens a
+    query). Any other GPU: :func:`portable_kernel`.
 
     Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the
-    history are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands:
-    data/bench_h100_80gb_hbm3_20261206-0420_crossover.csv and data/bench_h100_80gb_hbm3_20261206-0422_heads.csv
-    (an H100, aa5fd52, the first tables of this rule; the margins: tests/test_registry.py, HOPPER_MARGINS): within
-    2% of the fastest Hopper rung at every shape but six, and within 3% but three: b32 h64 topk512 (4.2%) and b8
-    h64 topk2048 (3.7%), wgmma_ws_h64's where wgmma_xchg is faster, and b128 h128 topk2048 (3.2%), where
-    wgmma_ws_bal is faster (as at every 2048-a-query h128 shape from b32 on this H100). The H200's, at 877f643
-    before the producers' L2 prefetch (data/bench_h200_20261205-1812_crossover.csv, ..._1815_heads.csv), put rung
-    24 first at b32-b64 h20-32 topk2048 by 4-9% and rung 15 before rung 16 at every h128 shape of 2048 tokens a
-    query from b2 (by 1.0-1.6% from b32): the next H200 crossover decides H32_WS_MIN_TOKENS_SM90 and the h128 pick
-    there. ``tokens`` is the
-    call's selected tokens in all: b * s_q * (topk + extra topk).
+    history are in docs/decisions.md ("What `auto` runs on sm_90"). The tables the rule was derived from (the
+    margins: tests/test_registry.py, HOPPER_MARGINS): data/bench_h100_80gb_hbm3_20261206-0420_crossover.csv and
+    data/bench_h100_80gb_hbm3_20261206-0422_heads.csv (an H100, aa5fd52), the partial crossover at 11c3638 (rung 15 two tiles ahead at two head
+    groups; data/explore/explore_h100_20261206-0737_crossover_partial.csv) and the H200's at 877f643, before the
+    producers' L2 prefetch (data/bench_h200_20261205-1812_crossover.csv, ..._1815_heads.csv). The H200's put rung 24
+    first at b32-b64 h20-32 topk2048 by 4-9%: the next H200 crossover decides H32_WS_MIN_TOKENS_SM90 there. ``tokens``
+    is the call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
         return portable_kernel(capability, heads=heads, tokens=tokens, queries=queries)
@@ -134,13 +136,17 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     work = max(heads, HEAD_BLOCK) * tokens
     if work < TWO_BLOCK_BELOW_HEAD_TOKENS:
         return "wgmma_f16_2cta"
-    if work < XCHG_BELOW_HEAD_TOKENS:
+    # at 2**20 itself only from 64 heads: at 33-63 the padded 64-head block leads (b8 h40 topk2048: 4.7% on the H100
+    # at aa5fd52, 6.6% on the H200 at 877f643, the heads sweeps)
+    if work < XCHG_MAX_HEAD_TOKENS or (work == XCHG_MAX_HEAD_TOKENS and heads >= HEAD_BLOCK):
         long_rows = _rows_at_least(H32_BAND_MIN_TOPK_SM90, tokens=tokens, queries=queries)
         # one scope only: the portable rungs launch a scope at a time (production b8 h128, topk 128 + extra 512,
         # 2**19.3 head-tokens: 27.5 us against wgmma_xchg's 18.8; the production sweeps at c8e518c and dcff189)
-        band = scopes == 1 and (work >= H32_BAND_MIN_HEAD_TOKENS_SM90 or long_rows)
+        band = scopes == 1 and work < H32_BAND_BELOW_HEAD_TOKENS and (work >= H32_BAND_MIN_HEAD_TOKENS_SM90
+                                                                       or long_rows)
         return "portable_ws_h32f" if band else "wgmma_xchg"
-    return "wgmma_f16" if one_split and tokens <= ONE_SPLIT_MAX_TOPK_SM90 * queries else "wgmma_ws_h64"
+    one_group = heads <= HEAD_BLOCK
+    return "wgmma_f16" if one_group and one_split and tokens <= ONE_SPLIT_MAX_TOPK_SM90 * queries else "wgmma_ws_h64"
 
 
 def _rows_at_least(topk: int, *, tokens: int, queries: int | None) -> bool:

@@ -202,6 +202,18 @@ def prefetch_tile_l2(cache_u8, idx, t0, end, num_tokens, stride_page, block_size
                               dtype=gl.int32, is_pure=False, pack=1)
 
 
+@gluon.jit
+def prefetch_tile_l2_in_halves(cache_u8, idx_a, idx_b, t0, end, num_tokens, stride_page, block_size,
+                               DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, HT: gl.constexpr,
+                               ROWS: gl.constexpr, BS_SHIFT: gl.constexpr):
+    """:func:`prefetch_tile_l2` of the tile [t0, t0 + 2 * HT) as the producer holds its indices: two halves of HT
+    (idx_a, idx_b [HT] in the ROWS layout)."""
+    prefetch_tile_l2(cache_u8, idx_a, t0, end, num_tokens, stride_page, block_size, DATA_BYTES, SCALE_BYTES, HT,
+                     ROWS, BS_SHIFT)
+    prefetch_tile_l2(cache_u8, idx_b, t0 + HT, end, num_tokens, stride_page, block_size, DATA_BYTES, SCALE_BYTES,
+                     HT, ROWS, BS_SHIFT)
+
+
 # ----------------------------------------------------------------------------- dequants
 
 # common.e4m3_bf16x2_asm with pack=1: one int32 register ($3) holds the group's bf16 scale twice
@@ -399,13 +411,14 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
     cache_w = cache_u8.to(gl.pointer_type(gl.int32), bitcast=True)
     cache_d = cache_u8.to(gl.pointer_type(gl.int64), bitcast=True)
     is_rope = g3 == SCALE_BYTES - 1
+    gl.static_assert(PF_AHEAD == 1 or PF_AHEAD == 2, "PF_AHEAD: 1 or 2 (3 and 4 measured slower than 2)")
     ia = load_idx(idx_row, start, end, HT, ROWS)
     ib = load_idx(idx_row, start + HT, end, HT, ROWS)
-    for k in gl.static_range(1, PF_AHEAD):  # the tiles the loop's first prefetches skip
-        prefetch_tile_l2(cache_u8, load_idx(idx_row, start + k * BLOCK_T, end, HT, ROWS), start + k * BLOCK_T, end,
-                         num_tokens, stride_page, block_size, DATA_BYTES, SCALE_BYTES, HT, ROWS, BS_SHIFT)
-        prefetch_tile_l2(cache_u8, load_idx(idx_row, start + k * BLOCK_T + HT, end, HT, ROWS), start + k * BLOCK_T + HT,
-                         end, num_tokens, stride_page, block_size, DATA_BYTES, SCALE_BYTES, HT, ROWS, BS_SHIFT)
+    if PF_AHEAD == 2:  # the next tile's indices, loaded once: asked of L2 here, gathered by the loop's first pass
+        na = load_idx(idx_row, start + BLOCK_T, end, HT, ROWS)
+        nb = load_idx(idx_row, start + BLOCK_T + HT, end, HT, ROWS)
+        prefetch_tile_l2_in_halves(cache_u8, na, nb, start + BLOCK_T, end, num_tokens, stride_page, block_size,
+                                   DATA_BYTES, SCALE_BYTES, HT, ROWS, BS_SHIFT)
     pa = load_idx(idx_row, start + PF_AHEAD * BLOCK_T, end, HT, ROWS)  # asked of L2 PF_AHEAD tiles early
     pb = load_idx(idx_row, start + PF_AHEAD * BLOCK_T + HT, end, HT, ROWS)
     if LEAVE_OUT & 1:  # no loads: every tile reuses the first tile's bytes
@@ -424,16 +437,16 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
                                        g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
             wb, rb, sb, vb = load_tile(cache_w, cache_d, cache_u8, ib, t0 + HT, end, num_tokens, stride_page,
                                        block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
-            prefetch_tile_l2(cache_u8, pa, t0 + PF_AHEAD * BLOCK_T, end, num_tokens, stride_page, block_size,
-                             DATA_BYTES, SCALE_BYTES, HT, ROWS, BS_SHIFT)
-            prefetch_tile_l2(cache_u8, pb, t0 + PF_AHEAD * BLOCK_T + HT, end, num_tokens, stride_page, block_size,
-                             DATA_BYTES, SCALE_BYTES, HT, ROWS, BS_SHIFT)
+            prefetch_tile_l2_in_halves(cache_u8, pa, pb, t0 + PF_AHEAD * BLOCK_T, end, num_tokens, stride_page,
+                                       block_size, DATA_BYTES, SCALE_BYTES, HT, ROWS, BS_SHIFT)
             if PF_AHEAD == 1:
                 ia = pa
                 ib = pb
-            else:
-                ia = load_idx(idx_row, t0 + BLOCK_T, end, HT, ROWS)
-                ib = load_idx(idx_row, t0 + BLOCK_T + HT, end, HT, ROWS)
+            else:  # a one-deep queue: the indices asked of L2 a pass ago are the next tile's gathers'
+                ia = na
+                ib = nb
+                na = pa
+                nb = pb
             pa = load_idx(idx_row, t0 + (PF_AHEAD + 1) * BLOCK_T, end, HT, ROWS)
             pb = load_idx(idx_row, t0 + (PF_AHEAD + 1) * BLOCK_T + HT, end, HT, ROWS)
         # a fresh barrier counts as completed in phase 1, so each slot's first wait passes

@@ -316,15 +316,18 @@ def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
     return TiledConfig(BLOCK_H=64, BLOCK_T=64, num_warps=4)
 
 
-def prefetch_ahead(head_groups: int) -> int:
-    """The kernel's PF_AHEAD for a call of this many 64-head groups: 2 where a query's tokens are gathered by two
-    groups' blocks or more, else 1. Measured on an H100 (same-call A/Bs, data/explore/README.md, the prefetch
-    distance): two tiles ahead took 0.94-0.97x the time at 96 and 128 heads from b16 topk2048 (b64 h128 topk2048
-    106.3 -> 101.5 us, b128 h128 0.94x), but 1.01-1.02x at b8 h128 topk2048 and b16 h128 topk1024 and 1.02x at b64
-    h64, and three tiles ahead was slower than two at every shape timed; the partial crossover at this rule's commit
-    had b16 and b32 h128 topk512 (splits of 128 and 256 tokens) at 1.02-1.03x. Why two groups gain and one does not
-    is not profiled. PF_AHEAD must be 1 or more (0 would ask L2 for the tile just loaded; nothing checks it)."""
-    return 2 if head_groups > 1 else 1
+def prefetch_ahead(head_groups: int, tokens_per_split: int) -> int:
+    """The kernel's PF_AHEAD for a call of this many 64-head groups and tokens a split: 2 where a query's tokens are
+    gathered by two groups' blocks or more and a split holds 8 tiles or more (512 tokens), else 1. Measured on an
+    H100 (same-call A/Bs, data/explore/README.md, the prefetch distance): two tiles ahead took 0.94-0.97x the time
+    at 96 and 128 heads from b16 topk2048 (b64 h128 topk2048 106.3 -> 101.5 us, b128 h128 0.94x), but 1.01-1.02x at
+    b8 h128 topk2048 and b16 h128 topk1024 and 1.02x at b64 h64, and three tiles ahead was slower than two at every
+    shape timed; the partial crossover at 11c3638 had b16 and b32 h128 topk512 at 1.02-1.03x. Every loss at two
+    groups was at splits of 128-256 tokens, every gain at 512 or more (in-sample); this split bound then took 0.96-
+    0.98x the time at b16 and b32 h128 topk512 and b8 h128 topk2048 (data/explore/explore_h100_20261206-0836_split_
+    bound_index_queue_rule.csv). Why two groups gain and one does not is not profiled. The producer takes 1 or 2
+    (a static_assert)."""
+    return 2 if head_groups > 1 and tokens_per_split >= 512 else 1
 
 
 def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
@@ -344,7 +347,7 @@ def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse,
                       sm_scale=sm_scale)
     args.update(epilogue_args(part_lse=part_lse, direct=direct, attn_sink=attn_sink, num_splits=num_splits))
     grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
-    switches = {"PF_AHEAD": prefetch_ahead(grid[0]), **switches}
+    switches = {"PF_AHEAD": prefetch_ahead(grid[0], tokens_per_split), **switches}
     launch(ws_h64_partial_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H,
                                              BLOCK_T=cfg.BLOCK_T, num_warps=cfg.num_warps, maxnreg=maxnreg,
                                              LEAVE_OUT=LEAVE_OUT, **switches))
