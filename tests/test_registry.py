@@ -174,6 +174,11 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=64, tokens=32 * 512, queries=32) == "wgmma_xchg"
     assert registry.resolve("auto", "cuda", heads=40, tokens=8 * 2048, queries=8) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=48, tokens=8 * 2048, queries=8) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=63, tokens=8 * 2048, queries=8) == "wgmma_ws_h64"
+    # ... and, unmeasured (no sweep has the shapes; the docstring says so), a one-split call and a call of two scopes
+    assert registry.resolve("auto", "cuda", heads=64, tokens=128 * 128, queries=128) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=40, tokens=128 * 128, queries=128) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048, queries=8, scopes=2) == "wgmma_xchg"
     assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048 + 1) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 2048) == "wgmma_ws_h64"
     # ... but wgmma_f16 for a call of one split (89 queries or more, one scope) of at most 512 tokens a query, at

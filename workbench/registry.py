@@ -64,10 +64,11 @@ H32_BAND_MIN_HEAD_TOKENS_SM90 = 1 << 19  # >= 33 heads, below H32_BAND_BELOW_HEA
                                          # (rung 25: 6.4-14.2%) and of the A/B at 875fc90
 H32_BAND_MIN_TOPK_SM90 = 2048  # ... and at 2**18 with 2048 tokens a query (b2 h64, b1 h128 topk2048: rung 25 6-7.4%
                                # at dcff189), not with 512 (b8 h64, b4 h128 topk512: wgmma_xchg 4-8% faster)
-ONE_SPLIT_MAX_TOPK_SM90 = 512        # 17-64 heads (at 33-64 above XCHG_MAX_HEAD_TOKENS): a call of one split (from
-                                     # ONE_SPLIT_MIN_QUERIES_SM90 queries) of at most 512 tokens a query runs
-                                     # wgmma_f16: b128 h64 topk512 39.6-40.0 us against the 64-head block's 41.5-41.8
-                                     # in three crossover runs (1125, 1322, 1515). Not above 64 heads: at b128 h128
+ONE_SPLIT_MAX_TOPK_SM90 = 512        # 17-64 heads (at 33-64 above XCHG_MAX_HEAD_TOKENS, and on it at 33-63): a call of
+                                     # one split (from ONE_SPLIT_MIN_QUERIES_SM90 queries) of at most 512 tokens a
+                                     # query runs wgmma_f16: b128 h64 topk512 39.6-40.0 us against the 64-head
+                                     # block's 41.5-41.8 in three crossover runs (1125, 1322, 1515). Not above 64
+                                     # heads: at b128 h128
                                      # topk512 the 64-head block was 1.7-3.2% faster in the H200's crossover at
                                      # 877f643 and the H100's at aa5fd52 and 11c3638 (two tiles ahead there)
 PORTABLE_WS_BELOW_HEAD_TOKENS = 1 << 18  # off Hopper, > 32 heads: below b8 topk512 (b2 topk2048) at h64, b4 topk512
@@ -102,10 +103,12 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     TWO_BLOCK_MAX_TOKENS_H64 tokens, "portable_ws_h32t" (one 32-head block, mma.sync) from H32_MIN_TOKENS_SM90
     tokens, else "wgmma_xchg". At >= 33 heads, by head-tokens (heads * tokens, 33-63 heads counted as HEAD_BLOCK:
     they run padded to one 64-head block): "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS; below
-    XCHG_MAX_HEAD_TOKENS, and on it from 64 heads, "portable_ws_h32f" (rung 26) for a call of one scope below H32_BAND_BELOW_HEAD_TOKENS, from
-    H32_BAND_MIN_HEAD_TOKENS_SM90 or with H32_BAND_MIN_TOPK_SM90 tokens a query or more, else "wgmma_xchg"; above it
-    "wgmma_ws_h64" (but "wgmma_f16" at 33-64 heads for a one-split call of at most ONE_SPLIT_MAX_TOPK_SM90 tokens a
-    query). Any other GPU: :func:`portable_kernel`.
+    XCHG_MAX_HEAD_TOKENS, and on it from 64 heads, "portable_ws_h32f" (rung 26) for a call of one scope below
+    H32_BAND_BELOW_HEAD_TOKENS, from H32_BAND_MIN_HEAD_TOKENS_SM90 or with H32_BAND_MIN_TOPK_SM90 tokens a query or
+    more, else "wgmma_xchg"; above it, and on it at 33-63 heads, "wgmma_ws_h64" (but "wgmma_f16" at 33-64 heads for
+    a one-split call of at most ONE_SPLIT_MAX_TOPK_SM90 tokens a query). Two calls on 2**20 at 64 heads go to
+    "wgmma_xchg" unmeasured: a one-split call (b128 topk128, which went to "wgmma_f16" before 56c1c77) and a call
+    of two scopes; no sweep has such a shape. Any other GPU: :func:`portable_kernel`.
 
     Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the
     history are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands (the

@@ -401,8 +401,9 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
     while the producer waits for its slot; then each half is dequantised and stored on its own, so that only half
     a tile of 16-bit words is live at once. HALF_SLOTS: k_smem is [2 * NUM_BUFS, BLOCK_T / 2, D], each half tile
     a slot of its own (wgmma_ws_bal, whose consumers each score one half). PF_AHEAD: L2 is asked for the tile that
-    many ahead of the one whose gathers are issued (above 1, the prefetch's indices are a stream of their own, and a
-    prologue asks for the tiles its first prefetches skip)."""
+    many ahead of the one whose gathers are issued, 1 or 2 (at 2 the indices asked of L2 are kept a pass, na/nb,
+    and become the next tile's gathers, and a prologue asks L2 for the one tile the first prefetch skips; for this
+    producer 3 was measured slower than 2, and for rung 13's 3 and 4 slower than its 2)."""
     D: gl.constexpr = D_NOPE + D_ROPE
     HT: gl.constexpr = BLOCK_T // 2
     ROWS: gl.constexpr = _rows_layout(gl.num_warps())
