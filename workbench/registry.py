@@ -68,9 +68,9 @@ ONE_SPLIT_MAX_TOPK_SM90 = 512        # 17-64 heads (at 33-64 above XCHG_MAX_HEAD
                                      # one split (from ONE_SPLIT_MIN_QUERIES_SM90 queries) of at most 512 tokens a
                                      # query runs wgmma_f16: b128 h64 topk512 39.6-40.0 us against the 64-head
                                      # block's 41.5-41.8 in three crossover runs (1125, 1322, 1515). Not above 64
-                                     # heads: at b128 h128
-                                     # topk512 the 64-head block was 1.7-3.2% faster in the H200's crossover at
-                                     # 877f643 and the H100's at aa5fd52 and 11c3638 (two tiles ahead there)
+                                     # heads: at b128 h128 topk512 the 64-head block was 1.7-3.2% faster in the
+                                     # H200's crossover at 877f643 and the H100's at aa5fd52 and 11c3638 (two tiles
+                                     # ahead there)
 PORTABLE_WS_BELOW_HEAD_TOKENS = 1 << 18  # off Hopper, > 32 heads: below b8 topk512 (b2 topk2048) at h64, b4 topk512
                                          # at h128; then the 32-head groups (rung 25 first: the crossover at dcff189)
 PORTABLE_H32P_BELOW_HEAD_TOKENS = 1 << 19  # off Hopper, > 32 heads: below b4 topk2048 (b16 topk512) at h64 the 32-head
