@@ -56,10 +56,10 @@ TWO_BLOCK_BELOW_HEAD_TOKENS = 1 << 18  # >= 33 heads: below b8 topk512 at h64, b
 XCHG_MAX_HEAD_TOKENS = 1 << 20       # >= 33 heads: up to b8 topk2048 and b32 topk512 at h64, b4 topk2048 and b16
                                      # topk512 at h128 (2**20 itself: wgmma_xchg within 1.4% of the fastest at all
                                      # four shapes in the H100 crossovers at aa5fd52 and 11c3638 and the H200's at
-                                     # 877f643, the 64-head block 1.7-5.9% behind in the H100s'); then that block
-H32_BAND_BELOW_HEAD_TOKENS = 1 << 20  # >= 33 heads: the 32-head portable band's top (at 2**20 rung 26 is 1.5-2.0%
-                                      # behind wgmma_xchg at b8 h64 topk2048 in the same three tables)
-H32_BAND_MIN_HEAD_TOKENS_SM90 = 1 << 19  # >= 33 heads, below H32_BAND_BELOW_HEAD_TOKENS: a 32-head portable rung (25,
+                                     # 877f643, the 64-head block 1.7-5.9% behind in the H100s'); then that block.
+                                     # Also the 32-head portable band's top, which stops below it (at 2**20 rung 26
+                                     # is 1.5-2.0% behind wgmma_xchg at b8 h64 topk2048 in the same three tables)
+H32_BAND_MIN_HEAD_TOKENS_SM90 = 1 << 19  # >= 33 heads, below XCHG_MAX_HEAD_TOKENS: a 32-head portable rung (25,
                                          # then 26) beat wgmma_xchg at every 2**19 shape of the crossover at dcff189
                                          # (rung 25: 6.4-14.2%) and of the A/B at 875fc90
 H32_BAND_MIN_TOPK_SM90 = 2048  # ... and at 2**18 with 2048 tokens a query (b2 h64, b1 h128 topk2048: rung 25 6-7.4%
@@ -102,9 +102,9 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     H32_WS_MIN_TOKENS_SM90 tokens, "wgmma_f16" for the other one-split calls, else "wgmma_f16_2cta" up to
     TWO_BLOCK_MAX_TOKENS_H64 tokens, "portable_ws_h32t" (one 32-head block, mma.sync) from H32_MIN_TOKENS_SM90
     tokens, else "wgmma_xchg". At >= 33 heads, by head-tokens (heads * tokens, 33-63 heads counted as HEAD_BLOCK:
-    they run padded to one 64-head block): "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS; below
-    XCHG_MAX_HEAD_TOKENS, and on it from 64 heads, "portable_ws_h32f" (rung 26) for a call of one scope below
-    H32_BAND_BELOW_HEAD_TOKENS, from H32_BAND_MIN_HEAD_TOKENS_SM90 or with H32_BAND_MIN_TOPK_SM90 tokens a query or
+    they run padded to one 64-head block): "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS, and on it above 64
+    heads unless the rows are long (H32_BAND_MIN_TOPK_SM90 tokens a query); below XCHG_MAX_HEAD_TOKENS, and on it
+    from 64 heads, "portable_ws_h32f" (rung 26) for a call of one scope below it, from H32_BAND_MIN_HEAD_TOKENS_SM90 or with H32_BAND_MIN_TOPK_SM90 tokens a query or
     more, else "wgmma_xchg"; above it, and on it at 33-63 heads, "wgmma_ws_h64" (but "wgmma_f16" at 33-64 heads for
     a one-split call of at most ONE_SPLIT_MAX_TOPK_SM90 tokens a query). Two calls on 2**20 at 64 heads go to
     "wgmma_xchg" unmeasured: a one-split call (b128 topk128, which went to "wgmma_f16" before 56c1c77) and a call
@@ -142,16 +142,18 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
             return "portable_ws_h32t"
         return "wgmma_f16_2cta" if tokens <= TWO_BLOCK_MAX_TOKENS_H64 else "wgmma_xchg"
     work = max(heads, HEAD_BLOCK) * tokens
-    if work < TWO_BLOCK_BELOW_HEAD_TOKENS:
+    long_rows = _rows_at_least(H32_BAND_MIN_TOPK_SM90, tokens=tokens, queries=queries)
+    # on 2**18 itself at two head groups too, unless the rows are long (b4 h128 topk512: wgmma_xchg 2.7-4.0% behind
+    # on the H100 at aa5fd52 and 56c1c77, the two-block rung 0.6-1.3% behind it at 11c3638 and on the H200)
+    if work < TWO_BLOCK_BELOW_HEAD_TOKENS or (work == TWO_BLOCK_BELOW_HEAD_TOKENS and heads > HEAD_BLOCK
+                                              and not long_rows):
         return "wgmma_f16_2cta"
     # at 2**20 itself only from 64 heads: at 33-63 the padded 64-head block leads (b8 h40 topk2048: 4.7% on the H100
     # at aa5fd52, 6.6% on the H200 at 877f643, the heads sweeps)
     if work < XCHG_MAX_HEAD_TOKENS or (work == XCHG_MAX_HEAD_TOKENS and heads >= HEAD_BLOCK):
-        long_rows = _rows_at_least(H32_BAND_MIN_TOPK_SM90, tokens=tokens, queries=queries)
         # one scope only: the portable rungs launch a scope at a time (production b8 h128, topk 128 + extra 512,
         # 2**19.3 head-tokens: 27.5 us against wgmma_xchg's 18.8; the production sweeps at c8e518c and dcff189)
-        band = scopes == 1 and work < H32_BAND_BELOW_HEAD_TOKENS and (work >= H32_BAND_MIN_HEAD_TOKENS_SM90
-                                                                       or long_rows)
+        band = scopes == 1 and work < XCHG_MAX_HEAD_TOKENS and (work >= H32_BAND_MIN_HEAD_TOKENS_SM90 or long_rows)
         return "portable_ws_h32f" if band else "wgmma_xchg"
     one_group = heads <= HEAD_BLOCK
     return "wgmma_f16" if one_group and one_split and tokens <= ONE_SPLIT_MAX_TOPK_SM90 * queries else "wgmma_ws_h64"

@@ -396,10 +396,10 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
                               BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr,
                               LEAVE_OUT: gl.constexpr = 0, HALF_SLOTS: gl.constexpr = False,
                               PF_AHEAD: gl.constexpr = 1):
-    """The producer partition in fewer registers (wgmma_ws_h64's 4 warps at 112): one tile of words at a time, not
-    two. Each tile's gathers are issued, both halves, as soon as the previous tile is stored, and are in flight
-    while the producer waits for its slot; then each half is dequantised and stored on its own, so that only half
-    a tile of 16-bit words is live at once. HALF_SLOTS: k_smem is [2 * NUM_BUFS, BLOCK_T / 2, D], each half tile
+    """The producer partition in fewer registers (wgmma_ws_h64's 4 warps): two half tiles of words at a time, not
+    two tiles. Each half is dequantised and stored on its own (only half a tile of 16-bit words is live at once),
+    and its registers then take the next tile's same half at once: half a's gathers are in flight while half b is
+    dequantised and the producer waits for the next slot, and half b's while half a is. HALF_SLOTS: k_smem is [2 * NUM_BUFS, BLOCK_T / 2, D], each half tile
     a slot of its own (wgmma_ws_bal, whose consumers each score one half). PF_AHEAD: L2 is asked for the tile that
     many ahead of the one whose gathers are issued, 1 or 2 (at 2 the indices asked of L2 are kept a pass, na/nb,
     and become the next tile's gathers, and a prologue asks L2 for the one tile the first prefetch skips; for this
@@ -412,7 +412,7 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
     cache_w = cache_u8.to(gl.pointer_type(gl.int32), bitcast=True)
     cache_d = cache_u8.to(gl.pointer_type(gl.int64), bitcast=True)
     is_rope = g3 == SCALE_BYTES - 1
-    gl.static_assert(PF_AHEAD == 1 or PF_AHEAD == 2, "PF_AHEAD: 1 or 2 (3 and 4 measured slower than 2)")
+    gl.static_assert(PF_AHEAD == 1 or PF_AHEAD == 2, "PF_AHEAD: 1 or 2 (3 measured slower than 2)")
     ia = load_idx(idx_row, start, end, HT, ROWS)
     ib = load_idx(idx_row, start + HT, end, HT, ROWS)
     if PF_AHEAD == 2:  # the next tile's indices, loaded once: asked of L2 here, gathered by the loop's first pass
@@ -422,34 +422,27 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
                                    DATA_BYTES, SCALE_BYTES, HT, ROWS, BS_SHIFT)
     pa = load_idx(idx_row, start + PF_AHEAD * BLOCK_T, end, HT, ROWS)  # asked of L2 PF_AHEAD tiles early
     pb = load_idx(idx_row, start + PF_AHEAD * BLOCK_T + HT, end, HT, ROWS)
-    if LEAVE_OUT & 1:  # no loads: every tile reuses the first tile's bytes
-        first_a = load_tile(cache_w, cache_d, cache_u8, ia, start, end, num_tokens, stride_page, block_size, g, g3,
-                            w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
-        first_b = load_tile(cache_w, cache_d, cache_u8, ib, start + HT, end, num_tokens, stride_page, block_size, g,
-                            g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
+    # the first tile's gathers, both halves; in the loop each half's registers take the next tile's same half as
+    # soon as they are dequantised, so a half's gathers are in flight while the other half is dequantised
+    wa, ra, sa, va = load_tile(cache_w, cache_d, cache_u8, ia, start, end, num_tokens, stride_page, block_size, g,
+                               g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
+    wb, rb, sb, vb = load_tile(cache_w, cache_d, cache_u8, ib, start + HT, end, num_tokens, stride_page, block_size,
+                               g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
+    prefetch_tile_l2_in_halves(cache_u8, pa, pb, start + PF_AHEAD * BLOCK_T, end, num_tokens, stride_page,
+                               block_size, DATA_BYTES, SCALE_BYTES, HT, ROWS, BS_SHIFT)
+    if PF_AHEAD == 1:
+        ia = pa
+        ib = pb
+    else:  # a one-deep queue: the indices asked of L2 a pass ago are the next tile's gathers'
+        ia = na
+        ib = nb
+        na = pa
+        nb = pb
+    pa = load_idx(idx_row, start + (PF_AHEAD + 1) * BLOCK_T, end, HT, ROWS)
+    pb = load_idx(idx_row, start + (PF_AHEAD + 1) * BLOCK_T + HT, end, HT, ROWS)
     i = 0
     for t0 in range(start, end, BLOCK_T):
         buf = i % NUM_BUFS
-        if LEAVE_OUT & 1:
-            wa, ra, sa, va = first_a
-            wb, rb, sb, vb = first_b
-        else:
-            wa, ra, sa, va = load_tile(cache_w, cache_d, cache_u8, ia, t0, end, num_tokens, stride_page, block_size,
-                                       g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
-            wb, rb, sb, vb = load_tile(cache_w, cache_d, cache_u8, ib, t0 + HT, end, num_tokens, stride_page,
-                                       block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
-            prefetch_tile_l2_in_halves(cache_u8, pa, pb, t0 + PF_AHEAD * BLOCK_T, end, num_tokens, stride_page,
-                                       block_size, DATA_BYTES, SCALE_BYTES, HT, ROWS, BS_SHIFT)
-            if PF_AHEAD == 1:
-                ia = pa
-                ib = pb
-            else:  # a one-deep queue: the indices asked of L2 a pass ago are the next tile's gathers'
-                ia = na
-                ib = nb
-                na = pa
-                nb = pb
-            pa = load_idx(idx_row, t0 + (PF_AHEAD + 1) * BLOCK_T, end, HT, ROWS)
-            pb = load_idx(idx_row, t0 + (PF_AHEAD + 1) * BLOCK_T + HT, end, HT, ROWS)
         # a fresh barrier counts as completed in phase 1, so each slot's first wait passes
         mbarrier.wait(empty.index(buf), ((i // NUM_BUFS) & 1) ^ 1)
         lo, hi = dequant_tile(wa, ra, sa, is_rope, F16, LEAVE_OUT)
@@ -457,13 +450,33 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
             store_tile_rows(k_smem.index(2 * buf), lo, hi, 0, HT, HT, D)
         else:
             store_tile_rows(k_smem.index(buf), lo, hi, 0, HT, BLOCK_T, D)
+        valid_smem.index(buf).slice(0, HT).store(va.to(gl.int8))
+        if not (LEAVE_OUT & 1):  # (no loads: every tile reuses the first tile's bytes)
+            # past the split's end every token is masked: no memory is read
+            wa, ra, sa, va = load_tile(cache_w, cache_d, cache_u8, ia, t0 + BLOCK_T, end, num_tokens, stride_page,
+                                       block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
         lo, hi = dequant_tile(wb, rb, sb, is_rope, F16, LEAVE_OUT)
         if HALF_SLOTS:
             store_tile_rows(k_smem.index(2 * buf + 1), lo, hi, 0, HT, HT, D)
         else:
             store_tile_rows(k_smem.index(buf), lo, hi, HT, HT, BLOCK_T, D)
-        valid_smem.index(buf).slice(0, HT).store(va.to(gl.int8))
         valid_smem.index(buf).slice(HT, HT).store(vb.to(gl.int8))
+        if not (LEAVE_OUT & 1):
+            wb, rb, sb, vb = load_tile(cache_w, cache_d, cache_u8, ib, t0 + BLOCK_T + HT, end, num_tokens,
+                                       stride_page, block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT,
+                                       ROWS, BS_SHIFT)
+            prefetch_tile_l2_in_halves(cache_u8, pa, pb, t0 + (PF_AHEAD + 1) * BLOCK_T, end, num_tokens,
+                                       stride_page, block_size, DATA_BYTES, SCALE_BYTES, HT, ROWS, BS_SHIFT)
+            if PF_AHEAD == 1:
+                ia = pa
+                ib = pb
+            else:
+                ia = na
+                ib = nb
+                na = pa
+                nb = pb
+            pa = load_idx(idx_row, t0 + (PF_AHEAD + 2) * BLOCK_T, end, HT, ROWS)
+            pb = load_idx(idx_row, t0 + (PF_AHEAD + 2) * BLOCK_T + HT, end, HT, ROWS)
         fence_async_shared()  # the generic stores before the consumers' wgmma read the slot
         gl.thread_barrier()   # every producer warp's part of the tile before the one arrive
         mbarrier.arrive(full.index(buf))

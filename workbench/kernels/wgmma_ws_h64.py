@@ -6,12 +6,12 @@ fp32 accumulator is 128 a thread) beside a producer that holds two tiles of word
 registers fits, and the spills cost 1.8-3x (exploratory run, docs/decisions.md). Here, as in FlashMLA's SM90 sparse
 decode, the block's three warpgroups have unequal shares:
 
-- the softmax warpgroup (the default partition, with what the workers leave: 232 registers): S = q K^T (heads as
+- the softmax warpgroup (the default partition, with what the workers leave: 216 registers): S = q K^T (heads as
   M, a chain of 64x64 wgmmas), the online softmax along each head's row of tokens, P and the rescale factors
   into shared memory, and O[:, :256] += P V[:, :256];
 - the PV warpgroup (PV_REGS, 160: below it ptxas ignores setmaxnreg, C7507): O[:, 256:], rescaled by the
   factors, += P V[:, 256:];
-- the producer (PRODUCER_WARPS at PRODUCER_REGS, 4 at 112): gathers and dequantises each 64-token tile into a
+- the producer (PRODUCER_WARPS at PRODUCER_REGS, 4 at 128): gathers and dequantises each 64-token tile into a
   ring of NUM_BUFS K tiles, one tile of words in registers, dequantised and stored half a tile at a time
   (gluon_common.produce_k_tiles_in_halves).
 
@@ -46,8 +46,11 @@ from .gluon_common import (F16_OUT_MULT, cache_constexprs, epilogue_args, launch
 ALLOWED = dict(BLOCK_H=(64,), BLOCK_T=(64,), num_warps=(4,), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=64, BLOCK_T=64, num_warps=4)]
 # 2 K slots: q (64 KB) + 2 x 64 KB + P (8 KB) fit sm_90's 232,448 B a block, 3 slots do not. Registers (lab,
-# sm_90): the default partition gets what the two workers leave of 65,536 over 384 threads
-SWITCHES = dict(NUM_BUFS=2, PV_REGS=160, PRODUCER_WARPS=4, PRODUCER_REGS=112)
+# sm_90): the default partition gets what the two workers leave of 65,536 over 384 threads. The producer's 128 (112
+# before, with 232 for the softmax warpgroup): its loop issues a half tile's next gathers as soon as that half is
+# stored, which spilled at 112 (lab: 26 LDL and 18 STL a tile) and took 0.93-0.96x the time at two head groups and
+# b64 h64 (data/explore/explore_h100_20261206-1011_half_rotation.csv); at 128 without that order, 1.07x at b64 h128
+SWITCHES = dict(NUM_BUFS=2, PV_REGS=160, PRODUCER_WARPS=4, PRODUCER_REGS=128)
 MAXNREG = 168  # 65,536 registers over the block's 12 warps, rounded down to a multiple of 8
 
 
