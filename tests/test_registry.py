@@ -266,12 +266,14 @@ def test_auto_portable_provider_records_what_auto_runs_without_wgmma():
 
 # the sweeps auto_kernel's (sm_90) and portable_kernel's (sm_120) docstrings cite for the rule as it stands, and the
 # margins they claim
-RULE_TABLES = {"sm_90": ("bench_h100_80gb_hbm3_20261206-0852_crossover.csv",
-                         "bench_h100_80gb_hbm3_20261206-0855_heads.csv"),
+RULE_TABLES = {"sm_90": ("bench_h100_80gb_hbm3_20261206-1031_crossover.csv",
+                         "bench_h100_80gb_hbm3_20261206-1033_heads.csv"),
                "sm_120": ("bench_h200_20261205-1812_crossover.csv", "bench_h200_20261205-1815_heads.csv")}
 # (batch, heads, topk): the pick's time over the fastest Hopper rung's where over 2% in either table (docs/decisions.md)
-# (out of sample for the 2**20 and one-split steps, chosen from the tables at aa5fd52 and 11c3638 before these)
-HOPPER_MARGINS = {}
+# (the 2**18 step in sample, from 56c1c77's crossover; the four over 3% are where rung 15 since f6a483c and a
+# small-call flip moved the fastest rung: explore_untimed_20261206-1047_h64_small_heads_rule.patch answers three)
+HOPPER_MARGINS = {(1, 16, 512): 1.057, (128, 16, 2048): 1.059, (64, 32, 512): 1.031, (128, 32, 512): 1.032,
+                  (2, 64, 2048): 1.025, (8, 64, 512): 1.024}
 # (batch, heads, topk): the pick's time over the fastest portable rung's where over 0.5% in either table
 # (docs/decisions.md)
 PORTABLE_MARGINS = {(1, 64, 2048): 1.019, (1, 128, 2048): 1.006, (4, 64, 512): 1.007, (4, 128, 512): 1.008,
