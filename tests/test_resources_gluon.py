@@ -70,7 +70,8 @@ def test_a_gluon_rung_compiles_for_sm90_with_its_register_cap():
             f"res = [compile_config(k, a, {H16!r}) for k, a in "
             f"(({CAPPED!r}, 'sm_90'), ({UNCAPPED!r}, 'sm_90'), ({CAPPED!r}, 'sm_120'), ({LOWCAP!r}, 'sm_90'))]\n"
             "print(json.dumps([r.as_row() for r in res]))")
-    capped, uncapped, off, low = (r for _, r in to_frame(json.loads(without_interpreter(code).splitlines()[-1])).iterrows())
+    rows = to_frame(json.loads(without_interpreter(code).splitlines()[-1]))
+    capped, uncapped, off, low = (r for _, r in rows.iterrows())
     for r in (capped, uncapped):
         assert r.status == "fits", r.reason
         assert r.mma == "HGMMA" and r.mma_count == r.hgmma > 0 and r.hmma == 0
@@ -242,8 +243,8 @@ def test_each_producer_loop_issues_its_l2_prefetches(kernel, cfg, halves, more):
     address is uniform, and ptxas walked the warp's lanes through it one at a time). It counts them: which tile they
     ask for (a tile ahead of its gathers; rung 13, the tile after the one in flight; rung 15 at two head groups, two
     tiles ahead) is the code's, not tested here; the count over the whole kernel says the distance reached both
-    passes (rung 15 two tiles ahead asks for the tile its loop skips before the loop). Three builds: the two
-    warp-specialised defaults and rung 15's build for two head groups."""
+    passes (rung 15's prologue, which gathers the first tile, asks for the PF_AHEAD tiles after it). Three builds:
+    the two warp-specialised defaults and rung 15's build for two head groups."""
     code = ("import json; from workbench.lab.resources import compiled_sass\n"
             f"print(json.dumps(compiled_sass({kernel!r}, 'sm_90', {cfg!r}, DIRECT=True, **{more!r})))")
     from workbench.lab import sass_loops

@@ -398,12 +398,14 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
                               PF_AHEAD: gl.constexpr = 1):
     """The producer partition in fewer registers (wgmma_ws_h64's 4 warps): two half tiles of words at a time, not
     two tiles. Each half is dequantised and stored on its own (only half a tile of 16-bit words is live at once),
-    and its registers then take the next tile's same half at once: half a's gathers are in flight while half b is
-    dequantised and the producer waits for the next slot, and half b's while half a is. HALF_SLOTS: k_smem is [2 * NUM_BUFS, BLOCK_T / 2, D], each half tile
-    a slot of its own (wgmma_ws_bal, whose consumers each score one half). PF_AHEAD: L2 is asked for the tile that
-    many ahead of the one whose gathers are issued, 1 or 2 (at 2 the indices asked of L2 are kept a pass, na/nb,
-    and become the next tile's gathers, and a prologue asks L2 for the one tile the first prefetch skips; for this
-    producer 3 was measured slower than 2, and for rung 13's 3 and 4 slower than its 2)."""
+    and once it is stored its registers take the next tile's same half: half a's gathers are in flight while half
+    b is dequantised and while the producer waits for its next slot, half b's during that wait and while half a is
+    dequantised. The last pass's gathers fall past the split's end, every token masked, so no memory is read.
+    HALF_SLOTS: k_smem is [2 * NUM_BUFS, BLOCK_T / 2, D], each half tile a slot of its own (wgmma_ws_bal, whose
+    consumers each score one half). PF_AHEAD: L2 is asked for the tile that many ahead of the one whose gathers are
+    issued, 1 or 2; the prologue, which gathers the first tile, asks for the PF_AHEAD tiles after it (at 2 the
+    indices asked of L2 are kept a pass, na/nb, and become the next tile's gathers). For this producer 3 was
+    measured slower than 2, and for rung 13's 3 and 4 slower than its 2."""
     D: gl.constexpr = D_NOPE + D_ROPE
     HT: gl.constexpr = BLOCK_T // 2
     ROWS: gl.constexpr = _rows_layout(gl.num_warps())
@@ -422,8 +424,8 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
                                    DATA_BYTES, SCALE_BYTES, HT, ROWS, BS_SHIFT)
     pa = load_idx(idx_row, start + PF_AHEAD * BLOCK_T, end, HT, ROWS)  # asked of L2 PF_AHEAD tiles early
     pb = load_idx(idx_row, start + PF_AHEAD * BLOCK_T + HT, end, HT, ROWS)
-    # the first tile's gathers, both halves; in the loop each half's registers take the next tile's same half as
-    # soon as they are dequantised, so a half's gathers are in flight while the other half is dequantised
+    # the first tile's gathers, both halves; in the loop each half's registers take the next tile's same half once
+    # the half is stored, so a half's gathers are in flight while the other half is dequantised
     wa, ra, sa, va = load_tile(cache_w, cache_d, cache_u8, ia, start, end, num_tokens, stride_page, block_size, g,
                                g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
     wb, rb, sb, vb = load_tile(cache_w, cache_d, cache_u8, ib, start + HT, end, num_tokens, stride_page, block_size,

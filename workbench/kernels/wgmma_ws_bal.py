@@ -15,7 +15,9 @@ warpgroup waits at its mbarriers for 76% of its samples. Here the two consumer w
 The producer is wgmma_ws_h64's, storing each half tile into a slot of its own. It is the default partition here
 (4 warps at what the consumers leave): the default partition also keeps the kernel's own values alive across the
 pass for the bf16 rerun, and as a consumer at 200 registers that spilled in its loop (lab, sm_90). Its consumers
-have 184 (200 until the producer took its next half tile's gathers early, which spilled at 104: lab).
+have 184 (200 until the producer took its next half tile's gathers early, which spilled at 104: lab); with that
+producer it took 1.12-1.20x its time at the large calls (data/explore/explore_h100_20261206-1011_half_rotation.csv,
+not profiled).
 P and the swapped maxima are double-buffered by tile parity, so one mbarrier a tile for each is enough: a
 warpgroup passes tile i's only after both have retired tile i-1's PV, which last read the buffers it writes.
 

@@ -49,7 +49,8 @@ CONFIG_SPACE = [TiledConfig(BLOCK_H=64, BLOCK_T=64, num_warps=4)]
 # sm_90): the default partition gets what the two workers leave of 65,536 over 384 threads. The producer's 128 (112
 # before, with 232 for the softmax warpgroup): its loop issues a half tile's next gathers as soon as that half is
 # stored, which spilled at 112 (lab: 26 LDL and 18 STL a tile) and took 0.93-0.96x the time at two head groups and
-# b64 h64 (data/explore/explore_h100_20261206-1011_half_rotation.csv); at 128 without that order, 1.07x at b64 h128
+# b64 h64, 1.00-1.02x at splits of 128-256 tokens (data/explore/explore_h100_20261206-1011_half_rotation.csv); at
+# 128 without that order, 1.07x at b64 h128
 SWITCHES = dict(NUM_BUFS=2, PV_REGS=160, PRODUCER_WARPS=4, PRODUCER_REGS=128)
 MAXNREG = 168  # 65,536 registers over the block's 12 warps, rounded down to a multiple of 8
 
