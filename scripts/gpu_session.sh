@@ -27,6 +27,8 @@
 #   sanitizer case; SANITIZE_ARGS adds arguments to each `check --sanitize` (e.g. "--case ID --combine serial") and
 #   SANITIZER_FLAGS to each compute-sanitizer, both named in the log's file name (<tool>_<impl>_case-ID_...log);
 #   WS_PROBES=1 runs scripts/ws_protocol_probe.py's variants under racecheck (racecheck_probe_<variant>.log);
+#   PF2_MEMCHECK=1 runs scripts/memcheck_pf2.py under memcheck (sanitizer_wgmma_ws_h64_pf2.log: rung 15's build for
+#   two head groups and long splits, which no catalogue case reaches);
 #   every log starts with its command and ends with "# exit <status>" (124: timed out);
 #   NCU="impl=JSON-config ..." profiles each impl once at b64 h16 topk2048 (NCU_HEADS, NCU_BATCH, NCU_TOPK to change
 #   the shape; a batch or topk changed is named in the file: ncu_<impl>_h<heads>_b<batch>_k<topk>.txt): its partial
@@ -226,6 +228,11 @@ if [ "${SKIP_SANITIZE:-${SKIP_CHECK:-0}}" != 1 ]; then
 fi
 for impl in ${RACECHECK_IMPLS:-}; do sanitize racecheck racecheck "$impl"; done
 for impl in ${SYNCCHECK_IMPLS:-}; do sanitize synccheck synccheck "$impl"; done
+if [ "${PF2_MEMCHECK:-0}" = 1 ]; then  # rung 15's PF 2 build, which no catalogue case reaches
+  SANITIZED=1
+  logged "$OUT/sanitizer_wgmma_ws_h64_pf2.log" compute-sanitizer --tool memcheck --print-limit 20 \
+    python3 scripts/memcheck_pf2.py
+fi
 if [ "${WS_PROBES:-0}" = 1 ]; then  # the race-free probes: what racecheck reports on Triton's protocol alone
   for v in "" "--blocks 528" "--pre --cbar --epi" "--pre --cbar --epi --blocks 528" \
            "--no-handoff --pre --cbar --epi --blocks 528" "--no-handoff --blocks 528" "--no-handoff --cbar --blocks 528" \

@@ -362,3 +362,41 @@ def test_a_misspelt_sweep_stops_the_call_before_anything_runs(tmp_path):
     assert r.returncode == 2, r.stdout[-2000:]
     assert "sweeps: sq2: not a sweep" in r.stdout and "s_q2" in r.stdout
     assert not (tmp_path / "calls.log").exists()
+
+
+def test_pf2_memcheck_runs_its_script_under_memcheck(tmp_path):
+    """PF2_MEMCHECK=1: scripts/memcheck_pf2.py under compute-sanitizer memcheck, beside the named kernels' cases."""
+    _, calls, out = _run_session(tmp_path, "NVIDIA H200:90", SKIP_CHECK="1", SKIP_SANITIZE="0", SKIP_BENCH="1",
+                                 SANITIZE_IMPLS="wgmma_ws_h64", PF2_MEMCHECK="1")
+    runs = [c for c in calls if c.startswith("compute-sanitizer ")]
+    assert runs[-1] == "compute-sanitizer --tool memcheck --print-limit 20 python3 scripts/memcheck_pf2.py", runs
+    assert (out / "sanitizer_wgmma_ws_h64_pf2.log").read_text().startswith("# compute-sanitizer --tool memcheck")
+
+
+@pytest.mark.parametrize("num_sms", [132], ids=["h100_h200"])
+def test_the_pf2_memcheck_case_reaches_two_tiles_ahead_and_no_catalogue_case_does(num_sms):
+    """The split plan rung 15 runs at the script's shape gives 2 head groups splits of 512 tokens or more, so the
+    launcher picks PF_AHEAD 2 (what the script then checks on the GPU); at every catalogue case and its GPU version
+    it picks 1, which is why the script exists."""
+    import importlib.util
+
+    from workbench import decode, registry
+    from workbench.format import cases as catalogue
+    from workbench.kernels import wgmma_ws_h64
+    spec_ = importlib.util.spec_from_file_location("memcheck_pf2", ROOT / "scripts" / "memcheck_pf2.py")
+    script = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(script)
+    rung = registry.get("wgmma_ws_h64")
+
+    def pf(s):
+        queries, heads = s["batch"] * s.get("s_q", 1), s["heads"]
+        topks = [s["topk"]] + ([s["extra_topk"]] if s.get("extra_topk") else [])
+        plans = decode.spec_split_plans(rung, queries=queries, heads=heads, topks=topks, num_sms=num_sms)
+        return max(wgmma_ws_h64.prefetch_ahead(-(-heads // 64), p.tokens_per_split) for p in plans)
+
+    entry = script.case_entry()
+    assert entry.id == f"{script.ENTRY}@{script.LABEL}" and pf(entry.spec) == 2
+    for e in catalogue.CATALOGUE:
+        for c in (e, e.scaled()):
+            if c is not None:
+                assert pf(c.spec) == 1, c.id
