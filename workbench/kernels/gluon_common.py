@@ -417,6 +417,8 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
     gl.static_assert(PF_AHEAD == 1 or PF_AHEAD == 2, "PF_AHEAD: 1 or 2 (3 measured slower than 2)")
     ia = load_idx(idx_row, start, end, HT, ROWS)
     ib = load_idx(idx_row, start + HT, end, HT, ROWS)
+    na = ia  # (unused at PF_AHEAD 1)
+    nb = ib
     if PF_AHEAD == 2:  # the next tile's indices, loaded once: asked of L2 here, gathered by the loop's first pass
         na = load_idx(idx_row, start + BLOCK_T, end, HT, ROWS)
         nb = load_idx(idx_row, start + BLOCK_T + HT, end, HT, ROWS)
@@ -432,57 +434,61 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
                                g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
     prefetch_tile_l2_in_halves(cache_u8, pa, pb, start + PF_AHEAD * BLOCK_T, end, num_tokens, stride_page,
                                block_size, DATA_BYTES, SCALE_BYTES, HT, ROWS, BS_SHIFT)
-    if PF_AHEAD == 1:
-        ia = pa
-        ib = pb
-    else:  # a one-deep queue: the indices asked of L2 a pass ago are the next tile's gathers'
-        ia = na
-        ib = nb
-        na = pa
-        nb = pb
-    pa = load_idx(idx_row, start + (PF_AHEAD + 1) * BLOCK_T, end, HT, ROWS)
-    pb = load_idx(idx_row, start + (PF_AHEAD + 1) * BLOCK_T + HT, end, HT, ROWS)
+    ia, ib, na, nb, pa, pb = _advance_indices(idx_row, na, nb, pa, pb, start + (PF_AHEAD + 1) * BLOCK_T, end, HT,
+                                              ROWS, PF_AHEAD)
     i = 0
     for t0 in range(start, end, BLOCK_T):
         buf = i % NUM_BUFS
         # a fresh barrier counts as completed in phase 1, so each slot's first wait passes
         mbarrier.wait(empty.index(buf), ((i // NUM_BUFS) & 1) ^ 1)
-        lo, hi = dequant_tile(wa, ra, sa, is_rope, F16, LEAVE_OUT)
-        if HALF_SLOTS:
-            store_tile_rows(k_smem.index(2 * buf), lo, hi, 0, HT, HT, D)
-        else:
-            store_tile_rows(k_smem.index(buf), lo, hi, 0, HT, BLOCK_T, D)
-        valid_smem.index(buf).slice(0, HT).store(va.to(gl.int8))
+        _store_half(k_smem, valid_smem, buf, 0, wa, ra, sa, va, is_rope, F16, LEAVE_OUT, HALF_SLOTS, HT, D)
         if not (LEAVE_OUT & 1):  # (no loads: every tile reuses the first tile's bytes)
             # past the split's end every token is masked: no memory is read
             wa, ra, sa, va = load_tile(cache_w, cache_d, cache_u8, ia, t0 + BLOCK_T, end, num_tokens, stride_page,
                                        block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT, ROWS, BS_SHIFT)
-        lo, hi = dequant_tile(wb, rb, sb, is_rope, F16, LEAVE_OUT)
-        if HALF_SLOTS:
-            store_tile_rows(k_smem.index(2 * buf + 1), lo, hi, 0, HT, HT, D)
-        else:
-            store_tile_rows(k_smem.index(buf), lo, hi, HT, HT, BLOCK_T, D)
-        valid_smem.index(buf).slice(HT, HT).store(vb.to(gl.int8))
+        _store_half(k_smem, valid_smem, buf, 1, wb, rb, sb, vb, is_rope, F16, LEAVE_OUT, HALF_SLOTS, HT, D)
         if not (LEAVE_OUT & 1):
             wb, rb, sb, vb = load_tile(cache_w, cache_d, cache_u8, ib, t0 + BLOCK_T + HT, end, num_tokens,
                                        stride_page, block_size, g, g3, w3, D_NOPE, DATA_BYTES, SCALE_BYTES, W, HT,
                                        ROWS, BS_SHIFT)
             prefetch_tile_l2_in_halves(cache_u8, pa, pb, t0 + (PF_AHEAD + 1) * BLOCK_T, end, num_tokens,
                                        stride_page, block_size, DATA_BYTES, SCALE_BYTES, HT, ROWS, BS_SHIFT)
-            if PF_AHEAD == 1:
-                ia = pa
-                ib = pb
-            else:
-                ia = na
-                ib = nb
-                na = pa
-                nb = pb
-            pa = load_idx(idx_row, t0 + (PF_AHEAD + 2) * BLOCK_T, end, HT, ROWS)
-            pb = load_idx(idx_row, t0 + (PF_AHEAD + 2) * BLOCK_T + HT, end, HT, ROWS)
+            ia, ib, na, nb, pa, pb = _advance_indices(idx_row, na, nb, pa, pb, t0 + (PF_AHEAD + 2) * BLOCK_T, end,
+                                                      HT, ROWS, PF_AHEAD)
         fence_async_shared()  # the generic stores before the consumers' wgmma read the slot
         gl.thread_barrier()   # every producer warp's part of the tile before the one arrive
         mbarrier.arrive(full.index(buf))
         i += 1
+
+
+@gluon.jit
+def _store_half(k_smem, valid_smem, buf, HALF: gl.constexpr, words, rope, sbyte, valid, is_rope, F16: gl.constexpr,
+                LEAVE_OUT: gl.constexpr, HALF_SLOTS: gl.constexpr, HT: gl.constexpr, D: gl.constexpr):
+    """Half HALF (0 or 1) of slot buf's tile: its gathered words dequantised into its rows of the slot (HALF_SLOTS:
+    into a half slot of its own) and its valid bytes beside them."""
+    lo, hi = dequant_tile(words, rope, sbyte, is_rope, F16, LEAVE_OUT)
+    if HALF_SLOTS:
+        store_tile_rows(k_smem.index(2 * buf + HALF), lo, hi, 0, HT, HT, D)
+    else:
+        store_tile_rows(k_smem.index(buf), lo, hi, HALF * HT, HT, 2 * HT, D)
+    valid_smem.index(buf).slice(HALF * HT, HT).store(valid.to(gl.int8))
+
+
+@gluon.jit
+def _advance_indices(idx_row, na, nb, pa, pb, t_next, end, HT: gl.constexpr, ROWS: gl.constexpr,
+                     PF_AHEAD: gl.constexpr):
+    """The producer's index tiles a pass on: (ia, ib) the next gathers', (na, nb) the queue's (PF_AHEAD 2: the
+    indices asked of L2 a pass ago are the next tile's gathers'), (pa, pb) the tile at t_next, loaded now for the
+    next L2 prefetch."""
+    if PF_AHEAD == 1:
+        ia = pa
+        ib = pb
+    else:
+        ia = na
+        ib = nb
+        na = pa
+        nb = pb
+    return ia, ib, na, nb, load_idx(idx_row, t_next, end, HT, ROWS), load_idx(idx_row, t_next + HT, end, HT, ROWS)
 
 
 # ----------------------------------------------------------------------------- q, softmax, epilogue
