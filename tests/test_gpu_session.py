@@ -395,7 +395,7 @@ def test_the_pf2_memcheck_case_reaches_two_tiles_ahead_and_no_catalogue_case_doe
         return max(wgmma_ws_h64.prefetch_ahead(-(-heads // 64), p.tokens_per_split) for p in plans)
 
     entry = script.case_entry()
-    assert entry.id == f"{script.ENTRY}@{script.LABEL}" and pf(entry.spec) == 2
+    assert entry.id == f"{script.ENTRY}@b16-h128-k2048" and pf(entry.spec) == 2
     for e in catalogue.CATALOGUE:
         for c in (e, e.scaled()):
             if c is not None:

@@ -307,14 +307,20 @@ def sanitizer_case(impl: str, device="cuda", case_id: str = catalogue.SANITIZER,
     """A small hostile case (the catalogue's SANITIZER entry, or ``case_id``) with a fixed config, for
     compute-sanitizer; ``pdl`` False/True launches the combine as an ordinary/programmatic dependent launch
     (None: decode's rule), to tell a report that comes from the launches' overlap from one inside a kernel."""
+    run_sanitizer_case(impl, catalogue.get(case_id), device, pdl)
+
+
+def run_sanitizer_case(impl: str, entry: catalogue.HostileCase, device="cuda", pdl: bool | None = None) -> None:
+    """:func:`sanitizer_case` of any hostile case, e.g. an entry at a scale of its own (scripts/memcheck_pf2.py):
+    one call with ``impl``'s fixed config, checked against the fp32 reference (SystemExit(1) when it misses)."""
     from .decode import combine_launch
-    case, ref = build_with_reference(catalogue.get(case_id), device)
+    case, ref = build_with_reference(entry, device)
     with contextlib.nullcontext() if pdl is None else combine_launch(pdl):
         out, lse = sparse_mla_decode(**case.kwargs(), impl=impl, config=fixed_config(impl))
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
     m = compare(out.float(), lse, *ref)
-    print(f"sanitizer case {impl} ({case_id}, combine pdl={'rule' if pdl is None else pdl}): "
+    print(f"sanitizer case {impl} ({entry.id}, combine pdl={'rule' if pdl is None else pdl}): "
           f"passed={m['passed']} rel={m['out_rel_norm']:.2e}")
     if not m["passed"]:
         raise SystemExit(1)
