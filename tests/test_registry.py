@@ -109,33 +109,37 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("mma", "cpu", heads=64, tokens=64 * 2048) == "mma"  # named: never replaced
     monkeypatch.setattr(common, "INTERPRET", False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (9, 0))
-    # <= 16 heads: the bf16 rung up to 8192 tokens, wgmma_ws from 65536 tokens, wgmma_f16 between
+    # <= 16 heads: the bf16 rung up to 8192 tokens, wgmma_ws from 65536 tokens, the 64-head block from 2**18,
+    # wgmma_f16 between
     assert registry.resolve("auto", "cuda", heads=16, tokens=512) == "wgmma_xchg"
     assert registry.resolve("auto", "cuda", heads=16, tokens=4 * 2048) == "wgmma_xchg"
     assert registry.resolve("auto", "cuda", heads=16, tokens=4 * 2048 + 1) == "wgmma_f16"
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 640) == "wgmma_f16"  # the production shape
     assert registry.resolve("auto", "cuda", heads=16, tokens=32 * 2048 - 1) == "wgmma_f16"
     assert registry.resolve("auto", "cuda", heads=16, tokens=32 * 2048) == "wgmma_ws"  # from 65536 tokens up
-    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "wgmma_ws"  # the biggest h16 calls
+    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "wgmma_ws"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=128 * 2048 - 1) == "wgmma_ws"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=128 * 2048) == "wgmma_ws_h64"  # from 2**18 tokens
     assert registry.resolve("auto", "cuda", heads=8, tokens=4 * 2048 + 1) == "wgmma_f16"  # padded to 16 heads
     # 17-32 heads: the 16-head groups up to 4096 tokens, wgmma_xchg below 16384, then the 32-head portable block,
-    # the 64-head block from 65536 tokens, and wgmma_f16 for a call of one split (no combine: from 89 queries of one
-    # scope) of at most 512 tokens a query, or of any topk below 65536 tokens
+    # the 64-head block from 32768 tokens (one split or not), and wgmma_f16 below that for a call of one split (no
+    # combine: from 89 queries of one scope)
     assert registry.resolve("auto", "cuda", heads=32, tokens=4096) == "wgmma_f16_2cta"
     assert registry.resolve("auto", "cuda", heads=32, tokens=4097) == "wgmma_xchg"
     assert registry.resolve("auto", "cuda", heads=32, tokens=16 * 512, queries=16) == "wgmma_xchg"
     assert registry.resolve("auto", "cuda", heads=32, tokens=16383) == "wgmma_xchg"
     assert registry.resolve("auto", "cuda", heads=17, tokens=16384) == "portable_ws_h32t"
-    assert registry.resolve("auto", "cuda", heads=32, tokens=16 * 2048 + 512) == "portable_ws_h32t"
-    assert registry.resolve("auto", "cuda", heads=32, tokens=65535) == "portable_ws_h32t"
+    assert registry.resolve("auto", "cuda", heads=32, tokens=32767) == "portable_ws_h32t"
+    assert registry.resolve("auto", "cuda", heads=32, tokens=32768) == "wgmma_ws_h64"  # b16 topk2048, b64 topk512
     assert registry.resolve("auto", "cuda", heads=32, tokens=32 * 2048) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=20, tokens=64 * 2048) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=32, tokens=128 * 2048) == "wgmma_ws_h64"  # queries unknown
     assert registry.resolve("auto", "cuda", heads=32, tokens=128 * 512, queries=88) == "wgmma_ws_h64"
-    assert registry.resolve("auto", "cuda", heads=24, tokens=128 * 512, queries=128) == "wgmma_f16"  # one split
-    assert registry.resolve("auto", "cuda", heads=24, tokens=89 * 512, queries=89) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=24, tokens=128 * 512, queries=128) == "wgmma_ws_h64"  # one split
+    assert registry.resolve("auto", "cuda", heads=24, tokens=128 * 128, queries=128) == "wgmma_f16"  # below 32768
+    assert registry.resolve("auto", "cuda", heads=24, tokens=89 * 512, queries=89) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=24, tokens=128 * 512, queries=89) == "wgmma_ws_h64"  # 736 a query
-    assert registry.resolve("auto", "cuda", heads=32, tokens=89 * 640, queries=89) == "wgmma_f16"  # below 65536
+    assert registry.resolve("auto", "cuda", heads=32, tokens=89 * 320, queries=89) == "wgmma_f16"  # below 32768
     assert registry.resolve("auto", "cuda", heads=32, tokens=128 * 2048, queries=128) == "wgmma_ws_h64"
     # 33-63 heads: as 64 heads (one 64-head block), so the same boundaries in tokens as at h64
     for h in (33, 40, 48, 63):
@@ -270,10 +274,8 @@ RULE_TABLES = {"sm_90": ("bench_h100_80gb_hbm3_20261206-1031_crossover.csv",
                          "bench_h100_80gb_hbm3_20261206-1033_heads.csv"),
                "sm_120": ("bench_h200_20261205-1812_crossover.csv", "bench_h200_20261205-1815_heads.csv")}
 # (batch, heads, topk): the pick's time over the fastest Hopper rung's where over 2% in either table (docs/decisions.md)
-# (the 2**18 step in sample, from 56c1c77's crossover; the four over 3% are where rung 15 since f6a483c and a
-# small-call flip moved the fastest rung: explore_untimed_20261206-1047_h64_small_heads_rule.patch answers three)
-HOPPER_MARGINS = {(1, 16, 512): 1.057, (128, 16, 2048): 1.059, (64, 32, 512): 1.031, (128, 32, 512): 1.032,
-                  (2, 64, 2048): 1.025, (8, 64, 512): 1.024}
+# (the 2**18 step in sample, from 56c1c77's crossover, and rung 15 at <= 32 heads in sample, from these tables)
+HOPPER_MARGINS = {(1, 16, 512): 1.057, (2, 64, 2048): 1.025, (8, 64, 512): 1.024}
 # (batch, heads, topk): the pick's time over the fastest portable rung's where over 0.5% in either table
 # (docs/decisions.md)
 PORTABLE_MARGINS = {(1, 64, 2048): 1.019, (1, 128, 2048): 1.006, (4, 64, 512): 1.007, (4, 128, 512): 1.008,

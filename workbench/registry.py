@@ -42,9 +42,13 @@ def decode_impls() -> tuple[str, ...]:
 TWO_BLOCK_MAX_TOKENS_H64 = 4096      # 17-32 heads (from older h64 crossovers)
 H32_MIN_TOKENS_SM90 = 16384          # 17-32 heads: from b8 topk2048 the portable 32-head block (rung 24) beats the
                                      # 16-head groups (the heads sweep at 0590dbc; data/explore/..._h32_hopper.csv)
-H32_WS_MIN_TOKENS_SM90 = 1 << 16     # 17-32 heads: from b32 topk2048 the 64-head block (rung 15, half its heads
-                                     # padding) beats rung 24 since its producer asks L2 ahead (c48ae8a, H100: b32
-                                     # 36.57 us against 38.48, b64 58.94 against 62.87, h20 57.57 against 59.80)
+H32_WS_MIN_TOKENS_SM90 = 1 << 15     # 17-32 heads: from b16 topk2048 and b64 topk512 the 64-head block (rung 15,
+                                     # half its heads padding), one-split calls too, since its producer issues a
+                                     # half tile's gathers early (f6a483c crossover, H100: b16 topk2048 23.84 us
+                                     # against rung 24's 24.25, b64 topk512 24.28 against 25.01, b128 topk512 32.86
+                                     # against wgmma_f16's 33.89); from b32 topk2048 since c48ae8a
+H64_MIN_TOKENS_H16 = 1 << 18         # <= 16 heads: from b128 topk2048 the 64-head block (48 heads of padding) beats
+                                     # wgmma_ws (f6a483c crossover, H100: 85.11 us against 90.08; b64 topk2048 level)
 ONE_SPLIT_MIN_QUERIES_SM90 = 89     # 17-64 heads: from 89 queries a 64-head block's split plan on 132 SMs is one
                                     # split (decode.plan_splits, waves 1), and wgmma_f16 runs it with no combine
                                     # (KernelSpec.direct): b128 topk512 32.87 us against rung 24's 37.29
@@ -96,20 +100,19 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     call with an extra scope has two splits at least, so there its query count gives only the tokens a query (None:
     not known).
 
-    On sm_90: at <= 16 heads (padded to one 16-head group) "wgmma_xchg" up to XCHG_MAX_TOKENS_H16 tokens, "wgmma_ws"
-    from WS_MIN_TOKENS_H16, "wgmma_f16" between. At 17-32 heads "wgmma_f16" for a one-split call (from
-    ONE_SPLIT_MIN_QUERIES_SM90 queries) of at most ONE_SPLIT_MAX_TOPK_SM90 tokens a query, "wgmma_ws_h64" from
-    H32_WS_MIN_TOKENS_SM90 tokens, "wgmma_f16" for the other one-split calls, else "wgmma_f16_2cta" up to
-    TWO_BLOCK_MAX_TOKENS_H64 tokens, "portable_ws_h32t" (one 32-head block, mma.sync) from H32_MIN_TOKENS_SM90
-    tokens, else "wgmma_xchg". At >= 33 heads, by head-tokens (heads * tokens, 33-63 heads counted as HEAD_BLOCK:
-    they run padded to one 64-head block): "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS, and on it above 64
-    heads unless the rows are long (H32_BAND_MIN_TOPK_SM90 tokens a query); below XCHG_MAX_HEAD_TOKENS, and on it
-    from 64 heads, "portable_ws_h32f" (rung 26) for a call of one scope below it, from H32_BAND_MIN_HEAD_TOKENS_SM90
-    or with H32_BAND_MIN_TOPK_SM90 tokens a query or more, else "wgmma_xchg"; above it, and on it at 33-63 heads,
-    "wgmma_ws_h64" (but "wgmma_f16" at 33-64 heads for a one-split call of at most ONE_SPLIT_MAX_TOPK_SM90 tokens a
-    query). Two calls on 2**20 at 64 heads go to "wgmma_xchg" unmeasured: a one-split call (b128 topk128, which went
-    to "wgmma_f16" before 56c1c77) and a call of two scopes; no sweep has such a shape. Any other GPU:
-    :func:`portable_kernel`.
+    On sm_90: at <= 16 heads (padded to one 16-head group) "wgmma_xchg" up to XCHG_MAX_TOKENS_H16 tokens,
+    "wgmma_ws_h64" from H64_MIN_TOKENS_H16, "wgmma_ws" from WS_MIN_TOKENS_H16, "wgmma_f16" between. At 17-32 heads
+    "wgmma_ws_h64" from H32_WS_MIN_TOKENS_SM90 tokens, "wgmma_f16" for a one-split call (from
+    ONE_SPLIT_MIN_QUERIES_SM90 queries) below it, else "wgmma_f16_2cta" up to TWO_BLOCK_MAX_TOKENS_H64 tokens,
+    "portable_ws_h32t" (one 32-head block, mma.sync) from H32_MIN_TOKENS_SM90 tokens, else "wgmma_xchg". At >= 33
+    heads, by head-tokens (heads * tokens, 33-63 heads counted as HEAD_BLOCK: they run padded to one 64-head block):
+    "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS, and on it above 64 heads unless the rows are long
+    (H32_BAND_MIN_TOPK_SM90 tokens a query); below XCHG_MAX_HEAD_TOKENS, and on it from 64 heads, "portable_ws_h32f"
+    (rung 26) for a call of one scope below it, from H32_BAND_MIN_HEAD_TOKENS_SM90 or with H32_BAND_MIN_TOPK_SM90
+    tokens a query or more, else "wgmma_xchg"; above it, and on it at 33-63 heads, "wgmma_ws_h64" (but "wgmma_f16"
+    at 33-64 heads for a one-split call of at most ONE_SPLIT_MAX_TOPK_SM90 tokens a query). Two calls on 2**20 at 64
+    heads go to "wgmma_xchg" unmeasured: a one-split call (b128 topk128, which went to "wgmma_f16" before 56c1c77)
+    and a call of two scopes; no sweep has such a shape. Any other GPU: :func:`portable_kernel`.
 
     Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the
     history are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands (the
@@ -117,27 +120,28 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     data/bench_h100_80gb_hbm3_20261206-1033_heads.csv (an H100, f6a483c, the first tables of the 2**18 step and of
     rung 15's producer issuing a half tile's gathers early): within 2% of the fastest Hopper rung at 58 of 64
     crossover shapes (b4 h128 topk512, the 2**18 step's shape, now the fastest) and within 1.2% at all 16 heads
-    shapes. Over 3%: b128 h16 topk2048 (wgmma_ws 5.8% behind rung 15), b128 and b64 h32 topk512 (wgmma_f16 3.2%,
-    rung 24 3.0% behind rung 15), b1 h16 topk512 (wgmma_xchg 5.6% behind wgmma_f16_2cta, 7.72 against 7.30 us;
-    wgmma_xchg was the fastest there at 56c1c77); over 2%: b2 h64 topk2048 and b8 h64 topk512 (2.4%). The rule was
-    derived from the H100's crossovers at 56c1c77 (the 2**18 step) and aa5fd52
-    (data/bench_h100_80gb_hbm3_20261206-0420_crossover.csv, ..._0422_heads.csv), the partial one at 11c3638 (rung 15
-    two tiles ahead at two head groups; data/explore/explore_h100_20261206-0737_crossover_partial.csv) and the
-    H200's at 877f643, before the producers' L2 prefetch (data/bench_h200_20261205-1812_crossover.csv,
-    ..._1815_heads.csv). The H200's put rung 24 first at b32-b64 h20-32 topk2048 by 4-9%: the next H200 crossover
-    decides H32_WS_MIN_TOKENS_SM90 there. ``tokens`` is the call's selected tokens in all: b * s_q * (topk + extra
-    topk).
+    shapes, under the rule before rung 15 took H64_MIN_TOKENS_H16 and H32_WS_MIN_TOKENS_SM90's calls from them (in
+    sample, untimed). Over 3% then: b128 h16 topk2048 (wgmma_ws 5.8% behind rung 15), b128 and b64 h32 topk512
+    (wgmma_f16 3.2%, rung 24 3.0% behind rung 15), which those thresholds answer, and b1 h16 topk512 (wgmma_xchg
+    5.6% behind wgmma_f16_2cta, 7.72 against 7.30 us; wgmma_xchg was the fastest there at 56c1c77); over 2%: b2 h64
+    topk2048 and b8 h64 topk512 (2.4%). The rule was derived from the H100's crossovers at 56c1c77 (the 2**18 step)
+    and aa5fd52 (data/bench_h100_80gb_hbm3_20261206-0420_crossover.csv, ..._0422_heads.csv), the partial one at
+    11c3638 (rung 15 two tiles ahead at two head groups;
+    data/explore/explore_h100_20261206-0737_crossover_partial.csv) and the H200's at 877f643, before the producers'
+    L2 prefetch (data/bench_h200_20261205-1812_crossover.csv, ..._1815_heads.csv). The H200's put rung 24 first at
+    b32-b64 h20-32 topk2048 by 4-9%: the next H200 crossover decides H32_WS_MIN_TOKENS_SM90 there. ``tokens`` is the
+    call's selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
         return portable_kernel(capability, heads=heads, tokens=tokens, queries=queries)
     if heads <= 16:
         if tokens <= XCHG_MAX_TOKENS_H16:
             return "wgmma_xchg"
+        if tokens >= H64_MIN_TOKENS_H16:
+            return "wgmma_ws_h64"
         return "wgmma_ws" if tokens >= WS_MIN_TOKENS_H16 else "wgmma_f16"
     one_split = scopes == 1 and queries is not None and queries >= ONE_SPLIT_MIN_QUERIES_SM90
     if heads <= 32:
-        if one_split and tokens <= ONE_SPLIT_MAX_TOPK_SM90 * queries:
-            return "wgmma_f16"
         if tokens >= H32_WS_MIN_TOKENS_SM90:
             return "wgmma_ws_h64"
         if one_split:
