@@ -4,6 +4,7 @@ notebook and figure taking its numbers from the current tables only (``results.c
 The decoys here are tables that an older rule would have picked: a newer table that is stale beside an older fresh
 one, or an older table that timed more peers than the current one.
 """
+import gzip
 import json
 import subprocess
 import sys
@@ -118,6 +119,7 @@ def test_load_bench_and_the_other_readers_find_archived_files(tmp_path):
 
 def test_archive_moves_what_no_current_result_reads_and_changes_no_row(tmp_path):
     _bench_csv(tmp_path / "bench_x_20261201-0000_headline.csv", "headline", "2026-12-01T00:00:00Z", 50.0)
+    raw = (tmp_path / "bench_x_20261201-0000_headline.csv").read_bytes()
     (tmp_path / "bench_x_20261201-0000_headline.meta.json").write_text("{}")
     _bench_csv(tmp_path / "bench_x_20261202-0000_headline.csv", "headline", "2026-12-02T00:00:00Z", 52.0)
     _bench_csv(tmp_path / "bench_x_20261201-0000_ladder.csv", "ladder", "2026-12-01T00:00:00Z", 60.0)
@@ -130,7 +132,16 @@ def test_archive_moves_what_no_current_result_reads_and_changes_no_row(tmp_path)
         "bench_x_20261201-0000_headline.csv", "bench_x_20261201-0000_headline.meta.json", "sanitizer_x_20261201-0000"]
     moved = results.archive_superseded(tmp_path)
     assert len(moved) == 3 and not results.superseded(tmp_path)
-    assert sorted(p.name for p in (tmp_path / "archive").iterdir()) == sorted(p.name for p in moved)
+    archived = sorted(p.name for p in (tmp_path / "archive").iterdir())
+    assert archived == ["bench_x_20261201-0000_headline.csv.gz", "bench_x_20261201-0000_headline.meta.json",
+                        "sanitizer_x_20261201-0000"], "the CSV gzipped, the rest as it was"
+    assert [results.table_name(tmp_path / "archive" / n) for n in archived] == [p.name for p in moved]
+    packed = results.find_table("bench_x_20261201-0000_headline.csv", tmp_path)
+    assert packed.name.endswith(".csv.gz") and gzip.decompress(packed.read_bytes()) == raw, "the same bytes inside"
+    again = tmp_path / "again"
+    (again / "archive").mkdir(parents=True)
+    (again / "archive" / "t.csv").write_bytes(raw)
+    assert results.gzip_archive(again)[0].read_bytes() == packed.read_bytes(), "no name or time in the gzip"
     after = results.load_bench(data_dir=tmp_path)
     pd.testing.assert_frame_equal(before, after)
     assert results.sanitizer_summary(results.load_sanitizer(tmp_path)).folder.tolist() == ["sanitizer_x_20261202-0000"]
@@ -141,7 +152,7 @@ def test_an_archived_committed_table_still_loads_by_name():
     path = results.find_table("bench_h200_20261201-1102_ladder.csv")
     assert path.parent == DATA / results.ARCHIVE
     df = results.load_bench([path], data_dir=DATA)
-    assert set(df.source) == {path.name} and (df.erratum != "").all()
+    assert set(df.source) == {"bench_h200_20261201-1102_ladder.csv"} and (df.erratum != "").all()
 
 
 @pytest.mark.slow

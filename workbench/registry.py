@@ -114,23 +114,20 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     heads go to "wgmma_xchg" unmeasured: a one-split call (b128 topk128, which went to "wgmma_f16" before 56c1c77)
     and a call of two scopes; no sweep has such a shape. Any other GPU: :func:`portable_kernel`.
 
-    Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the
-    history are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands (the
-    margins: tests/test_registry.py, HOPPER_MARGINS): data/bench_h100_80gb_hbm3_20261206-1031_crossover.csv and
-    data/bench_h100_80gb_hbm3_20261206-1033_heads.csv (an H100, f6a483c, the first tables of the 2**18 step and of
-    rung 15's producer issuing a half tile's gathers early): within 2% of the fastest Hopper rung at 58 of 64
-    crossover shapes (b4 h128 topk512, the 2**18 step's shape, now the fastest) and within 1.2% at all 16 heads
-    shapes, under the rule before rung 15 took H64_MIN_TOKENS_H16 and H32_WS_MIN_TOKENS_SM90's calls from them (in
-    sample, untimed). Over 3% then: b128 h16 topk2048 (wgmma_ws 5.8% behind rung 15), b128 and b64 h32 topk512
-    (wgmma_f16 3.2%, rung 24 3.0% behind rung 15), which those thresholds answer, and b1 h16 topk512 (wgmma_xchg
-    5.6% behind wgmma_f16_2cta, 7.72 against 7.30 us; wgmma_xchg was the fastest there at 56c1c77); over 2%: b2 h64
-    topk2048 and b8 h64 topk512 (2.4%). The rule was derived from the H100's crossovers at 56c1c77 (the 2**18 step)
-    and aa5fd52 (data/bench_h100_80gb_hbm3_20261206-0420_crossover.csv, ..._0422_heads.csv), the partial one at
-    11c3638 (rung 15 two tiles ahead at two head groups;
-    data/explore/explore_h100_20261206-0737_crossover_partial.csv) and the H200's at 877f643, before the producers'
-    L2 prefetch (data/bench_h200_20261205-1812_crossover.csv, ..._1815_heads.csv). The H200's put rung 24 first at
-    b32-b64 h20-32 topk2048 by 4-9%: the next H200 crossover decides H32_WS_MIN_TOKENS_SM90 there. ``tokens`` is the
-    call's selected tokens in all: b * s_q * (topk + extra topk).
+    Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the history
+    are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands (the margins:
+    tests/test_registry.py, HOPPER_MARGINS): data/bench_h100_80gb_hbm3_20261206-1200_crossover.csv and
+    data/bench_h100_80gb_hbm3_20261206-1202_heads.csv (an H100, 2f70897, the first tables of rung 15 at <= 32 heads from
+    H64_MIN_TOKENS_H16 and H32_WS_MIN_TOKENS_SM90): within 2% of the fastest Hopper rung at 63 of 64 crossover shapes
+    and at 15 of 16 heads shapes. Over 2%: b128 h64 topk512 (the one-split wgmma_f16 3.1% behind rung 15, 41.29 against
+    40.04 us; on the H200 at 877f643 wgmma_f16 was 4% ahead, 40.18 against 41.80, so the GPUs disagree and the rule
+    keeps the reference GPU's pick) and b8 h48 topk2048 (rung 15 2.0% behind wgmma_xchg). The rule was derived from the
+    H100's crossovers at 56c1c77 (the 2**18 step) and aa5fd52 (data/bench_h100_80gb_hbm3_20261206-0420_crossover.csv,
+    ..._0422_heads.csv), the partial one at 11c3638 (rung 15 two tiles ahead at two head groups;
+    data/explore/explore_h100_20261206-0737_crossover_partial.csv) and the H200's at 877f643, before the producers' L2
+    prefetch (data/bench_h200_20261205-1812_crossover.csv, ..._1815_heads.csv). The H200's put rung 24 first at b32-b64
+    h20-32 topk2048 by 4-9%: the next H200 crossover decides H32_WS_MIN_TOKENS_SM90 there. ``tokens`` is the call's
+    selected tokens in all: b * s_q * (topk + extra topk).
     """
     if capability != "sm_90":
         return portable_kernel(capability, heads=heads, tokens=tokens, queries=queries)

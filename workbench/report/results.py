@@ -18,6 +18,8 @@ from .provenance import ROOT, kernel_source_hash, kernels_changed_since
 
 DATA = ROOT / "data"
 ARCHIVE = "archive"  # data/archive/: the tables and logs no current result reads; history, read like data/ itself
+GZ = ".gz"  # an archived CSV is stored gzipped (name.csv.gz) and read by its published name: the history grows by
+            # ~3 MB a full set of sweeps, and the device tool sends at most 64 MiB of working tree a call
 PEER_PROVIDERS = ("flashmla",)
 # The GPU data/'s figures and the issues' goals describe. Where a frame holds its rows, the current tables are its
 # only: a table another GPU published (an sm_120 owner's, an H100's) is current for that GPU, never over the H200's
@@ -68,11 +70,19 @@ def table_folders(data_dir: Path | str = DATA) -> list[Path]:
     return [data_dir] + ([data_dir / ARCHIVE] if (data_dir / ARCHIVE).is_dir() else [])
 
 
+def table_name(path: Path | str) -> str:
+    """A published file's name as it was published: an archived CSV lies gzipped (``<name>.gz``) under it."""
+    name = Path(path).name
+    return name[:-len(GZ)] if name.endswith(".csv" + GZ) else name
+
+
 def find_table(name: str, data_dir: Path | str = DATA) -> Path:
-    """The path of a published file by its name, in ``data_dir`` or its ``archive/``."""
+    """The path of a published file by its name, in ``data_dir`` or its ``archive/`` (gzipped there, if a CSV:
+    pandas reads either path)."""
     for folder in table_folders(data_dir):
-        if (folder / name).exists():
-            return folder / name
+        for path in (folder / name, folder / (name + GZ)):
+            if path.exists():
+                return path
     raise FileNotFoundError(f"no {name} in {data_dir} or its {ARCHIVE}/")
 
 
@@ -85,8 +95,10 @@ def data_file(name: str, data_dir: Path | str = DATA) -> Path:
 
 
 def _tables(data_dir, pattern: str) -> list[Path]:
-    """The files matching ``pattern`` in ``data_dir`` and its archive, by name (where one lies does not matter)."""
-    return sorted((p for folder in table_folders(data_dir) for p in folder.glob(pattern)), key=lambda p: p.name)
+    """The files matching ``pattern`` in ``data_dir`` and its archive (a CSV there gzipped), by published name (where
+    one lies does not matter)."""
+    return sorted((p for folder in table_folders(data_dir) for pat in (pattern, pattern + GZ) for p in folder.glob(pat)),
+                  key=table_name)
 
 
 def load_bench(paths=None, data_dir: Path | str = DATA):
@@ -94,11 +106,11 @@ def load_bench(paths=None, data_dir: Path | str = DATA):
     config columns and ``stale``; ``source`` is the file's name wherever it lies."""
     import pandas as pd
     if paths is None:
-        paths = [p for p in _tables(data_dir, "bench_*.csv") if not p.name.endswith(".fit.csv")]
+        paths = [p for p in _tables(data_dir, "bench_*.csv") if not table_name(p).endswith(".fit.csv")]
     frames = []
     for p in paths:
         f = pd.read_csv(p)
-        f["source"] = Path(p).name
+        f["source"] = table_name(p)
         frames.append(f)
     if not frames:
         raise FileNotFoundError(f"no bench_*.csv table in {data_dir}")
@@ -155,7 +167,7 @@ def _table_gpus(path: Path) -> set:
 def bench_gpus(data_dir: Path | str = DATA) -> list[str]:
     """The GPUs that measured the bench tables of ``data_dir`` (and its archive)."""
     return sorted(set().union(*(_table_gpus(p) for p in _tables(data_dir, "bench_*.csv")
-                                if not p.name.endswith(".fit.csv"))))
+                                if not table_name(p).endswith(".fit.csv"))))
 
 
 def pick_gpu(df, gpu=REFERENCE_GPU):
@@ -284,7 +296,7 @@ def load_correctness(data_dir: Path | str = DATA, name: str | None = None, gpu=R
     if name is not None:
         path = find_table(name, data_dir)
     else:
-        paths = [p for p in _tables(data_dir, "correctness_*.csv") if not p.name.endswith(".meta.csv")]
+        paths = [p for p in _tables(data_dir, "correctness_*.csv") if not table_name(p).endswith(".meta.csv")]
         if not paths:
             raise FileNotFoundError(f"no correctness_*.csv table in {data_dir}")
 
@@ -294,7 +306,7 @@ def load_correctness(data_dir: Path | str = DATA, name: str | None = None, gpu=R
                 date = dates.max() if len(dates) else ""
             except (ValueError, KeyError):
                 date = ""
-            return (date, p.name)
+            return (date, table_name(p))
 
         def fresh(p):
             head = pd.read_csv(p, nrows=0).columns
@@ -308,7 +320,7 @@ def load_correctness(data_dir: Path | str = DATA, name: str | None = None, gpu=R
         checked_here = [p for p in paths if fresh(p)]
         path = max(checked_here or paths, key=newest)
     df = pd.read_csv(path)
-    df["source"] = path.name
+    df["source"] = table_name(path)
     return apply_errata(df, data_dir / ERRATA)
 
 
@@ -451,23 +463,56 @@ def superseded(data_dir: Path | str = DATA, bench=None) -> list[Path]:
 
 def archive_superseded(data_dir: Path | str = DATA, dry_run: bool = False) -> list[Path]:
     """Move :func:`superseded` files into ``data_dir/archive/`` (``git mv`` where git tracks them), where
-    :func:`load_bench`, :func:`load_correctness` and :func:`load_sanitizer` still read them. Returns what moved."""
+    :func:`load_bench`, :func:`load_correctness` and :func:`load_sanitizer` still read them; then gzip every plain
+    CSV in the archive (:func:`gzip_archive`). Returns what moved."""
     import subprocess
     data_dir = Path(data_dir)
     moving = superseded(data_dir)
-    if dry_run or not moving:
+    if dry_run:
         return moving
     (data_dir / ARCHIVE).mkdir(exist_ok=True)
     for p in moving:
         dest = data_dir / ARCHIVE / p.name
-        if dest.exists():
+        if dest.exists() or dest.with_name(dest.name + GZ).exists():
             raise FileExistsError(f"{dest} exists already: an archived file is never replaced")
-        tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(p)], cwd=data_dir, capture_output=True)
-        if tracked.returncode == 0:
+        if _tracked(p):
             subprocess.run(["git", "mv", str(p), str(dest)], cwd=data_dir, check=True)
         else:
             p.rename(dest)
+    gzip_archive(data_dir)
     return moving
+
+
+def _tracked(path: Path) -> bool:
+    import subprocess
+    return subprocess.run(["git", "ls-files", "--error-unmatch", path.name], cwd=path.parent,
+                          capture_output=True).returncode == 0
+
+
+def gzip_archive(data_dir: Path | str = DATA) -> list[Path]:
+    """Replace each plain ``.csv`` in ``data_dir/archive/`` by ``<name>.csv.gz`` with the same bytes inside (a
+    reproducible gzip: no name, no time), staged in git where the CSV was tracked. Returns the new files."""
+    import gzip
+    import subprocess
+    folder = Path(data_dir) / ARCHIVE
+    made = []
+    for p in sorted(folder.glob("*.csv")) if folder.is_dir() else []:
+        dest = p.with_name(p.name + GZ)
+        if dest.exists():
+            raise FileExistsError(f"{dest} exists already: an archived file is never replaced")
+        raw = p.read_bytes()
+        with open(dest, "wb") as f, gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0, compresslevel=9) as z:
+            z.write(raw)
+        if gzip.decompress(dest.read_bytes()) != raw:
+            raise OSError(f"{dest}: its contents differ from {p.name}'s; {p.name} kept")
+        tracked = _tracked(p)
+        if tracked:
+            subprocess.run(["git", "rm", "-q", "--cached", p.name], cwd=folder, check=True)
+        p.unlink()
+        if tracked:
+            subprocess.run(["git", "add", dest.name], cwd=folder, check=True)
+        made.append(dest)
+    return made
 
 
 def readme_section(bench=None, data_dir: Path | str = DATA) -> str:
@@ -497,7 +542,7 @@ def _main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m workbench.report.results",
                                 description="data/: list its current tables, move what is superseded to archive/")
     p.add_argument("what", choices=["current", "archive", "readme"],
-                   help="current: print current_tables(); archive: move superseded files to data/archive/ (git mv); "
+                   help="current: print current_tables(); archive: move superseded files to data/archive/ (git mv) and gzip its CSVs; "
                         "readme: rewrite data/README.md's list of current tables")
     p.add_argument("--data-dir", default=str(DATA))
     p.add_argument("--dry-run", action="store_true", help="archive: only print what would move")
