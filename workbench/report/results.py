@@ -97,8 +97,8 @@ def data_file(name: str, data_dir: Path | str = DATA) -> Path:
 def _tables(data_dir, pattern: str) -> list[Path]:
     """The files matching ``pattern`` in ``data_dir`` and its archive (a CSV there gzipped), by published name (where
     one lies does not matter)."""
-    return sorted((p for folder in table_folders(data_dir) for pat in (pattern, pattern + GZ) for p in folder.glob(pat)),
-                  key=table_name)
+    found = (p for folder in table_folders(data_dir) for pat in (pattern, pattern + GZ) for p in folder.glob(pat))
+    return sorted(found, key=table_name)
 
 
 def load_bench(paths=None, data_dir: Path | str = DATA):
@@ -542,8 +542,8 @@ def _main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m workbench.report.results",
                                 description="data/: list its current tables, move what is superseded to archive/")
     p.add_argument("what", choices=["current", "archive", "readme"],
-                   help="current: print current_tables(); archive: move superseded files to data/archive/ (git mv) and gzip its CSVs; "
-                        "readme: rewrite data/README.md's list of current tables")
+                   help="current: print current_tables(); archive: move superseded files to data/archive/ (git mv) "
+                        "and gzip its CSVs; readme: rewrite data/README.md's list of current tables")
     p.add_argument("--data-dir", default=str(DATA))
     p.add_argument("--dry-run", action="store_true", help="archive: only print what would move")
     a = p.parse_args(argv)
