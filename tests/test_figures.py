@@ -19,7 +19,7 @@ import pytest  # noqa: E402
 from workbench.report import (figures, plots_correctness, plots_ladder, plots_occupancy, plots_padding,  # noqa: E402
                               plots_throughput)
 from workbench.report.results import (current_rows, current_tables, is_current, load_bench, load_correctness,  # noqa: E402
-                               parse_config, table_folders)
+                               parse_config)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
@@ -715,9 +715,9 @@ def test_same_run_times_prefers_auto_and_takes_peers_from_its_table(bench):
 
 @pytest.mark.parametrize("gpu", ["NVIDIA H200", None], ids=["reference-gpu", "any-gpu"])
 def test_load_correctness_picks_the_newest_table_of_the_code_here_and_keeps_the_old_one(gpu):
-    from workbench.report.results import _chosen_gpu, _table_gpus, stale_flags
+    from workbench.report.results import _chosen_gpu, _table_gpus, _tables, stale_flags, table_name
     new = load_correctness(DATA, gpu=gpu)
-    dated = sorted(p for d in table_folders(DATA) for p in d.glob("correctness_*.csv"))  # data/ and archive/
+    dated = _tables(DATA, "correctness_*.csv")  # data/ and archive/ (gzipped there)
     if gpu is not None:  # that GPU's tables only (a table whose rows name none is the H200's)
         chosen = _chosen_gpu(gpu, set().union(*(_table_gpus(p) for p in dated)))
         dated = [p for p in dated if chosen in _table_gpus(p)]
@@ -727,8 +727,8 @@ def test_load_correctness_picks_the_newest_table_of_the_code_here_and_keeps_the_
         return "kernel_hash" in t and all(f is False for f in stale_flags(t[["kernel_hash", "git_commit"]]
                                                                          .drop_duplicates()))
     here = [p for p in dated if checked_here(p)]
-    newest = max(here or dated, key=lambda p: (str(pd.read_csv(p, usecols=["date"]).date.max()), p.name))
-    assert new.source.iloc[0] == newest.name
+    newest = max(here or dated, key=lambda p: (str(pd.read_csv(p, usecols=["date"]).date.max()), table_name(p)))
+    assert new.source.iloc[0] == table_name(newest)
     old = load_correctness(DATA, name="correctness_h200.csv")
     assert old.source.iloc[0] == "correctness_h200.csv" and len(old)
 

@@ -147,6 +147,25 @@ def test_archive_moves_what_no_current_result_reads_and_changes_no_row(tmp_path)
     assert results.sanitizer_summary(results.load_sanitizer(tmp_path)).folder.tolist() == ["sanitizer_x_20261202-0000"]
 
 
+def test_archive_in_a_git_checkout_stages_the_gzip_for_the_csv_from_a_relative_data_dir(tmp_path, monkeypatch):
+    """What `python -m workbench.report.results archive --data-dir data` does in a checkout: the superseded CSV
+    leaves the index and its gzip enters it (a relative data_dir once sent git to data/data/)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    _bench_csv(data / "bench_x_20261201-0000_headline.csv", "headline", "2026-12-01T00:00:00Z", 50.0)
+    _bench_csv(data / "bench_x_20261202-0000_headline.csv", "headline", "2026-12-02T00:00:00Z", 52.0)
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(git + ["init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(git + ["add", "data"], cwd=tmp_path, check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "tables"], cwd=tmp_path, check=True)
+    monkeypatch.chdir(tmp_path)
+    assert [p.name for p in results.archive_superseded("data")] == ["bench_x_20261201-0000_headline.csv"]
+    staged = subprocess.run(["git", "status", "--porcelain"], cwd=tmp_path, capture_output=True, text=True,
+                            check=True).stdout.splitlines()
+    assert sorted(staged) == ["A  data/archive/bench_x_20261201-0000_headline.csv.gz",
+                              "D  data/bench_x_20261201-0000_headline.csv"], staged
+
+
 def test_an_archived_committed_table_still_loads_by_name():
     """A history table (named by data/rungs.csv and data/errata.csv) lies in data/archive/ and loads as itself."""
     path = results.find_table("bench_h200_20261201-1102_ladder.csv")

@@ -68,10 +68,11 @@ H32_BAND_MIN_HEAD_TOKENS_SM90 = 1 << 19  # >= 33 heads, below XCHG_MAX_HEAD_TOKE
                                          # (rung 25: 6.4-14.2%) and of the A/B at 875fc90
 H32_BAND_MIN_TOPK_SM90 = 2048  # ... and at 2**18 with 2048 tokens a query (b2 h64, b1 h128 topk2048: rung 25 6-7.4%
                                # at dcff189), not with 512 (b8 h64, b4 h128 topk512: wgmma_xchg 4-8% faster)
-ONE_SPLIT_MAX_TOPK_SM90 = 512        # 17-64 heads (at 33-64 above XCHG_MAX_HEAD_TOKENS, and on it at 33-63): a call of
+ONE_SPLIT_MAX_TOPK_SM90 = 512        # 33-64 heads (above XCHG_MAX_HEAD_TOKENS, and on it at 33-63): a call of
                                      # one split (from ONE_SPLIT_MIN_QUERIES_SM90 queries) of at most 512 tokens a
                                      # query runs wgmma_f16: b128 h64 topk512 39.6-40.0 us against the 64-head
-                                     # block's 41.5-41.8 in three crossover runs (1125, 1322, 1515). Not above 64
+                                     # block's 41.5-41.8 in three crossover runs (1125, 1322, 1515; on the H100 at
+                                     # 2f70897 the block was 3.1% faster, 40.04 against 41.29). Not above 64
                                      # heads: at b128 h128 topk512 the 64-head block was 1.7-3.2% faster in the
                                      # H200's crossover at 877f643 and the H100's at aa5fd52 and 11c3638 (two tiles
                                      # ahead there)

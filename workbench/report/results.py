@@ -466,7 +466,7 @@ def archive_superseded(data_dir: Path | str = DATA, dry_run: bool = False) -> li
     :func:`load_bench`, :func:`load_correctness` and :func:`load_sanitizer` still read them; then gzip every plain
     CSV in the archive (:func:`gzip_archive`). Returns what moved."""
     import subprocess
-    data_dir = Path(data_dir)
+    data_dir = Path(data_dir).resolve()  # git runs in data_dir: a relative path would be taken from there
     moving = superseded(data_dir)
     if dry_run:
         return moving
@@ -494,7 +494,7 @@ def gzip_archive(data_dir: Path | str = DATA) -> list[Path]:
     reproducible gzip: no name, no time), staged in git where the CSV was tracked. Returns the new files."""
     import gzip
     import subprocess
-    folder = Path(data_dir) / ARCHIVE
+    folder = Path(data_dir).resolve() / ARCHIVE
     made = []
     for p in sorted(folder.glob("*.csv")) if folder.is_dir() else []:
         dest = p.with_name(p.name + GZ)
@@ -505,12 +505,10 @@ def gzip_archive(data_dir: Path | str = DATA) -> list[Path]:
             z.write(raw)
         if gzip.decompress(dest.read_bytes()) != raw:
             raise OSError(f"{dest}: its contents differ from {p.name}'s; {p.name} kept")
-        tracked = _tracked(p)
-        if tracked:
+        if _tracked(p):  # the gzip staged before the CSV leaves the index, so a failed add loses nothing
+            subprocess.run(["git", "add", dest.name], cwd=folder, check=True)
             subprocess.run(["git", "rm", "-q", "--cached", p.name], cwd=folder, check=True)
         p.unlink()
-        if tracked:
-            subprocess.run(["git", "add", dest.name], cwd=folder, check=True)
         made.append(dest)
     return made
 
