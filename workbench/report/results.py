@@ -76,13 +76,18 @@ def table_name(path: Path | str) -> str:
     return name[:-len(GZ)] if name.endswith(".csv" + GZ) else name
 
 
+def _stored(folder: Path, name: str) -> Path | None:
+    """Where the file published as ``name`` lies in ``folder``: as itself or gzipped (an archived CSV); else None."""
+    return next((p for p in (folder / name, folder / (name + GZ)) if p.exists()), None)
+
+
 def find_table(name: str, data_dir: Path | str = DATA) -> Path:
     """The path of a published file by its name, in ``data_dir`` or its ``archive/`` (gzipped there, if a CSV:
     pandas reads either path)."""
     for folder in table_folders(data_dir):
-        for path in (folder / name, folder / (name + GZ)):
-            if path.exists():
-                return path
+        path = _stored(folder, name)
+        if path is not None:
+            return path
     raise FileNotFoundError(f"no {name} in {data_dir} or its {ARCHIVE}/")
 
 
@@ -473,7 +478,7 @@ def archive_superseded(data_dir: Path | str = DATA, dry_run: bool = False) -> li
     (data_dir / ARCHIVE).mkdir(exist_ok=True)
     for p in moving:
         dest = data_dir / ARCHIVE / p.name
-        if dest.exists() or dest.with_name(dest.name + GZ).exists():
+        if _stored(dest.parent, p.name) is not None:
             raise FileExistsError(f"{dest} exists already: an archived file is never replaced")
         if _tracked(p):
             subprocess.run(["git", "mv", str(p), str(dest)], cwd=data_dir, check=True)
