@@ -25,6 +25,14 @@ H200, data/explore/explore_h200_20261205-1806_cluster_share.csv): ``local_w8`` s
 (tile i+2's issued before tile i is dequantised, in the registers the 8 warps free). A producer bound by its own
 instructions' latency gets faster with the first; one bound by the loads' latency only with the second.
 
+``shared_bulk`` asks whether the shared split pays once its remote stores leave the threads: as ``shared``, but each
+CTA stores its dequantised half only into its own slot (the ordinary swizzled stores), fences them to the async
+proxy, and thread 0 copies the half to the same offsets of the peer's slot with 8 bulk copies
+(``cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes``, SASS UBLKCP: the TMA unit moves the
+bytes), 4 KB each (rows 32r..32r+31 of one 64-column block), completing on the peer's ``full`` mbarrier. The local
+slot is read by the copy until its bytes land in the peer, which the peer's release of that slot (on our ``empty``)
+follows, so the producer's wait on ``empty`` before it writes the slot again covers the copy.
+
 The gathers and the dequant are the workbench's own (``workbench.kernels.gluon_common``: ``load_idx``,
 ``load_tile``, ``dequant_tile`` in bf16, ``store_tile_rows``), on a real MODEL1 cache
 (``workbench.format.codec.quantize_kv``); nothing under workbench/ is changed. Not modelled: the valid-mask slot,
@@ -191,6 +199,28 @@ def _st_async(raddr, a, b, c, d, rbar):
         "mov.u32 $0, 0;", "=r,r,r,r,r,r,r", [raddr, a, b, c, d, rbar], dtype=gl.int32, is_pure=False, pack=1)
 
 
+# one bulk copy (the TMA unit, not the threads' MIO) of 4 KB of our shared memory into the peer's, completing its
+# bytes on the peer's mbarrier: 32 rows of one 64-column block of the 128-byte-swizzled slot (a block keeps all
+# BLOCK_T rows together, row r at r * 128, so rows r0..r0+31 are 4 contiguous KB at the same offsets in both CTAs)
+_BULK_ASM = gl.constexpr("""{
+    .reg .pred p;
+    .reg .u32 t;
+    mov.u32 t, %tid.x;
+    setp.eq.u32 p, t, 0;
+    @p cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [$1], [$2], 4096, [$3];
+    mov.u32 $0, 0;
+    }""")
+
+
+@gluon.jit
+def _bulk_to_peer(src, dst, rbar, STRIDE: gl.constexpr, BLOCKS: gl.constexpr):
+    """Thread 0 copies BLOCKS blocks of 4 KB (src + c * STRIDE, shared::cta) to dst + c * STRIDE (the peer's,
+    shared::cluster), each completing its bytes on the peer's mbarrier rbar: the shared_bulk variant's half tile."""
+    for c in gl.static_range(BLOCKS):
+        gl.inline_asm_elementwise(_BULK_ASM, "=r,r,r,r", [dst + c * STRIDE, src + c * STRIDE, rbar],
+                                  dtype=gl.int32, is_pure=False, pack=1)
+
+
 @gluon.jit
 def _ld_shared(addr):
     return gl.inline_asm_elementwise("ld.shared.u32 $0, [$1];", "=r,r", [addr], dtype=gl.int32, is_pure=False,
@@ -331,8 +361,14 @@ def probe_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, topk, o
                 store_tile_rows(ring.index(buf), lo, hi, 0, HT, BLOCK_T, D)
             else:
                 store_tile_rows(ring.index(buf), lo, hi, HT, HT, BLOCK_T, D)
-            fence_async_shared()  # the local stores only (a consumer's wgmma would read them), not the STAS after it
-            _store_remote(lo, hi, ring_r + buf * SLOT, bar_r + buf * 8, my0, HT, BLOCK_T, SCALE_BYTES)
+            # the local stores to the async proxy: a consumer's wgmma would read them, and shared_bulk's copy does
+            fence_async_shared()
+            if SHARED == 2:  # every thread's half stored and fenced, then thread 0 copies it whole to the peer
+                gl.thread_barrier()
+                _bulk_to_peer(ring_l + buf * SLOT + my0 * 128, ring_r + buf * SLOT + my0 * 128, bar_r + buf * 8,
+                              BLOCK_T * 128, SCALE_BYTES)
+            else:
+                _store_remote(lo, hi, ring_r + buf * SLOT, bar_r + buf * 8, my0, HT, BLOCK_T, SCALE_BYTES)
             gl.thread_barrier()
             mbarrier.expect(bars.index(buf), HT * D * 2)  # our one arrival, and the peer's half's bytes
             if i > 0:  # one tile behind, so the two CTAs may drift a tile apart (a split producer would)
@@ -391,7 +427,7 @@ def probe_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, topk, o
 # dequantises half as much with the same bytes in flight; local_w8_ahead2: and a second tile's loads in flight (the
 # registers 8 warps free), so that the two tell a producer bound by its own instructions from one bound by loads
 VARIANTS = {"local": (False, False, 4, 1), "shared": (True, False, 4, 1), "shared_cl": (True, True, 4, 1),
-            "local_w8": (False, False, 8, 1), "local_w8_ahead2": (False, False, 8, 2)}
+            "local_w8": (False, False, 8, 1), "local_w8_ahead2": (False, False, 8, 2), "shared_bulk": (2, False, 4, 1)}
 SIGNATURE = dict(cache_u8="*u8", stride_page="i64", block_size="i32", num_tokens="i32", idx_ptr="*i32", topk="i32",
                  out_ptr="*i32", sum_ptr="*i32", ring_off="i32", bar_off="i32")
 
@@ -509,6 +545,7 @@ def lab_numbers(k, log: str) -> dict:
         spill_stores=int(spill.group(1)) if spill else None, spill_loads=int(spill.group(2)) if spill else None,
         STAS_128=sum(v for o, v in ops.items() if o.startswith("STAS.128")),
         STAS=sum(v for o, v in ops.items() if o.startswith("STAS")),
+        UBLKCP=sum(v for o, v in ops.items() if o.startswith("UBLKCP")),
         STS=sum(v for o, v in ops.items() if o.startswith("STS")),
         LDG=sum(v for o, v in ops.items() if o.startswith("LDG")),
         HMUL2=sum(v for o, v in ops.items() if o.startswith("HMUL2")),

@@ -1,6 +1,7 @@
 """scripts/cluster_share_probe.py on the CPU: every variant compiles for sm_90a (in a child process without the
 interpreter) with no spills; the shared one halves the tile loop's gathers and dequant multiplies and adds FlashMLA's
-STAS.128 remote stores and remote mbarrier arrives; the 8-warp local ones halve them a thread, the second keeping
+STAS.128 remote stores and remote mbarrier arrives, and shared_bulk the same half with bulk copies (UBLKCP) instead
+of STAS; the 8-warp local ones halve them a thread, the second keeping
 two tiles' loads in flight. Skipped, saying why, where sm_90a cannot be compiled."""
 import json
 import os
@@ -66,3 +67,13 @@ def test_eight_warp_variants_halve_the_work_a_thread_and_the_second_keeps_two_ti
     assert numbers["local_w8_ahead2"]["LDG"] - numbers["local_w8"]["LDG"] == int(loop["local_w8"]["LDG"])
     # the tile ahead lives in registers: more of them than with one tile in flight
     assert numbers["local_w8_ahead2"]["registers"] > numbers["local_w8"]["registers"]
+
+
+def test_bulk_variant_copies_its_half_with_the_tma_unit_not_the_threads(numbers):
+    local, bulk = numbers["local"], numbers["shared_bulk"]
+    # 8 column blocks of 4 KB (32 rows x 128 B), one bulk copy each, no per-thread remote store
+    assert bulk["UBLKCP"] == 8 and bulk["STAS"] == 0 and local["UBLKCP"] == 0
+    assert bulk["HMUL2"] * 2 == local["HMUL2"]
+    assert bulk["ptx_remote_arrive"] == 2 and bulk["UCGABAR"] == 2
+    loop = {v: dict(kv.split(":") for kv in numbers[v]["tile_loop"].split(",")) for v in ("local", "shared_bulk")}
+    assert int(loop["shared_bulk"]["LDG"]) * 2 == int(loop["local"]["LDG"])
