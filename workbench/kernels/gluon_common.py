@@ -644,6 +644,35 @@ def store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pi
 
 
 @gluon.jit
+def store_half_direct(acc, m_i, l_i, out_mult, out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink, slot,
+                      BLOCK_H: gl.constexpr, D: gl.constexpr, HALF: gl.constexpr, HAS_SINK: gl.constexpr):
+    """:func:`store_half` of a call of one split (DIRECT: into the call's out, bf16) through shared memory: the
+    scaled half goes into ``slot`` (a free 64 KB K slot, [BLOCK_H, D] 16-bit), is read back a row a warp and written
+    with 16-byte stores. From the wgmma layout a thread holds two adjacent columns every 8 of a row, 4 bytes of bf16:
+    64 such stores a thread a half, each filling half of a 32-byte sector, took 6 us more a call than these 16 at
+    b64 h128 (data/explore/explore_h100_20261206-1452_staged_out.csv: topk64 17.73 -> 11.65 us). The fp32 partials
+    stay on store_half: their 8-byte stores fill whole sectors, and staged they were 2.5-22% slower (same table)."""
+    DH: gl.constexpr = D // 2
+    OL: gl.constexpr = acc.type.layout
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, OL))
+    live = l_o != 0
+    heads_o = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, OL))
+    _, lse2 = split_lse2(gl.convert_layout(m_i, gl.SliceLayout(1, OL)), l_o)
+    _, f = direct_factor(lse2, live, heads_o, H, sink_ptr, stride_sink, HAS_SINK)
+    out = acc * gl.expand_dims(gl.where(live, out_mult / l_o, 0.0) * f, 1)
+    SB: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16)
+    stage = slot._reinterpret(gl.bfloat16, [2 * BLOCK_H, DH], SB).slice(0, BLOCK_H)  # [BLOCK_H, DH] of the slot
+    stage.store(out.to(gl.bfloat16))
+    gl.thread_barrier()  # every warp's rows in the stage before any warp reads them back
+    RL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [gl.num_warps(), 1], [1, 0])  # 16 B a thread, a row a warp
+    vals = stage.load(RL)
+    heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, RL))
+    cols = HALF * DH + gl.arange(0, DH, layout=gl.SliceLayout(0, RL))
+    rows = (slot0 + heads.to(gl.int64) * s_total) * D
+    gl.store(out_ptr + gl.expand_dims(rows, 1) + gl.expand_dims(cols, 0), vals, mask=gl.expand_dims(heads < H, 1))
+
+
+@gluon.jit
 def store_half(acc, m_i, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink,
                BLOCK_H: gl.constexpr, D: gl.constexpr, HALF: gl.constexpr, HAS_SINK: gl.constexpr,
                DIRECT: gl.constexpr):

@@ -25,8 +25,10 @@ and producer) reloaded a spilled value every tile (1 LDL each, 76 B of spills in
 
 The partitions meet at mbarriers: full/empty per K slot (both consumers hand a slot back), p_full/p_empty around
 the one P buffer, and done for the final row sums the PV warpgroup's half of the output needs. Each
-consumer writes its own half of the partial output. K, q and P are f16 with wgmma_f16's window; a split with a
-non-finite row sum runs again with bf16 operands in the same three partitions.
+consumer writes its own half of the partial output; a call of one split (DIRECT) writes its bf16 halves through the
+free K slots with 16-byte stores (gluon_common.store_half_direct: 6 us a call less at b64 h128, nearly all of that
+shape's gap to FlashMLA). K, q and P are f16 with wgmma_f16's window; a split with a non-finite row sum runs again
+with bf16 operands in the same three partitions.
 
 GPU only (sm_90): Gluon does not run under the interpreter.
 """
@@ -41,7 +43,7 @@ from .common import cdiv, launch, split_args
 from .configs import TiledConfig
 from .gluon_common import (F16_OUT_MULT, cache_constexprs, epilogue_args, launch_dependents, load_q, not_finite,
                            produce_k_tiles_in_halves, qk_scale, require_sm90, scale_q_per_head, softmax_step,
-                           split_lse2, store_half, store_lse)
+                           split_lse2, store_half, store_half_direct, store_lse)
 
 ALLOWED = dict(BLOCK_H=(64,), BLOCK_T=(64,), num_warps=(4,), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=64, BLOCK_T=64, num_warps=4)]
@@ -142,8 +144,12 @@ def ws_h64_partial_kernel(
                               stride_sink, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT,
                               NUM_BUFS, PV_REGS, PRODUCER_WARPS, PRODUCER_REGS, 0, LEAVE_OUT, HAS_SINK, DIRECT,
                               PF_AHEAD=PF_AHEAD)
-    store_half(acc, m_i, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink, BLOCK_H, D, 0,
-               HAS_SINK, DIRECT)
+    if DIRECT:  # the K ring is free once the passes are done
+        store_half_direct(acc, m_i, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink,
+                          k_smem.index(0), BLOCK_H, D, 0, HAS_SINK)
+    else:
+        store_half(acc, m_i, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink, BLOCK_H, D,
+                   0, HAS_SINK, DIRECT)
     # the split's LSE, from the softmax warpgroup's row statistics
     live, lse2 = split_lse2(m_i, l_i)
     heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=l_i.type.layout)
@@ -311,8 +317,12 @@ def _pv_warpgroup(k_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, star
     l_i = lsum_smem.index(0).load(ROW)
     m_i = lsum_smem.index(1).load(ROW)
     # F16: a non-finite row sum makes this half non-finite too, and the bf16 pass writes it again
-    store_half(acc, m_i, l_i, F16_OUT_MULT if F16 else 1.0, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr,
-               stride_sink, BLOCK_H, D, 1, HAS_SINK, DIRECT)
+    if DIRECT:  # every K slot is free: the softmax warpgroup's last PV has retired (sync 2)
+        store_half_direct(acc, m_i, l_i, F16_OUT_MULT if F16 else 1.0, part_out_ptr, slot0, pid_h, H, s_total,
+                          sink_ptr, stride_sink, k_smem.index(1), BLOCK_H, D, 1, HAS_SINK)
+    else:
+        store_half(acc, m_i, l_i, F16_OUT_MULT if F16 else 1.0, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr,
+                   stride_sink, BLOCK_H, D, 1, HAS_SINK, DIRECT)
 
 
 def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
