@@ -647,12 +647,15 @@ def store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pi
 def store_half_direct(acc, m_i, l_i, out_mult, out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink, slot,
                       BLOCK_H: gl.constexpr, D: gl.constexpr, HALF: gl.constexpr, HAS_SINK: gl.constexpr):
     """:func:`store_half` of a call of one split (DIRECT: into the call's out, bf16) through shared memory: the
-    scaled half goes into ``slot`` (a free 64 KB K slot, [BLOCK_H, D] 16-bit), is read back a row a warp and written
-    with 16-byte stores. From the wgmma layout a thread holds two adjacent columns every 8 of a row, 4 bytes of bf16:
-    64 such stores a thread a half, each filling half of a 32-byte sector, took 6 us more a call than these 16 at
-    b64 h128 (data/explore/explore_h100_20261206-1452_staged_out.csv: topk64 17.73 -> 11.65 us). The fp32 partials
-    stay on store_half: their 8-byte stores fill whole sectors, and staged they were 2.5-22% slower (same table)."""
+    scaled half goes into ``slot`` (a free K slot, [BLOCK_T, D] 16-bit, BLOCK_T = BLOCK_H), is read back a row a
+    warp and written with 16-byte stores. The scale and the sink's factor are multiplied first, then the
+    accumulator: with a sink an output can differ from store_half's by an ulp of bf16. From the wgmma layout a
+    thread holds two adjacent columns every 8 of a row, 4 bytes of bf16: 64 such stores a thread a half, each
+    filling half of a 32-byte sector, took 6 us more a call than these 16 at b64 h128
+    (data/explore/explore_h100_20261206-1452_staged_out.csv: topk64 17.73 -> 11.65 us). The fp32 partials stay on
+    store_half: their 8-byte stores fill whole sectors, and staged they were 2.5-22% slower (same table)."""
     DH: gl.constexpr = D // 2
+    gl.static_assert(slot.shape[0] == BLOCK_H and slot.shape[1] == D, "the stage is a [BLOCK_H, D] 16-bit slot")
     OL: gl.constexpr = acc.type.layout
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, OL))
     live = l_o != 0

@@ -26,9 +26,9 @@ and producer) reloaded a spilled value every tile (1 LDL each, 76 B of spills in
 The partitions meet at mbarriers: full/empty per K slot (both consumers hand a slot back), p_full/p_empty around
 the one P buffer, and done for the final row sums the PV warpgroup's half of the output needs. Each
 consumer writes its own half of the partial output; a call of one split (DIRECT) writes its bf16 halves through the
-free K slots with 16-byte stores (gluon_common.store_half_direct: 6 us a call less at b64 h128, nearly all of that
-shape's gap to FlashMLA). K, q and P are f16 with wgmma_f16's window; a split with a non-finite row sum runs again
-with bf16 operands in the same three partitions.
+free K slots with 16-byte stores (gluon_common.store_half_direct: 6.1-6.4 us a call less at b64 h128 topk 64-2048,
+where 0-2 us of the gap to FlashMLA remain). K, q and P are f16 with wgmma_f16's window; a split with a non-finite
+row sum runs again with bf16 operands in the same three partitions.
 
 GPU only (sm_90): Gluon does not run under the interpreter.
 """
@@ -294,7 +294,7 @@ def _pv_warpgroup(k_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, star
                   NUM_BUFS: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr, HAS_SINK: gl.constexpr,
                   DIRECT: gl.constexpr):
     """Per tile: O[:, D/2:] rescaled by the softmax warpgroup's factors, += P V[:, D/2:]; then this half of the
-    split's normalised output into the partial buffer."""
+    split's normalised output into the partial buffer (DIRECT: the call's out, staged in K slot 1)."""
     DH: gl.constexpr = D // 2
     OL: gl.constexpr = _half_layout(BLOCK_H, D)
     ROW: gl.constexpr = gl.SliceLayout(1, OL)
