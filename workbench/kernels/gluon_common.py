@@ -644,18 +644,22 @@ def store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pi
 
 
 @gluon.jit
-def store_half_direct(acc, m_i, l_i, out_mult, out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink, slot,
-                      BLOCK_H: gl.constexpr, D: gl.constexpr, HALF: gl.constexpr, HAS_SINK: gl.constexpr):
-    """:func:`store_half` of a call of one split (DIRECT: into the call's out, bf16) through shared memory: the
-    scaled half goes into ``slot`` (a free K slot, [BLOCK_T, D] 16-bit, BLOCK_T = BLOCK_H), is read back a row a
-    warp and written with 16-byte stores. The scale and the sink's factor are multiplied first, then the
-    accumulator: with a sink an output can differ from store_half's by an ulp of bf16. From the wgmma layout a
-    thread holds two adjacent columns every 8 of a row, 4 bytes of bf16: 64 such stores a thread a half, each
-    filling half of a 32-byte sector, took 6 us more a call than these 16 at b64 h128
-    (data/explore/explore_h100_20261206-1452_staged_out.csv: topk64 17.73 -> 11.65 us). The fp32 partials stay on
-    store_half: their 8-byte stores fill whole sectors, and staged they were 2.5-22% slower (same table)."""
-    DH: gl.constexpr = D // 2
+def _direct_stage(slot, BLOCK_H: gl.constexpr, D: gl.constexpr):
     gl.static_assert(slot.shape[0] == BLOCK_H and slot.shape[1] == D, "the stage is a [BLOCK_H, D] 16-bit slot")
+    SB: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16)
+    return slot._reinterpret(gl.bfloat16, [2 * BLOCK_H, D // 2], SB).slice(0, BLOCK_H)  # [BLOCK_H, D/2] of the slot
+
+
+@gluon.jit
+def stage_half_direct(acc, m_i, l_i, out_mult, pid_h, H, sink_ptr, stride_sink, slot, BLOCK_H: gl.constexpr,
+                      D: gl.constexpr, HAS_SINK: gl.constexpr):
+    """A DIRECT half, scaled as store_half scales it (the scale and the sink's factor multiplied first: with a sink
+    an output can differ from store_half's by a bf16 ulp), into ``slot``'s stage; :func:`write_staged_half` writes it
+    out. From the wgmma layout a thread holds two adjacent bf16 every 8 columns: store_half's 64 stores of 4 bytes a
+    thread a half took 6 us more a call than 16-byte stores of the staged rows at b64 h128
+    (data/explore/explore_h100_20261206-1452_staged_out.csv). The PV warpgroup only stages its half: reading it back
+    and writing it out in that partition made the producer's loop spill (4 LDL and 4 STL a tile, 11 and 11 two
+    tiles ahead; sm_90 lab)."""
     OL: gl.constexpr = acc.type.layout
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, OL))
     live = l_o != 0
@@ -663,12 +667,16 @@ def store_half_direct(acc, m_i, l_i, out_mult, out_ptr, slot0, pid_h, H, s_total
     _, lse2 = split_lse2(gl.convert_layout(m_i, gl.SliceLayout(1, OL)), l_o)
     _, f = direct_factor(lse2, live, heads_o, H, sink_ptr, stride_sink, HAS_SINK)
     out = acc * gl.expand_dims(gl.where(live, out_mult / l_o, 0.0) * f, 1)
-    SB: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16)
-    stage = slot._reinterpret(gl.bfloat16, [2 * BLOCK_H, DH], SB).slice(0, BLOCK_H)  # [BLOCK_H, DH] of the slot
-    stage.store(out.to(gl.bfloat16))
-    gl.thread_barrier()  # every warp's rows in the stage before any warp reads them back
+    _direct_stage(slot, BLOCK_H, D).store(out.to(gl.bfloat16))
+
+
+@gluon.jit
+def write_staged_half(out_ptr, slot0, pid_h, H, s_total, slot, BLOCK_H: gl.constexpr, D: gl.constexpr,
+                      HALF: gl.constexpr):
+    """A staged half read back a row a warp and written to out with 16-byte stores."""
+    DH: gl.constexpr = D // 2
     RL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [gl.num_warps(), 1], [1, 0])  # 16 B a thread, a row a warp
-    vals = stage.load(RL)
+    vals = _direct_stage(slot, BLOCK_H, D).load(RL)
     heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, RL))
     cols = HALF * DH + gl.arange(0, DH, layout=gl.SliceLayout(0, RL))
     rows = (slot0 + heads.to(gl.int64) * s_total) * D

@@ -25,10 +25,11 @@ and producer) reloaded a spilled value every tile (1 LDL each, 76 B of spills in
 
 The partitions meet at mbarriers: full/empty per K slot (both consumers hand a slot back), p_full/p_empty around
 the one P buffer, and done for the final row sums the PV warpgroup's half of the output needs. Each
-consumer writes its own half of the partial output; a call of one split (DIRECT) writes its bf16 halves through the
-free K slots with 16-byte stores (gluon_common.store_half_direct: 6.1-6.4 us a call less at b64 h128 topk 64-2048,
-where 0-2 us of the gap to FlashMLA remain). K, q and P are f16 with wgmma_f16's window; a split with a non-finite
-row sum runs again with bf16 operands in the same three partitions.
+consumer writes its own half of the partial output; a call of one split (DIRECT) stages its bf16 halves in the free
+K slots and the default warps write both with 16-byte stores (gluon_common.stage_half_direct, write_staged_half:
+6.1-6.4 us a call less at b64 h128 topk 64-2048, where 0-2 us of the gap to FlashMLA remain). K, q and P are f16
+with wgmma_f16's window; a split with a non-finite row sum runs again with bf16 operands in the same three
+partitions.
 
 GPU only (sm_90): Gluon does not run under the interpreter.
 """
@@ -43,7 +44,8 @@ from .common import cdiv, launch, split_args
 from .configs import TiledConfig
 from .gluon_common import (F16_OUT_MULT, cache_constexprs, epilogue_args, launch_dependents, load_q, not_finite,
                            produce_k_tiles_in_halves, qk_scale, require_sm90, scale_q_per_head, softmax_step,
-                           split_lse2, store_half, store_half_direct, store_lse)
+                           split_lse2, stage_half_direct, store_half, store_lse,
+                           write_staged_half)
 
 ALLOWED = dict(BLOCK_H=(64,), BLOCK_T=(64,), num_warps=(4,), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=64, BLOCK_T=64, num_warps=4)]
@@ -144,9 +146,12 @@ def ws_h64_partial_kernel(
                               stride_sink, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT,
                               NUM_BUFS, PV_REGS, PRODUCER_WARPS, PRODUCER_REGS, 0, LEAVE_OUT, HAS_SINK, DIRECT,
                               PF_AHEAD=PF_AHEAD)
-    if DIRECT:  # the K ring is free once the passes are done
-        store_half_direct(acc, m_i, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink,
-                          k_smem.index(0), BLOCK_H, D, 0, HAS_SINK)
+    if DIRECT:  # the K ring is free once the passes are done; the PV warpgroup's half waits in slot 1
+        stage_half_direct(acc, m_i, l_i, out_mult, pid_h, H, sink_ptr, stride_sink, k_smem.index(0), BLOCK_H, D,
+                          HAS_SINK)
+        gl.thread_barrier()
+        write_staged_half(part_out_ptr, slot0, pid_h, H, s_total, k_smem.index(0), BLOCK_H, D, 0)
+        write_staged_half(part_out_ptr, slot0, pid_h, H, s_total, k_smem.index(1), BLOCK_H, D, 1)
     else:
         store_half(acc, m_i, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink, BLOCK_H, D,
                    0, HAS_SINK, DIRECT)
@@ -317,9 +322,10 @@ def _pv_warpgroup(k_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, star
     l_i = lsum_smem.index(0).load(ROW)
     m_i = lsum_smem.index(1).load(ROW)
     # F16: a non-finite row sum makes this half non-finite too, and the bf16 pass writes it again
-    if DIRECT:  # every K slot is free: the softmax warpgroup's last PV has retired (sync 2)
-        store_half_direct(acc, m_i, l_i, F16_OUT_MULT if F16 else 1.0, part_out_ptr, slot0, pid_h, H, s_total,
-                          sink_ptr, stride_sink, k_smem.index(1), BLOCK_H, D, 1, HAS_SINK)
+    if DIRECT:  # every K slot is free (the softmax warpgroup's last PV has retired, sync 2): the default warps
+        # write this half out after the passes
+        stage_half_direct(acc, m_i, l_i, F16_OUT_MULT if F16 else 1.0, pid_h, H, sink_ptr, stride_sink,
+                          k_smem.index(1), BLOCK_H, D, HAS_SINK)
     else:
         store_half(acc, m_i, l_i, F16_OUT_MULT if F16 else 1.0, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr,
                    stride_sink, BLOCK_H, D, 1, HAS_SINK, DIRECT)
