@@ -68,14 +68,6 @@ H32_BAND_MIN_HEAD_TOKENS_SM90 = 1 << 19  # >= 33 heads, below XCHG_MAX_HEAD_TOKE
                                          # (rung 25: 6.4-14.2%) and of the A/B at 875fc90
 H32_BAND_MIN_TOPK_SM90 = 2048  # ... and at 2**18 with 2048 tokens a query (b2 h64, b1 h128 topk2048: rung 25 6-7.4%
                                # at dcff189), not with 512 (b8 h64, b4 h128 topk512: wgmma_xchg 4-8% faster)
-ONE_SPLIT_MAX_TOPK_SM90 = 512        # 33-64 heads (above XCHG_MAX_HEAD_TOKENS, and on it at 33-63): a call of
-                                     # one split (from ONE_SPLIT_MIN_QUERIES_SM90 queries) of at most 512 tokens a
-                                     # query runs wgmma_f16: b128 h64 topk512 39.6-40.0 us against the 64-head
-                                     # block's 41.5-41.8 in three crossover runs (1125, 1322, 1515; on the H100 at
-                                     # 2f70897 the block was 3.1% faster, 40.04 against 41.29). Not above 64
-                                     # heads: at b128 h128 topk512 the 64-head block was 1.7-3.2% faster in the
-                                     # H200's crossover at 877f643 and the H100's at aa5fd52 and 11c3638 (two tiles
-                                     # ahead there)
 PORTABLE_WS_BELOW_HEAD_TOKENS = 1 << 18  # off Hopper, > 32 heads: below b8 topk512 (b2 topk2048) at h64, b4 topk512
                                          # at h128; then the 32-head groups (rung 25 first: the crossover at dcff189)
 PORTABLE_H32P_BELOW_HEAD_TOKENS = 1 << 19  # off Hopper, > 32 heads: below b4 topk2048 (b16 topk512) at h64 the 32-head
@@ -110,19 +102,20 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS, and on it above 64 heads unless the rows are long
     (H32_BAND_MIN_TOPK_SM90 tokens a query); below XCHG_MAX_HEAD_TOKENS, and on it from 64 heads, "portable_ws_h32f"
     (rung 26) for a call of one scope below it, from H32_BAND_MIN_HEAD_TOKENS_SM90 or with H32_BAND_MIN_TOPK_SM90
-    tokens a query or more, else "wgmma_xchg"; above it, and on it at 33-63 heads, "wgmma_ws_h64" (but "wgmma_f16"
-    at 33-64 heads for a one-split call of at most ONE_SPLIT_MAX_TOPK_SM90 tokens a query). Two calls on 2**20 at 64
+    tokens a query or more, else "wgmma_xchg"; above it, and on it at 33-63 heads, "wgmma_ws_h64" (a one-split call
+    of at most 512 tokens a query at 33-64 heads ran "wgmma_f16" until rung 15 staged its one-split output: b128 h64
+    topk512 35.46 us against wgmma_f16's 41.64 in the H100 crossover at aa7560b). Two calls on 2**20 at 64
     heads go to "wgmma_xchg" unmeasured: a one-split call (b128 topk128, which went to "wgmma_f16" before 56c1c77)
     and a call of two scopes; no sweep has such a shape. Any other GPU: :func:`portable_kernel`.
 
     Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the history
     are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands (the margins:
-    tests/test_registry.py, HOPPER_MARGINS): data/bench_h100_80gb_hbm3_20261206-1200_crossover.csv and
-    data/bench_h100_80gb_hbm3_20261206-1202_heads.csv (an H100, 2f70897, the first tables of rung 15 at <= 32 heads from
-    H64_MIN_TOKENS_H16 and H32_WS_MIN_TOKENS_SM90): within 2% of the fastest Hopper rung at 63 of 64 crossover shapes
-    and at 15 of 16 heads shapes. Over 2%: b128 h64 topk512 (the one-split wgmma_f16 3.1% behind rung 15, 41.29 against
-    40.04 us; on the H200 at 877f643 wgmma_f16 was 4% ahead, 40.18 against 41.80, so the GPUs disagree and the rule
-    keeps the reference GPU's pick) and b8 h48 topk2048 (rung 15 2.0% behind wgmma_xchg). The rule was derived from the
+    tests/test_registry.py, HOPPER_MARGINS): data/bench_h100_80gb_hbm3_20261206-1632_crossover.csv and
+    data/bench_h100_80gb_hbm3_20261206-1640_heads.csv (an H100, aa7560b: rung 15's one-split output staged; timed under
+    the rule before this one, every rung also by name): with this rule within 2% of the fastest Hopper rung at 64 of 64
+    crossover shapes and at 15 of 16 heads shapes; over 2%: b8 h48 topk2048 (rung 15 4.2% behind portable_ws_h32f,
+    21.59 against 20.73 us; the same machine code 2.0% behind wgmma_xchg at 2f70897). On the H200 at 877f643, before
+    the staged output, wgmma_f16 was 4% ahead of rung 15 at b128 h64 topk512 (40.18 against 41.80): not measured since. The rule was derived from the
     H100's crossovers at 56c1c77 (the 2**18 step) and aa5fd52 (data/bench_h100_80gb_hbm3_20261206-0420_crossover.csv,
     ..._0422_heads.csv), the partial one at 11c3638 (rung 15 two tiles ahead at two head groups;
     data/explore/explore_h100_20261206-0737_crossover_partial.csv) and the H200's at 877f643, before the producers' L2
@@ -161,8 +154,7 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
         # 2**19.3 head-tokens: 27.5 us against wgmma_xchg's 18.8; the production sweeps at c8e518c and dcff189)
         band = scopes == 1 and work < XCHG_MAX_HEAD_TOKENS and (work >= H32_BAND_MIN_HEAD_TOKENS_SM90 or long_rows)
         return "portable_ws_h32f" if band else "wgmma_xchg"
-    one_group = heads <= HEAD_BLOCK
-    return "wgmma_f16" if one_group and one_split and tokens <= ONE_SPLIT_MAX_TOPK_SM90 * queries else "wgmma_ws_h64"
+    return "wgmma_ws_h64"
 
 
 def _rows_at_least(topk: int, *, tokens: int, queries: int | None) -> bool:
