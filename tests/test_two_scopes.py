@@ -238,8 +238,8 @@ def test_largest_remainder_by_hand(total, weights, parts):
 def test_an_extra_scope_is_never_one_split_to_the_rule(monkeypatch):
     """auto's query count stands for "one split, no combine" only with one scope: with an extra scope there are two
     splits at least. decode tells the rule the call's scopes, and the rule then leaves the one-split picks alone
-    (b128 h64, topk 256 + 256: the 64-head block, not wgmma_f16's one split; b128 h32, topk 64 + 64: the 32-head
-    portable block)."""
+    (b128 h32, topk 64 + 64: the 32-head portable block, not wgmma_f16's one split; at 64 heads the 64-head block
+    either way, since rung 15 stages its one-split output: ab55493)."""
     seen = []
     monkeypatch.setattr(registry, "resolve", lambda impl, device, **kw: seen.append(kw) or "tile512")
     for extra in (0, 8):
@@ -248,7 +248,7 @@ def test_an_extra_scope_is_never_one_split_to_the_rule(monkeypatch):
     assert [(s["queries"], s["scopes"]) for s in seen] == [(2, 1), (2, 2)]
     assert registry.auto_kernel("sm_90", heads=32, tokens=128 * 128, queries=128, scopes=1) == "wgmma_f16"
     assert registry.auto_kernel("sm_90", heads=32, tokens=128 * 128, queries=128, scopes=2) == "portable_ws_h32t"
-    assert registry.auto_kernel("sm_90", heads=64, tokens=128 * 512, queries=128, scopes=1) == "wgmma_f16"
+    assert registry.auto_kernel("sm_90", heads=64, tokens=128 * 512, queries=128, scopes=1) == "wgmma_ws_h64"
     assert registry.auto_kernel("sm_90", heads=64, tokens=128 * 512, queries=128, scopes=2) == "wgmma_ws_h64"
 
 
