@@ -644,6 +644,15 @@ def store_partial(m_i, l_i, acc, out_mult, part_out_ptr, part_lse_ptr, pid_q, pi
 
 
 @gluon.jit
+def _direct_row_factor(m_i, l_o, live, heads, H, sink_ptr, stride_sink, HAS_SINK: gl.constexpr):
+    """:func:`direct_factor` of a DIRECT half's rows in its accumulator's row layout (l_o: the row sums there, live
+    where they are not 0): the factor each row of the normalised half is multiplied by."""
+    _, lse2 = split_lse2(gl.convert_layout(m_i, l_o.type.layout), l_o)
+    _, f = direct_factor(lse2, live, heads, H, sink_ptr, stride_sink, HAS_SINK)
+    return f
+
+
+@gluon.jit
 def _direct_stage(slot, BLOCK_H: gl.constexpr, D: gl.constexpr):
     gl.static_assert(slot.shape[0] == BLOCK_H and slot.shape[1] == D, "the stage is a [BLOCK_H, D] 16-bit slot")
     SB: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16)
@@ -664,8 +673,7 @@ def stage_half_direct(acc, m_i, l_i, out_mult, pid_h, H, sink_ptr, stride_sink, 
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, OL))
     live = l_o != 0
     heads_o = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, OL))
-    _, lse2 = split_lse2(gl.convert_layout(m_i, gl.SliceLayout(1, OL)), l_o)
-    _, f = direct_factor(lse2, live, heads_o, H, sink_ptr, stride_sink, HAS_SINK)
+    f = _direct_row_factor(m_i, l_o, live, heads_o, H, sink_ptr, stride_sink, HAS_SINK)
     out = acc * gl.expand_dims(gl.where(live, out_mult / l_o, 0.0) * f, 1)
     _direct_stage(slot, BLOCK_H, D).store(out.to(gl.bfloat16))
 
@@ -701,8 +709,7 @@ def store_half(acc, m_i, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, 
     rows = (slot0 + heads.to(gl.int64) * s_total) * D
     ptrs = part_out_ptr + gl.expand_dims(rows, 1) + gl.expand_dims(cols, 0)
     if DIRECT:
-        _, lse2 = split_lse2(gl.convert_layout(m_i, gl.SliceLayout(1, OL)), l_o)
-        _, f = direct_factor(lse2, live, heads, H, sink_ptr, stride_sink, HAS_SINK)
+        f = _direct_row_factor(m_i, l_o, live, heads, H, sink_ptr, stride_sink, HAS_SINK)
         gl.store(ptrs, (out * gl.expand_dims(f, 1)).to(gl.bfloat16), mask=gl.expand_dims(heads < H, 1))
     else:
         gl.store(ptrs, out, mask=gl.expand_dims((heads < H) & live, 1))
