@@ -45,7 +45,8 @@
 #   (EXPLORE_ARGS: its other arguments, e.g. "--shape 64,128,2048 --shape 1,64,512"; $OUT/explore.csv), and with
 #   PATCHES or BASELINE the same script, on the package of the tree before them ($OUT/baseline/explore.csv): an A/B
 #   of a few shapes in one call, each provider checked against the fp32 reference first (a failed check or a
-#   timeout, EXPLORE_TIMEOUT, 300 s for each of the two, makes the call's exit status non-zero);
+#   timeout, EXPLORE_TIMEOUT, 300 s for each of the two, makes the call's exit status non-zero); BASELINE_EXPLORE
+#   and BASELINE_EXPLORE_ARGS replace EXPLORE and EXPLORE_ARGS for the baseline (a --spec-variant its tree lacks);
 #   NCU_SOURCE=1 also writes each profile's per-SASS-instruction counters (stall samples, executed instructions,
 #   sectors) as ncu_source_<impl>_<tag>.csv (the .txt's tag: h<heads>, and _b<batch>_k<topk> where changed);
 #   CLUSTER_PROBE=1 runs scripts/cluster_share_probe.py (sm_90: a cluster of two sharing the dequant) before the
@@ -285,20 +286,21 @@ if [ -n "${EXPLORE:-}" ]; then
   # fp32 reference before it is timed: a same-call A/B quicker than a sweep. With PATCHES (or BASELINE) the tree
   # before the patches runs the same command after it, into $OUT/baseline/explore.csv, under the plain commit
   here=$PWD
-  explore() {  # explore NAME CSV LOG: this tree's explore.py into CSV and LOG; its exit status, said, joins rc
-    timeout "${EXPLORE_TIMEOUT:-300}" python3 "$here/scripts/explore.py" $EXPLORE ${EXPLORE_ARGS:-} --csv "$2" \
-      > "$3" 2>&1
+  explore() {  # explore NAME CSV LOG PROVIDERS ARGS: this tree's explore.py into CSV and LOG; its exit status,
+    # said, joins rc
+    timeout "${EXPLORE_TIMEOUT:-300}" python3 "$here/scripts/explore.py" $4 $5 --csv "$2" > "$3" 2>&1
     local x=$?; rc=$((rc | x)); echo "$1: exit $x"; grep -v "it/s\]" "$3" | tail -60
     checkpoint
   }
-  explore explore "$OUT/explore.csv" "$OUT/explore.log"
+  explore explore "$OUT/explore.csv" "$OUT/explore.log" "$EXPLORE" "${EXPLORE_ARGS:-}"
   if [ -n "${BASELINE:-}" ]; then
     mkdir -p "$OUT/baseline"
     # the same script on the baseline's package: PYTHONPATH comes before the script's folder in what `import
     # workbench` finds, and the script's folder holds no package
     cd "$BASELINE"
     PYTHONPATH="/tmp/site:$BASELINE" WORKBENCH_COMMIT="${BASELINE_COMMIT:-baseline}" \
-      explore "baseline explore" "$OUT/baseline/explore.csv" "$OUT/baseline_explore.log"
+      explore "baseline explore" "$OUT/baseline/explore.csv" "$OUT/baseline_explore.log" \
+      "${BASELINE_EXPLORE:-$EXPLORE}" "${BASELINE_EXPLORE_ARGS:-${EXPLORE_ARGS:-}}"
     cd "$here"
   fi
 fi

@@ -526,6 +526,72 @@ def scale_q_per_head(q):
     return qf * gl.expand_dims(pow2(-e), 1), e
 
 
+@gluon.constexpr_function
+def _q_piece_layout(QC, RERUN):
+    """[QC, 64] bf16 in 4 warps: one 16-byte load a thread. The bf16 rerun's q takes a layout of its own, so
+    LLVM cannot merge the two passes' q addresses and keep them alive through the f16 pass (the lab's spills)."""
+    if RERUN:
+        return gl.BlockedLayout([1, 8], [8, 4], [QC // 8, 4 // (QC // 8)], [1, 0])
+    return gl.BlockedLayout([1, 8], [4, 8], [QC // 4, 4 // (QC // 4)], [1, 0])
+
+
+@gluon.jit
+def _load_q_pieces(q_row, head_offs, cols, mask, CB: gl.constexpr):
+    """One chunk of heads (their row offsets) as CB column blocks of 64: a tuple of [QC, 64] bf16, every load
+    issued together."""
+    ptrs = q_row + head_offs[:, None] + cols[None, :]
+    pieces = ()
+    for cb in gl.static_range(CB):
+        pieces = pieces + (gl.load(ptrs + cb * 64, mask=mask, other=0.0),)
+    return pieces
+
+
+@gluon.jit
+def stage_q(q_smem, exp_smem, q_row, stride_qh, pid_h, H, BLOCK_H: gl.constexpr, D: gl.constexpr,
+            F16: gl.constexpr):
+    """q [BLOCK_H, D] bf16 of one query into q_smem (an NVMMA [BLOCK_H, D] tile, 128-byte swizzle), zero past the
+    last head, 16 heads a step of a loop that is not unrolled; with F16 each head scaled as
+    :func:`scale_q_per_head` (the same exponent: the maximum is exact in any order), its exponent into exp_smem
+    ([BLOCK_H] fp32) as a float. Unrolled, this was ~1,800 SASS instructions run once a warp and bound by
+    instruction fetch (ncu source counters, docs/decisions.md); looped, ~350 run four times. Each step issues the
+    next chunk's loads before its own work.
+
+    A 128-byte swizzled [BLOCK_H, D] tile is D/64 column blocks of [BLOCK_H, 64], and 16 rows of one are a
+    [16, 64] tile of the same swizzle (it repeats every 8 rows): viewed as [D/64 * BLOCK_H/16, 16, 64], chunk c's
+    column block cb is index cb * BLOCK_H/16 + c, a runtime index (the same stores as static slices: lab).
+    Triton's barrier pass cannot tell the runtime-indexed stores apart and puts a warpgroup barrier between them."""
+    KT: gl.constexpr = q_smem.dtype
+    QC: gl.constexpr = 16
+    NC: gl.constexpr = BLOCK_H // QC
+    CB: gl.constexpr = D // 64
+    PL: gl.constexpr = _q_piece_layout(QC, not F16)
+    pieces_smem = q_smem._reinterpret(KT, [CB * NC, QC, 64],
+                                      gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16))
+    exps = exp_smem._reinterpret(gl.float32, [NC, QC], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    rows = gl.arange(0, QC, layout=gl.SliceLayout(1, PL))
+    cols = gl.arange(0, 64, layout=gl.SliceLayout(0, PL))
+    offs = rows * stride_qh
+    head = pid_h * BLOCK_H  # the chunk's first head
+    nxt = _load_q_pieces(q_row + head * stride_qh, offs, cols, (rows < H - head)[:, None], CB)
+    for c in range(0, NC):
+        cur = nxt
+        head += QC
+        live = (rows < H - head) & (c + 1 < NC)
+        nxt = _load_q_pieces(q_row + head * stride_qh, offs, cols, live[:, None], CB)
+        if F16:
+            a = gl.abs(cur[0].to(gl.float32))
+            for cb in gl.static_range(1, CB):
+                a = gl.maximum(a, gl.abs(cur[cb].to(gl.float32)))
+            e = head_exponent(gl.max(a, axis=1))
+            mult = gl.expand_dims(pow2(-e), 1)
+            exps.index(c).store(e.to(gl.float32))
+            for cb in gl.static_range(CB):
+                pieces_smem.index(cb * NC + c).store((cur[cb].to(gl.float32) * mult).to(KT))
+        else:
+            for cb in gl.static_range(CB):
+                pieces_smem.index(cb * NC + c).store(cur[cb].to(KT))
+
+
 @gluon.jit
 def head_exponent(amax):
     """Each head's largest |q| (fp32, any shape) -> the E of :func:`scale_q_per_head` (int32)."""

@@ -9,22 +9,25 @@ decode, the block's three warpgroups have unequal shares:
 - the softmax warpgroup (the default partition, with what the workers leave: 216 registers): S = q K^T (heads as
   M, a chain of 64x64 wgmmas), the online softmax along each head's row of tokens, P and the rescale factors
   into shared memory, and O[:, :256] += P V[:, :256];
-- the PV warpgroup (PV_REGS, 160: below it ptxas ignores setmaxnreg, C7507): O[:, 256:], rescaled by the
-  factors, += P V[:, 256:];
+- the PV warpgroup (PV_REGS, 160: below it ptxas ignores setmaxnreg, C7507): first q into shared memory
+  (gluon_common.stage_q), while the softmax warpgroup waits for it, then O[:, 256:], rescaled by the factors,
+  += P V[:, 256:];
 - the producer (PRODUCER_WARPS at PRODUCER_REGS, 4 at 128): gathers and dequantises each 64-token tile into a
   ring of NUM_BUFS K tiles, one tile of words in registers, dequantised and stored half a tile at a time
   (gluon_common.produce_k_tiles_in_halves).
 
 Both PV wgmmas read P from shared memory (P from registers, as FlashMLA's first warpgroup does, cost more
 registers than the softmax warpgroup had: lab). q is loaded and scaled 16 heads at a time: all 64 at once are
-256 fp32 a thread, and their spills serialised every wgmma of the kernel (ptxas C7515, lab). Lab (sm_90): 206 KB
-of shared memory, 68 B of spill stores, no serialised wgmma. The bf16 rerun loads q in a layout of its own: with
+256 fp32 a thread, and their spills serialised every wgmma of the kernel (ptxas C7515, lab). Unrolled in the
+softmax warpgroup, that was ~1,800 instructions bound by instruction fetch (ncu); as a loop there, ptxas spilled
+the q descriptors of the f16 softmax loop (28 LDL a tile, lab), and in the PV warpgroup, which idles until the
+first P, no loop spills. Lab (sm_90): 206 KB of shared memory, no serialised wgmma. The bf16 rerun loads q in a layout of its own: with
 the f16 pass's, LLVM merged the two passes' q addresses and kept them for the rerun, and both f16 loops (softmax
 and producer) reloaded a spilled value every tile (1 LDL each, 76 B of spills in all; none in those loops now, as
 `workbench.lab.sass_loops` counts them; not yet timed on a GPU).
 
 The partitions meet at mbarriers: full/empty per K slot (both consumers hand a slot back), p_full/p_empty around
-the one P buffer, and done for the final row sums the PV warpgroup's half of the output needs. Each
+the one P buffer, done for the final row sums the PV warpgroup's half of the output needs, and q_ready. Each
 consumer writes its own half of the partial output; a call of one split (DIRECT) stages its bf16 halves in the free
 K slots and the default warps write both with 16-byte stores (gluon_common.stage_half_direct, write_staged_half:
 6.1-6.4 us a call less at b64 h128 topk 64-2048, where 0-2 us of the gap to FlashMLA remain). K, q and P are f16
@@ -42,10 +45,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .common import cdiv, launch, split_args
 from .configs import TiledConfig
-from .gluon_common import (F16_OUT_MULT, cache_constexprs, epilogue_args, launch_dependents, load_q, not_finite,
-                           produce_k_tiles_in_halves, qk_scale, require_sm90, scale_q_per_head, softmax_step,
-                           split_lse2, stage_half_direct, store_half, store_lse,
-                           write_staged_half)
+from .gluon_common import (F16_OUT_MULT, cache_constexprs, epilogue_args, launch_dependents, not_finite,
+                           produce_k_tiles_in_halves, qk_scale, require_sm90, softmax_step, split_lse2,
+                           stage_half_direct, stage_q, store_half, store_lse, write_staged_half)
 
 ALLOWED = dict(BLOCK_H=(64,), BLOCK_T=(64,), num_warps=(4,), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=64, BLOCK_T=64, num_warps=4)]
@@ -64,7 +66,7 @@ def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, **_switches) -> int
     (2 B/token/head), then six small arrays each taken as a whole 128 B or more: the valid bytes, the rescale
     factors, the final row sums and maxima, and the three groups of mbarriers."""
     t, h = c.BLOCK_T, c.BLOCK_H
-    small = (NUM_BUFS * t, 4 * h, 8 * h, 8 * NUM_BUFS, 8 * NUM_BUFS, 8 * 3)
+    small = (NUM_BUFS * t, 4 * h, 8 * h, 8 * NUM_BUFS, 8 * NUM_BUFS, 8 * 4)
     return 1024 * h + NUM_BUFS * 1024 * t + 2 * t * h + sum(-(-b // 128) * 128 for b in small)
 
 
@@ -117,7 +119,7 @@ def ws_h64_partial_kernel(
     lsum_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT)   # the final row sums and maxima
     full = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
-    sync = gl.allocate_shared_memory(gl.int64, [3, 1], mbarrier.MBarrierLayout())  # p_full, p_empty, done
+    sync = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())  # p_full, p_empty, done, q_ready
     _init_barriers(full, empty, sync, NUM_BUFS, False)
 
     end_all = TOPK
@@ -172,7 +174,7 @@ def _init_barriers(full, empty, sync, NUM_BUFS: gl.constexpr, AGAIN: gl.constexp
             mbarrier.invalidate(empty.index(i))
         mbarrier.init(full.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)
-    for i in gl.static_range(3):
+    for i in gl.static_range(4):
         if AGAIN:
             mbarrier.invalidate(sync.index(i))
         mbarrier.init(sync.index(i), count=1)
@@ -192,11 +194,10 @@ def _pass(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem, full, empty
     D: gl.constexpr = D_NOPE + D_ROPE
     return gl.warp_specialize([
         (_softmax_warpgroup, (q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, start,
-                              end, q_row, stride_qh, pid_h, H, sm_scale_log2, BLOCK_H, BLOCK_T, D, NUM_BUFS, F16,
-                              LEAVE_OUT)),
-        (_pv_warpgroup, (k_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, start, end, part_out_ptr, slot0,
-                         pid_h, H, s_total, sink_ptr, stride_sink, BLOCK_H, BLOCK_T, D, NUM_BUFS, F16, LEAVE_OUT,
-                         HAS_SINK, DIRECT)),
+                              end, sm_scale_log2, BLOCK_H, BLOCK_T, D, NUM_BUFS, F16, LEAVE_OUT)),
+        (_pv_warpgroup, (q_smem, k_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, start, end, q_row,
+                         stride_qh, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink, BLOCK_H, BLOCK_T,
+                         D, NUM_BUFS, F16, LEAVE_OUT, HAS_SINK, DIRECT)),
         (produce_k_tiles_in_halves, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens,
                                      idx_row, start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T,
                                      BS_SHIFT, NUM_BUFS, F16, LEAVE_OUT, False, PF_AHEAD)),
@@ -211,30 +212,18 @@ def _half_layout(BLOCK_H, D):
 
 @gluon.jit
 def _softmax_warpgroup(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, start, end,
-                       q_row, stride_qh, pid_h, H, sm_scale_log2, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr,
-                       D: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
-    """q into q_smem (with F16 scaled per head, as wgmma_f16), then per full slot: S = q K^T, the online softmax,
+                       sm_scale_log2, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr,
+                       NUM_BUFS: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
+    """Once the PV warpgroup has staged q (scaled per head with F16), per full slot: S = q K^T, the online softmax,
     P and the rescale factors to the PV warpgroup, O[:, :D/2] += P V[:, :D/2] with P from shared memory; returns
     (m_i, l_i, O[:, :D/2]). The final l_i and m_i also go to lsum_smem for the PV warpgroup."""
     KT: gl.constexpr = gl.float16 if F16 else gl.bfloat16
     DH: gl.constexpr = D // 2
     SL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                  instr_shape=[16, BLOCK_T, 16])  # S [BLOCK_H, BLOCK_T]
-    # q 16 heads at a time (all 64 at once are 256 fp32 a thread while scaled); each head's exponent passes
-    # through alpha_smem (free until the loop) into the scores' layout
-    QC: gl.constexpr = 16
-    if F16:
-        QL: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])  # [QC, D] bf16
-    else:  # the rerun: a layout of its own (the module's docstring)
-        QL: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
-    for c in gl.static_range(BLOCK_H // QC):
-        q = load_q(q_row, stride_qh, pid_h * (BLOCK_H // QC) + c, H, QC, D, QL)
-        if F16:
-            q, q_exp = scale_q_per_head(q)
-            alpha_smem.slice(c * QC, QC).store(q_exp.to(gl.float32))
-        q_smem.slice(c * QC, QC).store(q.to(KT))
-    fence_async_shared()  # q before the first wgmma reads it, from every warp of the warpgroup
-    gl.thread_barrier()
+    # the PV warpgroup stages q (it idles until the first P); each head's exponent passes through alpha_smem
+    # (free until the loop) into the scores' layout
+    mbarrier.wait(sync.index(3), 0)
     if F16:
         q_exp = alpha_smem.load(gl.SliceLayout(1, SL)).to(gl.int32)
         gl.thread_barrier()  # every warp has its exponents before the first factors overwrite them
@@ -294,17 +283,22 @@ def _softmax_warpgroup(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem
 
 
 @gluon.jit
-def _pv_warpgroup(k_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, start, end, part_out_ptr, slot0, pid_h,
-                  H, s_total, sink_ptr, stride_sink, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr,
-                  NUM_BUFS: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr, HAS_SINK: gl.constexpr,
-                  DIRECT: gl.constexpr):
-    """Per tile: O[:, D/2:] rescaled by the softmax warpgroup's factors, += P V[:, D/2:]; then this half of the
+def _pv_warpgroup(q_smem, k_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, start, end, q_row, stride_qh,
+                  part_out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink, BLOCK_H: gl.constexpr,
+                  BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr,
+                  LEAVE_OUT: gl.constexpr, HAS_SINK: gl.constexpr, DIRECT: gl.constexpr):
+    """q into q_smem (with F16 scaled per head, as wgmma_f16; the exponents into alpha_smem) for the softmax
+    warpgroup, then per tile: O[:, D/2:] rescaled by the softmax warpgroup's factors, += P V[:, D/2:]; then this half of the
     split's normalised output into the partial buffer (DIRECT: the call's out, staged in K slot 1)."""
     DH: gl.constexpr = D // 2
     OL: gl.constexpr = _half_layout(BLOCK_H, D)
     ROW: gl.constexpr = gl.SliceLayout(1, OL)
     p_full = sync.index(0)
     p_empty = sync.index(1)
+    stage_q(q_smem, alpha_smem, q_row, stride_qh, pid_h, H, BLOCK_H, D, F16)
+    fence_async_shared()  # q before the softmax warpgroup's first wgmma reads it
+    gl.thread_barrier()   # every warp's rows before the arrive
+    mbarrier.arrive(sync.index(3))
     acc = gl.zeros([BLOCK_H, DH], gl.float32, layout=OL)
     i = 0
     for t0 in range(start, end, BLOCK_T):
