@@ -21,9 +21,10 @@ registers than the softmax warpgroup had: lab). q is loaded and scaled 16 heads 
 256 fp32 a thread, and their spills serialised every wgmma of the kernel (ptxas C7515, lab). Unrolled in the
 softmax warpgroup, that was ~1,800 instructions bound by instruction fetch (ncu); as a loop there, ptxas spilled
 the q descriptors of the f16 softmax loop (28 LDL a tile, lab), and in the PV warpgroup, which idles until the
-first P, no loop spills. Lab (sm_90): 206 KB of shared memory, no serialised wgmma. The bf16 rerun loads q in a layout of its own: with
-the f16 pass's, LLVM merged the two passes' q addresses and kept them for the rerun, and both f16 loops (softmax
-and producer) reloaded a spilled value every tile (1 LDL each, 76 B of spills in all; none in those loops now, as
+first P, no loop spills (a2b5140: 0.95x the time at b64 h128 topk2048, data/explore/README.md). Lab (sm_90):
+206 KB of shared memory, no serialised wgmma. The bf16 rerun loads q in a layout of its own: with the f16 pass's,
+LLVM merged the two passes' q addresses and kept them for the rerun, and both f16 loops (softmax and producer)
+reloaded a spilled value every tile (1 LDL each, 76 B of spills in all; none in those loops now, as
 `workbench.lab.sass_loops` counts them; not yet timed on a GPU).
 
 The partitions meet at mbarriers: full/empty per K slot (both consumers hand a slot back), p_full/p_empty around
@@ -288,8 +289,8 @@ def _pv_warpgroup(q_smem, k_smem, p_smem, alpha_smem, lsum_smem, full, empty, sy
                   BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr,
                   LEAVE_OUT: gl.constexpr, HAS_SINK: gl.constexpr, DIRECT: gl.constexpr):
     """q into q_smem (with F16 scaled per head, as wgmma_f16; the exponents into alpha_smem) for the softmax
-    warpgroup, then per tile: O[:, D/2:] rescaled by the softmax warpgroup's factors, += P V[:, D/2:]; then this half of the
-    split's normalised output into the partial buffer (DIRECT: the call's out, staged in K slot 1)."""
+    warpgroup, then per tile: O[:, D/2:] rescaled by the softmax warpgroup's factors, += P V[:, D/2:]; then this
+    half of the split's normalised output into the partial buffer (DIRECT: the call's out, staged in K slot 1)."""
     DH: gl.constexpr = D // 2
     OL: gl.constexpr = _half_layout(BLOCK_H, D)
     ROW: gl.constexpr = gl.SliceLayout(1, OL)
