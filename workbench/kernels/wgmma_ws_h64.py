@@ -63,7 +63,7 @@ MAXNREG = 168  # 65,536 registers over the block's 12 warps, rounded down to a m
 
 
 def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 2, **_switches) -> int:
-    """Shared bytes of one block (sm_90 lab: 205,960 B): q (1 KB/head), NUM_BUFS 16-bit K tiles (1 KB/token) and P
+    """Shared bytes of one block (sm_90 lab: 205,992 B): q (1 KB/head), NUM_BUFS 16-bit K tiles (1 KB/token) and P
     (2 B/token/head), then six small arrays each taken as a whole 128 B or more: the valid bytes, the rescale
     factors, the final row sums and maxima, and the three groups of mbarriers."""
     t, h = c.BLOCK_T, c.BLOCK_H
