@@ -114,12 +114,12 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     data/bench_h100_80gb_hbm3_20261206-1836_heads.csv (an H100, a2b5140: rung 15's q staged by its PV warpgroup;
     every rung also timed by name): within 2% of the fastest Hopper rung at 64 of 64 crossover shapes and at 15 of 16
     heads shapes; over 2%: b8 h48 topk2048 (rung 15 2.4% behind wgmma_xchg, 20.88 against 20.38 us; 4.2% behind
-    portable_ws_h32f at aa7560b, 2.0% behind wgmma_xchg at 2f70897). On the H200 at 877f643, before
-    the staged output, wgmma_f16 was 4% ahead of rung 15 at b128 h64 topk512 (40.18 against 41.80): not measured
-    since. The rule was derived from the H100's crossovers at 56c1c77 (the 2**18 step) and aa5fd52
+    portable_ws_h32f at aa7560b, 2.0% behind wgmma_xchg at 2f70897). On the H200 at 877f643, before the staged
+    output, wgmma_f16 was 4% ahead of rung 15 at b128 h64 topk512 (40.18 against 41.80): not measured since. The rule
+    was derived from the H100's crossovers at 56c1c77 (the 2**18 step) and aa5fd52
     (data/bench_h100_80gb_hbm3_20261206-0420_crossover.csv, ..._0422_heads.csv), the partial one at 11c3638 (rung 15
-    two tiles ahead at two head groups;
-    data/explore/explore_h100_20261206-0737_crossover_partial.csv) and the H200's at 877f643, before the producers' L2
+    two tiles ahead at two head groups; data/explore/explore_h100_20261206-0737_crossover_partial.csv) and the
+    H200's at 877f643, before the producers' L2
     prefetch (data/bench_h200_20261205-1812_crossover.csv, ..._1815_heads.csv). The H200's put rung 24 first at b32-b64
     h20-32 topk2048 by 4-9%: the next H200 crossover decides H32_WS_MIN_TOKENS_SM90 there. ``tokens`` is the call's
     selected tokens in all: b * s_q * (topk + extra topk).
