@@ -2,6 +2,7 @@
 entry's compile options (wgmma_f16_2cta's maxnreg=128 reaches ptxas), and are skipped, not compiled, off sm_90."""
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -241,6 +242,42 @@ def test_rung_15s_f16_loops_read_little_local_memory(pf_ahead, direct):
     stores = 1 if pf_ahead == 1 else 4
     assert producer.count("LDL") <= 5 and producer.count("STL") <= stores, (producer.count("LDL"),
                                                                              producer.count("STL"))
+
+
+
+def _cta_barriers_in_called_functions(ptx: str) -> dict[str, int]:
+    """Per ``.func`` of a PTX module: its ``bar.sync`` / ``barrier.sync`` with no thread count (the whole CTA's)."""
+    found, name, count = {}, None, 0
+    for ln in ptx.splitlines():
+        head = re.match(r"\s*(?:\.(?:visible|weak|extern)\s+)*\.(func|entry)\b", ln)
+        if head:
+            if name is not None:
+                found[name] = count
+            name, count = (ln.strip() if head.group(1) == "func" else None), 0
+        elif name is not None and re.match(r"\s*(?:@!?%p\d+\s+)?(?:bar|barrier)\.sync(?:\.aligned)?\s+[^,;]+;", ln):
+            count += 1
+    if name is not None:
+        found[name] = count
+    return {k: v for k, v in found.items() if v}
+
+
+@pytest.mark.parametrize("kernel,cfg", [("wgmma_ws", WS), ("wgmma_ws_h64", {"BLOCK_H": 64, "BLOCK_T": 64,
+                                                                              "num_warps": 4})],
+                         ids=["rung_13", "rung_15"])
+def test_no_called_function_holds_a_whole_cta_barrier(kernel, cfg):
+    """sm_90 PTX of the warp-specialised rungs (rung 15 in the build the loop test compiles first, so it is the
+    same compile). Inline code in a partition syncs its own warps (``bar.sync id, 128``); a barrier inside a called
+    (``noinline``) function is Triton's whole-CTA ``bar.sync 0`` with no count, which waits for warps that are in
+    another partition or parked at the join: the in-launch merges of data/explore's 1730, 1900 and 2050 patches would
+    all have hung at every two-split call (found by a review of their PTX before they ran, docs/decisions.md). So a
+    called function may hold loads, arithmetic and stores, and no barrier, scalar atomic, reduction or cross-warp
+    layout change (each of which lowers to a barrier)."""
+    code = ("from workbench.lab.resources import compiled_ptx\n"
+            f"print(compiled_ptx({kernel!r}, 'sm_90', {cfg!r}"
+            + (", DIRECT=False, PF_AHEAD=1" if kernel == "wgmma_ws_h64" else "") + "))")
+    ptx = without_interpreter(code)
+    assert ".entry" in ptx and "bar.sync" in ptx
+    assert _cta_barriers_in_called_functions(ptx) == {}
 
 
 H64 = {"BLOCK_H": 64, "BLOCK_T": 64, "num_warps": 4}
