@@ -205,3 +205,15 @@ def test_a_direct_launch_of_more_than_one_split_is_refused():
     assert gluon_common.epilogue_args(part_lse=lse, direct=False, attn_sink=None, num_splits=3)["DIRECT"] is False
     with pytest.raises(ValueError, match="num_splits=2"):
         gluon_common.epilogue_args(part_lse=lse, direct=True, attn_sink=None, num_splits=2)
+
+
+def test_rung_15_gives_its_producer_more_registers_only_in_a_one_split_call_with_a_sink():
+    """wgmma_ws_h64.producer_regs: the one build whose producer loop spills at 128 (one split, with a sink) gets 144;
+    every other keeps the rung's switches (the launcher keeps a count an A/B names)."""
+    from workbench.kernels import wgmma_ws_h64 as ws
+    assert ws.producer_regs(True, True) == 144
+    assert {ws.producer_regs(d, s) for d, s in ((True, False), (False, True), (False, False))} == {
+        ws.SWITCHES["PRODUCER_REGS"]}
+    # the block's registers still fit: 4 warps each of softmax (what is left), PV and producer
+    left = 65536 - 128 * (ws.SWITCHES["PV_REGS"] + ws.producer_regs(True, True))
+    assert left // 128 >= 200 and ws.producer_regs(True, True) % 8 == 0

@@ -345,6 +345,16 @@ def prefetch_ahead(head_groups: int, tokens_per_split: int) -> int:
     return 2 if head_groups > 1 and tokens_per_split >= 512 else 1
 
 
+def producer_regs(direct: bool, has_sink: bool) -> int:
+    """The producer's registers (setmaxnreg; the softmax warpgroup gets what it leaves): SWITCHES' 128, or 144 in a
+    call of one split with an attention sink. That build's f16 producer loop spills 6 LDL / 6 STL a tile at 128
+    (sm_90 lab), and on an H100 it took 106.75 us at b64 h128 topk2048 against 86.08 without the sink; at 144, 88.41
+    (136: 89.39), and 35.42 -> 32.08 us at topk512, while without a sink 144 took 91.02 against 86.08 (the softmax
+    warpgroup's share shrinks): data/explore/explore_h100_20261206-2056_sink_producer_regs.csv. No other build
+    spills so (a two-split call applies the sink in the combine)."""
+    return 144 if direct and has_sink else SWITCHES["PRODUCER_REGS"]
+
+
 def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
                           tokens_per_split, sm_scale, name, allowed=ALLOWED, config=None, maxnreg=MAXNREG,
                           switches=SWITCHES, LEAVE_OUT=0, direct=False, attn_sink=None):
@@ -353,7 +363,7 @@ def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse,
 
     name, allowed: the registered rung's name and config table; switches: its constexprs (SWITCHES); LEAVE_OUT:
     stages to drop, for a measurement (workbench.bench.isolate). PF_AHEAD: :func:`prefetch_ahead`'s, unless switches
-    names one (an A/B)."""
+    names one (an A/B); PRODUCER_REGS: :func:`producer_regs`'s, unless switches name another count than SWITCHES'."""
     require_sm90(q, name)
     b, s_q, h, _ = q.shape
     cfg = default_config(h, allowed) if config is None else TiledConfig.from_any(config, allowed, name)
@@ -363,6 +373,8 @@ def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse,
     args.update(epilogue_args(part_lse=part_lse, direct=direct, attn_sink=attn_sink, num_splits=num_splits))
     grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
     switches = {"PF_AHEAD": prefetch_ahead(grid[0], tokens_per_split), **switches}
+    if switches.get("PRODUCER_REGS") == SWITCHES["PRODUCER_REGS"]:  # (an A/B that names another count keeps it)
+        switches["PRODUCER_REGS"] = producer_regs(direct, attn_sink is not None)
     launch(ws_h64_partial_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H,
                                              BLOCK_T=cfg.BLOCK_T, num_warps=cfg.num_warps, maxnreg=maxnreg,
                                              LEAVE_OUT=LEAVE_OUT, **switches))
