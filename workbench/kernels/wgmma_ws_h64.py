@@ -350,7 +350,7 @@ def producer_regs(direct: bool, has_sink: bool) -> int:
     call of one split with an attention sink. That build's f16 producer loop spills 6 LDL / 6 STL a tile at 128
     (sm_90 lab), and on an H100 it took 106.75 us at b64 h128 topk2048 against 86.08 without the sink; at 144, 88.41
     (136: 89.39), and 35.42 -> 32.08 us at topk512, while without a sink 144 took 91.02 against 86.08 (the softmax
-    warpgroup's share shrinks): data/explore/explore_h100_20261206-2056_sink_producer_regs.csv. No other build
+    warpgroup's share shrinks): data/explore/explore_h100_20261206-2048_sink_producer_regs.csv. No other build
     spills so (a two-split call applies the sink in the combine)."""
     return 144 if direct and has_sink else SWITCHES["PRODUCER_REGS"]
 
