@@ -244,7 +244,6 @@ def test_rung_15s_f16_loops_read_little_local_memory(pf_ahead, direct):
                                                                              producer.count("STL"))
 
 
-
 def _cta_barriers_in_called_functions(ptx: str) -> dict[str, int]:
     """Per ``.func`` of a PTX module: its ``bar.sync`` / ``barrier.sync`` with no thread count (the whole CTA's)."""
     found, name, count = {}, None, 0
