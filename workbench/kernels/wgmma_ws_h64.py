@@ -12,8 +12,9 @@ decode, the block's three warpgroups have unequal shares:
 - the PV warpgroup (PV_REGS, 160: below it ptxas ignores setmaxnreg, C7507): first q into shared memory
   (gluon_common.stage_q), while the softmax warpgroup waits for it, then O[:, 256:], rescaled by the factors,
   += P V[:, 256:];
-- the producer (PRODUCER_WARPS at PRODUCER_REGS, 4 at 128): gathers and dequantises each 64-token tile into a
-  ring of NUM_BUFS K tiles, one tile of words in registers, dequantised and stored half a tile at a time
+- the producer (PRODUCER_WARPS at PRODUCER_REGS, 4 at 128; 144 in a call of one split with an attention sink,
+  whose build spilled at 128 and took 1.2x the time: producer_regs): gathers and dequantises each 64-token tile
+  into a ring of NUM_BUFS K tiles, one tile of words in registers, dequantised and stored half a tile at a time
   (gluon_common.produce_k_tiles_in_halves).
 
 Both PV wgmmas read P from shared memory (P from registers, as FlashMLA's first warpgroup does, cost more
