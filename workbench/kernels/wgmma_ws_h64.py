@@ -374,7 +374,9 @@ def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse,
     args.update(epilogue_args(part_lse=part_lse, direct=direct, attn_sink=attn_sink, num_splits=num_splits))
     grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
     switches = {"PF_AHEAD": prefetch_ahead(grid[0], tokens_per_split), **switches}
-    if switches.get("PRODUCER_REGS") == SWITCHES["PRODUCER_REGS"]:  # (an A/B that names another count keeps it)
+    # the registry passes a copy of SWITCHES, so a count equal to SWITCHES' reads as not named: an A/B that names
+    # another count keeps it, one that names 128 for a one-split call with a sink gets 144
+    if switches.get("PRODUCER_REGS") == SWITCHES["PRODUCER_REGS"]:
         switches["PRODUCER_REGS"] = producer_regs(direct, attn_sink is not None)
     launch(ws_h64_partial_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H,
                                              BLOCK_T=cfg.BLOCK_T, num_warps=cfg.num_warps, maxnreg=maxnreg,
