@@ -17,12 +17,9 @@ import argparse
 import inspect
 import json
 import sys
-import zlib
-
-import torch
 
 from workbench.bench import HEADLINE, BenchShape, InputPool, bench_one, measure_ceilings, rows_frame
-from workbench.bench.sweeps import ROTATIONS
+from workbench.bench.providers import SINK
 from workbench.report.provenance import provenance
 
 
@@ -35,7 +32,8 @@ def main(argv=None) -> int:
     p.add_argument("--csv", default=None)
     p.add_argument("--sink", action="store_true",
                    help="every call also takes an attention sink, as DeepSeek-V4's engines pass one (per head, fp32, "
-                        "standard normal, fixed per shape); the rows' provider names end in '+sink'")
+                        "standard normal, fixed per shape); each provider runs as '<provider>+sink' (workbench.bench.providers.SinkProvider), "
+                        "and its rows are named so")
     p.add_argument("--ws-variant", action="append", default=[], metavar="NAME:K=V[,K=V]",
                    help="register a wgmma_ws rung with these switches changed (repeatable)")
     p.add_argument("--spec-variant", action="append", default=[], metavar="NAME:BASE:FIELD=V",
@@ -48,12 +46,13 @@ def main(argv=None) -> int:
     for v in a.spec_variant:
         register_spec_variant(p, v)
     shapes = [BenchShape(*map(int, s.split(","))) for s in a.shape] or list(HEADLINE)
-    pool = (SinkPool if a.sink else InputPool)("cuda")
+    pool = InputPool("cuda")
     ceilings, prov, cache = measure_ceilings("cuda"), provenance(), {}
     rows = []
     for shape in shapes:
         for item in a.providers:
             name, _, cfg = item.partition("@")
+            name += SINK if a.sink else ""  # providers.SinkProvider: the pool gives its calls a sink
             try:
                 got = bench_one(shape, name, ("graph",), pool=pool, ceilings=ceilings,
                                 config=json.loads(cfg) if cfg else None, sweep="explore", prov=prov,
@@ -61,8 +60,6 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001 - a rung that does not build or run is a row, not the end
                 got = [dict(provider=name, status="error", reason=f"{type(e).__name__}: {e}"[:400])]
             for r in got:
-                if a.sink:
-                    r["provider"] = f"{r.get('provider', name)}+sink"
                 rows.append(r)
                 print(f"{shape.label:32s} {item:40s} {r.get('status'):8s} {r.get('median_us') or float('nan'):8.2f} us "
                       f"({r.get('p20_us') or float('nan'):.2f}-{r.get('p80_us') or float('nan'):.2f}) "
@@ -71,17 +68,6 @@ def main(argv=None) -> int:
     if a.csv:
         rows_frame(rows).to_csv(a.csv, index=False)  # the bench's long-format columns
     return 0 if all(r.get("status") in ("ok", "skipped") for r in rows) else 1
-
-
-class SinkPool(InputPool):
-    """The bench's inputs with an attention sink added to each call: [heads] fp32, standard normal, the same for a
-    shape's rotations (seeded by the shape's label, as the pool seeds q)."""
-
-    def inputs(self, shape: BenchShape, rotations: int = ROTATIONS) -> list[dict]:
-        out = super().inputs(shape, rotations)
-        g = torch.Generator(device=self.device).manual_seed(self.seed + 1 + zlib.crc32(shape.label.encode()) % 10_000)
-        sink = torch.randn(shape.heads, device=self.device, generator=g, dtype=torch.float32)
-        return [dict(kw, attn_sink=sink) for kw in out]
 
 
 def register_ws_variant(p: argparse.ArgumentParser, text: str) -> None:

@@ -10,7 +10,7 @@ from workbench.bench.sweeps import CROSSOVER_PROVIDERS
 
 
 class _NoPool:
-    def inputs(self, shape):
+    def inputs(self, shape, **_):
         raise AssertionError("a skipped provider must not build inputs")
 
 
@@ -101,6 +101,68 @@ def test_overhead_sweep_covers_the_issue():
         assert {"eager_idle", "graph", "overhead"} <= set(modes)
     for name in bench.SWEEPS:  # every sweep asks only for modes bench_one knows
         assert all(set(modes) <= set(MODES) for _, _, modes, _ in sweep_shapes(name)), name
+
+
+def test_a_sink_pool_gives_every_call_of_a_shape_one_sink_the_reference_reads():
+    """InputPool.inputs(sink=True): each rotation of a shape's inputs carries the same [heads] fp32 sink beside the
+    sink-less inputs, unchanged, and the fp32 reference's output moves with it (each row times
+    1/(1+exp(sink - lse)), which no sink leaves 1)."""
+    from workbench import decode
+    pool = bench.InputPool("cpu", pool_tokens=4096)
+    plain = pool.inputs(BenchShape(2, 5, 64, block_size=64), rotations=2)
+    sunk = pool.inputs(BenchShape(2, 5, 64, block_size=64), rotations=2, sink=True)
+    sink = sunk[0]["attn_sink"]
+    assert sink.dtype == torch.float32 and tuple(sink.shape) == (5,) and all(kw["attn_sink"] is sink for kw in sunk)
+    for a, b in zip(plain, sunk):
+        assert set(b) - set(a) == {"attn_sink"}
+        assert all(torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k] for k in a)
+    out, lse = decode.sparse_mla_decode(**plain[0], impl="reference")
+    out_s, lse_s = decode.sparse_mla_decode(**sunk[0], impl="reference")
+    factor = 1.0 / (1.0 + torch.exp(sink.view(1, 1, 5, 1) - lse.transpose(1, 2).unsqueeze(-1)))  # [b, s_q, h, 1]
+    assert torch.equal(lse_s, lse)
+    torch.testing.assert_close(out_s.float(), (out.float() * factor).to(torch.bfloat16).float(), atol=0, rtol=2 ** -7)
+
+
+class _SinkLoggingPool(bench.InputPool):
+    def __init__(self):
+        super().__init__("cpu", pool_tokens=4096)
+        self.asked = []
+
+    def inputs(self, shape, rotations=2, sink=False):
+        self.asked.append(sink)
+        return super().inputs(shape, rotations, sink=sink)
+
+
+@pytest.mark.parametrize("provider, sink", [("reference", False), ("reference+sink", True)],
+                         ids=["plain", "with-sink"])
+def test_a_sink_provider_is_checked_on_inputs_with_a_sink(provider, sink):
+    """bench_one asks the pool for sink inputs for a "+sink" provider (and only then), and checks the decode it
+    runs against the reference on those same inputs: with no modes it runs that check alone."""
+    pool = _SinkLoggingPool()
+    assert bench_one(BenchShape(2, 5, 64, block_size=64), provider, (), pool=pool,
+                     ceilings=dict(hbm_copy_gbps=1.0, gemm_tflops=1.0), prov={"gpu": "cpu"}) == []
+    assert pool.asked == [sink]
+
+
+def test_a_sink_provider_refuses_what_takes_no_sink():
+    from workbench.bench import providers
+    p = bench.make_provider("reference+sink")
+    assert isinstance(p, providers.SinkProvider) and p.name == "reference+sink" and p.sink
+    with pytest.raises(ValueError, match="no attn_sink"):
+        p.prepare(bench.InputPool("cpu", pool_tokens=4096).inputs(BenchShape(1, 2, 8, block_size=64), 1)[0])
+    for name in ("gather+sink", "gather_fine+sink", "launch_floor+sink", "reference+sink+sink"):
+        with pytest.raises(ValueError, match="takes none"):
+            bench.make_provider(name)
+    assert providers.base_impl("auto+sink") == "auto" and providers.base_impl("wgmma_ws_h64+sink") == "wgmma_ws_h64"
+    assert {"auto+sink", "flashmla+sink"} <= set(bench.provider_names())
+
+
+def test_the_sink_sweep_times_the_headline_shapes_with_and_without_a_sink():
+    items = sweep_shapes("sink")
+    assert [s for s, *_ in items] == list(bench.HEADLINE)
+    for _, providers, modes, config in items:
+        assert set(providers) == {"auto", "auto+sink", "flashmla", "flashmla+sink"}
+        assert modes == ("graph",) and config is None
 
 
 def test_heads_sweep_times_the_odd_head_counts_beside_the_next_power_of_two():

@@ -64,23 +64,3 @@ def test_what_it_refuses(parser, text):
     with pytest.raises(ValueError, match="--spec-variant"):
         explore.register_spec_variant(parser, text)
     assert "v_test" not in registry.names()
-
-
-def test_the_sink_pool_gives_every_call_of_a_shape_one_sink_the_reference_reads():
-    """--sink: each rotation of a shape's inputs carries the same [heads] fp32 sink beside the bench's own inputs,
-    and the fp32 reference's output moves with it (each row times 1/(1+exp(sink - lse)), which no sink leaves 1)."""
-    import torch
-
-    from workbench.bench import BenchShape
-    plain = explore.InputPool("cpu", pool_tokens=4096).inputs(BenchShape(2, 5, 64, block_size=64), rotations=2)
-    sunk = explore.SinkPool("cpu", pool_tokens=4096).inputs(BenchShape(2, 5, 64, block_size=64), rotations=2)
-    sink = sunk[0]["attn_sink"]
-    assert sink.dtype == torch.float32 and tuple(sink.shape) == (5,) and all(kw["attn_sink"] is sink for kw in sunk)
-    for a, b in zip(plain, sunk):
-        assert set(b) - set(a) == {"attn_sink"}
-        assert all(torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k] for k in a)
-    out, lse = decode.sparse_mla_decode(**plain[0], impl="reference")
-    out_s, lse_s = decode.sparse_mla_decode(**sunk[0], impl="reference")
-    factor = 1.0 / (1.0 + torch.exp(sink.view(1, 1, 5, 1) - lse.transpose(1, 2).unsqueeze(-1)))  # [b, s_q, h, 1]
-    assert torch.equal(lse_s, lse)
-    torch.testing.assert_close(out_s.float(), (out.float() * factor).to(torch.bfloat16).float(), atol=0, rtol=2 ** -7)

@@ -59,7 +59,7 @@ def bench_one(shape: BenchShape, provider: str, modes, *, pool: InputPool, ceili
         p = (providers_cache or {}).get(provider) or make_provider(provider)
         if providers_cache is not None:
             providers_cache[provider] = p
-        inputs = pool.inputs(shape)
+        inputs = pool.inputs(shape, sink=getattr(p, "sink", False))
         fns = [p.prepare(kw, config) for kw in inputs]
         if getattr(p, "is_probe", False):
             fns[0]()

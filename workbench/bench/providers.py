@@ -416,21 +416,52 @@ class LaunchFloorProvider:
         return run
 
 
+SINK = "+sink"  # suffix of a provider whose every call also takes an attention sink (InputPool.inputs(sink=True))
+
+
+class SinkProvider:
+    """Another provider's decode with an attention sink in every call ([heads] fp32, standard normal, fixed per shape:
+    :meth:`workbench.bench.sweeps.InputPool.inputs`), as DeepSeek-V4's engines pass one. Its own provider because a
+    sink changes what runs: a one-split call of rung 15 reads it in its partial kernel and builds with more producer
+    registers there (wgmma_ws_h64.producer_regs); without them auto took 108 us against 86 at b64 h128 topk2048 on
+    the H100 (data/explore/explore_h100_20261206-2047_sink_auto.csv), which no sink-less sweep could show. The check
+    before timing compares with the reference on the same inputs, sink included (bench_one asks the pool for them)."""
+
+    sink = True
+
+    def __init__(self, inner: str):
+        from .. import registry
+        if inner.endswith(SINK) or inner in (*LAUNCH_FLOORS, *FINE_PROBES, *registry.names("probe")):
+            raise ValueError(f"provider: {inner + SINK!r}: a sink is an input of a decode; {inner!r} takes none")
+        self.inner = make_provider(inner)
+        self.name = self.inner.name + SINK
+
+    def prepare(self, kw: dict, config=None):
+        if kw.get("attn_sink") is None:
+            raise ValueError(f"{self.name}: its inputs carry no attn_sink (InputPool.inputs(shape, sink=True) makes "
+                             f"them), so it would time and check the sink-less decode under its name")
+        return self.inner.prepare(kw, config)
+
+
 def provider_names() -> tuple[str, ...]:
     """Every provider the bench knows: the registered kernels (decodes and probes), the probes on a finer grid
     (FINE_PROBES: "gather_fine"), FlashMLA, and the default
     decode through a plan ("auto+plan"; make_provider takes any decode name with "+plan") or with its combine's
-    launch forced ("auto+pdl", "auto+serial"; also any decode that asks for PDL), and the default decode with one
-    stage left out ("auto~no_loads", ...: workbench.bench.isolate; also any Gluon rung)."""
+    launch forced ("auto+pdl", "auto+serial"; also any decode that asks for PDL), the default decode with one
+    stage left out ("auto~no_loads", ...: workbench.bench.isolate; also any Gluon rung), and the default and
+    FlashMLA with an attention sink ("auto+sink", "flashmla+sink"; SinkProvider takes any decode provider)."""
     from .. import registry
     return (registry.names() + tuple(FINE_PROBES)
             + ("flashmla", AUTO_PORTABLE, "auto" + PLAN, "auto" + COMPILED, *LAUNCH_FLOORS)
-            + tuple("auto" + s for s in COMBINE_LAUNCH) + isolate.provider_names("auto"))
+            + tuple("auto" + s for s in COMBINE_LAUNCH) + isolate.provider_names("auto") + ("auto" + SINK,
+                                                                                            "flashmla" + SINK))
 
 
 def make_provider(name: str):
     """A provider object, or raise Skip with the reason it cannot run here."""
     from .. import registry
+    if name.endswith(SINK):
+        return SinkProvider(name[: -len(SINK)])
     if name == "flashmla":
         return FlashMLAProvider()
     if name in registry.names("probe"):
@@ -457,9 +488,9 @@ def make_provider(name: str):
 
 
 def base_impl(provider: str) -> str:
-    """The decode a provider name runs, without its "+plan", "+compiled", "+pdl" or "+serial" suffix (one: they do
-    not stack) or its isolation variant ("~no_loads", ...)."""
-    provider = provider.split(isolate.SEPARATOR, 1)[0]
+    """The decode a provider name runs, without its "+sink" suffix, its "+plan", "+compiled", "+pdl" or "+serial"
+    suffix (one: they do not stack) or its isolation variant ("~no_loads", ...)."""
+    provider = provider.removesuffix(SINK).split(isolate.SEPARATOR, 1)[0]
     for suffix in (PLAN, COMPILED, *COMBINE_LAUNCH):
         if provider.endswith(suffix):
             return provider[: -len(suffix)]

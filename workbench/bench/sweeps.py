@@ -38,8 +38,8 @@ class BenchShape:
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 132)
 ALL_ORDER = ("headline", "baselines", "batch", "warps", "production", "s_q2", "configs")  # most important first
-SWEEPS = ("smoke", "headline", "ladder", "forced", "crossover", "heads", "pdl", "isolate", "batch", "s_q2", "production", "baselines",
-          "warps", "configs", "overhead", "all")
+SWEEPS = ("smoke", "headline", "ladder", "forced", "crossover", "heads", "pdl", "isolate", "sink", "batch", "s_q2",
+          "production", "baselines", "warps", "configs", "overhead", "all")
 HEADLINE = (BenchShape(64, 16, 2048), BenchShape(64, 64, 2048), BenchShape(64, 128, 2048), BenchShape(1, 64, 512),
             BenchShape(64, 16, 128, block_size=256, extra_topk=512, extra_block_size=64))
 HEADS = (16, 32, 64, 128)
@@ -149,6 +149,9 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
         head = fast + ("auto_portable",)  # beside the default: what auto runs on a GPU without wgmma (issue 24)
         return [(BenchShape(64, h, 2048), head, ("eager", "graph"), None) for h in (16, 64, 128)] + \
                [(BenchShape(1, 64, 512), head, ("eager", "graph"), None)]
+    if name == "sink":  # the headline shapes with an attention sink, as DeepSeek-V4's engines pass one, beside the
+        # same calls without (providers.SinkProvider): a sink changes what a one-split call builds
+        return [(shape, ("auto", "auto+sink", "flashmla", "flashmla+sink"), ("graph",), None) for shape in HEADLINE]
     if name == "overhead":  # host cost per call (eager_idle minus graph), every provider timed in one run
         return [(shape, OVERHEAD_PROVIDERS, OVERHEAD_MODES, None) for shape in OVERHEAD_SHAPES]
     if name == "all":
@@ -178,7 +181,9 @@ class InputPool:
             del kv
         return self._caches[block_size]
 
-    def inputs(self, shape: BenchShape, rotations: int = ROTATIONS) -> list[dict]:
+    def inputs(self, shape: BenchShape, rotations: int = ROTATIONS, sink: bool = False) -> list[dict]:
+        """The calls a provider is timed on, rotating through index sets over the same q; sink: each also takes an
+        attention sink, [heads] fp32, standard normal, the same in every rotation and seeded apart from q."""
         # crc32, not hash(): str hashes change from process to process (PYTHONHASHSEED), so the seed would too
         g = torch.Generator(device=self.device).manual_seed(self.seed + zlib.crc32(shape.label.encode()) % 10_000)
         q = (torch.randn(shape.batch, shape.s_q, shape.heads, MODEL1.d, device=self.device, generator=g)
@@ -194,4 +199,9 @@ class InputPool:
                                                       (shape.batch, shape.s_q, shape.extra_topk),
                                                       device=self.device, generator=g, dtype=torch.int32))
             out.append(kw)
+        if sink:
+            g = torch.Generator(device=self.device).manual_seed(
+                self.seed + 1 + zlib.crc32(shape.label.encode()) % 10_000)
+            attn_sink = torch.randn(shape.heads, device=self.device, generator=g, dtype=torch.float32)  # [h]
+            out = [dict(kw, attn_sink=attn_sink) for kw in out]
         return out
