@@ -71,7 +71,7 @@ def test_sweeps_cover_the_issue():
     for s, provs, modes, _ in sweep_shapes("production"):
         if "graph" in modes:
             timed.setdefault((s.batch, s.heads), set()).update(provs)
-    assert set(timed) == {(b, h) for b in (1, 2, 4, 8) for h in (64, 128)}
+    assert set(timed) == {(b, h) for b in (1, 2, 4, 8) for h in (64, 128)} | {(b, 16) for b in bench.BATCHES}
     assert all(set(CROSSOVER_PROVIDERS) | {"auto", "flashmla"} <= p for p in timed.values())
     assert {s.s_q for s, *_ in sweep_shapes("s_q2")} == {2}
     warps = sweep_shapes("warps")

@@ -93,6 +93,9 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
     if name == "production":  # graph replay up to b8 also times every crossover rung by name: the crossover's calls
         # have one scope, so only this sweep can say which rung a call with an extra scope wants (auto lost to
         # FlashMLA there at b4 h128, b8 h64 and b8 h128, 0.92-0.95x on the H100 at aa5fd52)
+        # At 16 heads every batch, graph replay only: the ladders at the headline's b64 h16 production shape put
+        # wgmma_f16_2cta 6-12% ahead of the rule's wgmma_f16 in six tables (five H100, one H200; docs/decisions.md),
+        # and no sweep timed the other two-scope 16-head calls by rung
         plan = []
         for h in (64, 128):
             for b in BATCHES:
@@ -100,6 +103,8 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
                 plan.append((shape, fast, ("eager",) + (("graph",) if b <= 8 else ()), None))
                 if b <= 8:
                     plan.append((shape, CROSSOVER_PROVIDERS, ("graph",), None))
+        plan += [(BenchShape(b, 16, 128, block_size=256, extra_topk=512, extra_block_size=64),
+                  fast + CROSSOVER_PROVIDERS, ("graph",), None) for b in BATCHES]
         return plan
     if name == "baselines":  # the seed and the default beside SIMT, so that the speed-ups over SIMT are one run's
         return [(BenchShape(b, 64, 2048), ("simt", "reference", "mma", "auto"), ("eager",), None)
