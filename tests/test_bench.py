@@ -128,20 +128,23 @@ class _SinkLoggingPool(bench.InputPool):
         super().__init__("cpu", pool_tokens=4096)
         self.asked = []
 
-    def inputs(self, shape, rotations=2, sink=False):
+    def inputs(self, shape, rotations=bench.ROTATIONS, sink=False):
         self.asked.append(sink)
         return super().inputs(shape, rotations, sink=sink)
 
 
 @pytest.mark.parametrize("provider, sink", [("reference", False), ("reference+sink", True)],
                          ids=["plain", "with-sink"])
-def test_a_sink_provider_is_checked_on_inputs_with_a_sink(provider, sink):
-    """bench_one asks the pool for sink inputs for a "+sink" provider (and only then), and checks the decode it
-    runs against the reference on those same inputs: with no modes it runs that check alone."""
+def test_a_sink_provider_is_checked_on_inputs_with_a_sink(fake_timers, provider, sink):
+    """bench_one asks the pool for sink inputs for a "+sink" provider (and only then), checks the decode it runs
+    against the reference on those same inputs (SinkProvider.prepare refuses inputs without a sink) and names the
+    rows after it."""
     pool = _SinkLoggingPool()
-    assert bench_one(BenchShape(2, 5, 64, block_size=64), provider, (), pool=pool,
-                     ceilings=dict(hbm_copy_gbps=1.0, gemm_tflops=1.0), prov={"gpu": "cpu"}) == []
+    rows = bench_one(BenchShape(2, 5, 64, block_size=64), provider, ("eager",), pool=pool,
+                     ceilings=dict(hbm_copy_gbps=1.0, gemm_tflops=1.0), prov={"gpu": "cpu"})
     assert pool.asked == [sink]
+    assert [(r["provider"], r["kernel"], r["status"], r["check_passed"]) for r in rows] == \
+        [(provider, "reference", "ok", True)]
 
 
 def test_a_sink_provider_refuses_what_takes_no_sink():
@@ -154,6 +157,28 @@ def test_a_sink_provider_refuses_what_takes_no_sink():
         with pytest.raises(ValueError, match="takes none"):
             bench.make_provider(name)
     assert providers.base_impl("auto+sink") == "auto" and providers.base_impl("wgmma_ws_h64+sink") == "wgmma_ws_h64"
+    assert providers.base_impl("auto+plan+sink") == "auto"
+    assert not hasattr(p, "is_probe"), "a decode's sink provider is checked against the reference"
+    from workbench.report import results  # FlashMLA's rows with a sink are a peer's too: never stale by our code
+    assert all(peer + providers.SINK in results.PEER_PROVIDERS for peer in results.PEER_PROVIDERS
+               if not peer.endswith(providers.SINK))
+
+
+def test_a_sink_provider_keeps_what_the_bench_reads_of_the_provider_it_wraps(monkeypatch):
+    """An isolation variant ("auto~no_loads") is timed without the reference check (is_probe: its output is wrong by
+    design); with "+sink" it must stay so, or every row would read "wrong"."""
+    from workbench.bench import providers
+
+    class Variant:
+        name, is_probe, spec, ran = "auto~no_loads", True, None, None
+
+        def prepare(self, kw, config=None):
+            return lambda: None
+    real = providers.make_provider
+    monkeypatch.setattr(providers, "make_provider", lambda n: Variant() if n == "auto~no_loads" else real(n))
+    p = providers.SinkProvider("auto~no_loads")
+    assert p.name == "auto~no_loads+sink" and p.is_probe and p.spec is None and p.ran is None
+    assert providers.tuned_columns(p) == {}
     assert {"auto+sink", "flashmla+sink"} <= set(bench.provider_names())
 
 

@@ -436,6 +436,11 @@ class SinkProvider:
         self.inner = make_provider(inner)
         self.name = self.inner.name + SINK
 
+    def __getattr__(self, attr):  # is_probe (an isolation variant skips the reference check), spec, ran: the inner's
+        if attr == "inner":
+            raise AttributeError(attr)
+        return getattr(self.inner, attr)
+
     def prepare(self, kw: dict, config=None):
         if kw.get("attn_sink") is None:
             raise ValueError(f"{self.name}: its inputs carry no attn_sink (InputPool.inputs(shape, sink=True) makes "
@@ -488,8 +493,9 @@ def make_provider(name: str):
 
 
 def base_impl(provider: str) -> str:
-    """The decode a provider name runs, without its "+sink" suffix, its "+plan", "+compiled", "+pdl" or "+serial"
-    suffix (one: they do not stack) or its isolation variant ("~no_loads", ...)."""
+    """The decode a provider name runs, without its "+sink" suffix (always the last: make_provider refuses another
+    after it), its "+plan", "+compiled", "+pdl" or "+serial" suffix (one: they do not stack) or its isolation
+    variant ("~no_loads", ...)."""
     provider = provider.removesuffix(SINK).split(isolate.SEPARATOR, 1)[0]
     for suffix in (PLAN, COMPILED, *COMBINE_LAUNCH):
         if provider.endswith(suffix):

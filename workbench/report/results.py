@@ -20,7 +20,7 @@ DATA = ROOT / "data"
 ARCHIVE = "archive"  # data/archive/: the tables and logs no current result reads; history, read like data/ itself
 GZ = ".gz"  # an archived CSV is stored gzipped (name.csv.gz) and read by its published name: the history grows by
             # ~3 MB a full set of sweeps, and the device tool sends at most 64 MiB of working tree a call
-PEER_PROVIDERS = ("flashmla",)
+PEER_PROVIDERS = ("flashmla", "flashmla+sink")  # (the bench's providers.SINK suffix: this module does not import it)
 # The GPU data/'s figures and the issues' goals describe. Where a frame holds its rows, the current tables are its
 # only: a table another GPU published (an sm_120 owner's, an H100's) is current for that GPU, never over the H200's
 REFERENCE_GPU = "NVIDIA H200"
