@@ -32,8 +32,9 @@ def main(argv=None) -> int:
     p.add_argument("--csv", default=None)
     p.add_argument("--sink", action="store_true",
                    help="every call also takes an attention sink, as DeepSeek-V4's engines pass one (per head, fp32, "
-                        "standard normal, fixed per shape); each provider runs as '<provider>+sink' (workbench.bench.providers.SinkProvider), "
-                        "and its rows are named so (a probe or launch floor reads no sink: its row is an error)")
+                        "standard normal, fixed per shape); each provider runs as '<provider>+sink' "
+                        "(workbench.bench.providers.SinkProvider), and its rows are named so (a probe or launch floor "
+                        "reads no sink: its row is an error)")
     p.add_argument("--ws-variant", action="append", default=[], metavar="NAME:K=V[,K=V]",
                    help="register a wgmma_ws rung with these switches changed (repeatable)")
     p.add_argument("--spec-variant", action="append", default=[], metavar="NAME:BASE:FIELD=V",
@@ -59,9 +60,10 @@ def main(argv=None) -> int:
                                 providers_cache=cache)
             except Exception as e:  # noqa: BLE001 - a rung that does not build or run is a row, not the end
                 got = [dict(provider=name, status="error", reason=f"{type(e).__name__}: {e}"[:400])]
+            ran = name + ("@" + cfg if cfg else "")
             for r in got:
                 rows.append(r)
-                print(f"{shape.label:32s} {name + ('@' + cfg if cfg else ''):40s} {r.get('status'):8s} {r.get('median_us') or float('nan'):8.2f} us "
+                print(f"{shape.label:32s} {ran:40s} {r.get('status'):8s} {r.get('median_us') or float('nan'):8.2f} us "
                       f"({r.get('p20_us') or float('nan'):.2f}-{r.get('p80_us') or float('nan'):.2f}) "
                       f"check={r.get('check_passed')} rel={r.get('check_rel_err')} {r.get('reason') or ''}"[:240],
                       flush=True)
