@@ -47,8 +47,7 @@ def main(argv=None) -> int:
     for v in a.spec_variant:
         register_spec_variant(p, v)
     shapes = [BenchShape(*map(int, s.split(","))) for s in a.shape] or list(HEADLINE)
-    pool = InputPool("cuda")
-    ceilings, prov, cache = measure_ceilings("cuda"), provenance(), {}
+    ceilings, pool, prov, cache = measure_ceilings("cuda"), InputPool("cuda"), provenance(), {}
     rows = []
     for shape in shapes:
         for item in a.providers:

@@ -190,7 +190,8 @@ class InputPool:
         """The calls a provider is timed on, rotating through index sets over the same q; sink: each also takes an
         attention sink, [heads] fp32, standard normal, the same in every rotation and seeded apart from q."""
         # crc32, not hash(): str hashes change from process to process (PYTHONHASHSEED), so the seed would too
-        g = torch.Generator(device=self.device).manual_seed(self.seed + zlib.crc32(shape.label.encode()) % 10_000)
+        seed = self.seed + zlib.crc32(shape.label.encode()) % 10_000
+        g = torch.Generator(device=self.device).manual_seed(seed)
         q = (torch.randn(shape.batch, shape.s_q, shape.heads, MODEL1.d, device=self.device, generator=g)
              .to(torch.bfloat16))
         out = []
@@ -205,8 +206,7 @@ class InputPool:
                                                       device=self.device, generator=g, dtype=torch.int32))
             out.append(kw)
         if sink:
-            g = torch.Generator(device=self.device).manual_seed(
-                self.seed + 1 + zlib.crc32(shape.label.encode()) % 10_000)
+            g = torch.Generator(device=self.device).manual_seed(seed + 1)
             attn_sink = torch.randn(shape.heads, device=self.device, generator=g, dtype=torch.float32)  # [h]
             out = [dict(kw, attn_sink=attn_sink) for kw in out]
         return out
