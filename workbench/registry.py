@@ -57,8 +57,12 @@ HEAD_BLOCK = 64                      # 33-63 heads run as one 64-head block, so 
 WS_MIN_TOKENS_H16 = 65536            # <= 16 heads: from b32 topk2048 the warp-specialised kernel wins
 TWO_BLOCK_MIN_TOKENS_H16_TWO_SCOPES = 1 << 15  # <= 16 heads, a call of two scopes, below WS_MIN_TOKENS_H16: from
                                      # here the two-block rung (production b64 h16 topk 128 + extra 512, 40,960
-                                     # tokens: 28.59 us against wgmma_f16's 30.89 on the H100 at 1c42267, and 6-12%
-                                     # ahead in six ladders, H200 too; at b32, 20,480 tokens, 20.07 against 16.42)
+                                     # tokens: 28.59 us against wgmma_f16's 30.89 on the H100 at 1c42267; wgmma_f16
+                                     # 5.6-9.2% slower in every H100 ladder since 2026-12-05 21:38, 12-25% in every
+                                     # H200 one since 2026-12-04 13:19; at b32, 20,480 tokens, 20.07 against 16.42)
+TWO_BLOCK_MAX_TOPK_H16_TWO_SCOPES = 1024  # ... for calls of fewer tokens a query than this on average (the shape
+                                          # measured has 640): a two-scope call of long rows is untimed, and in one
+                                          # scope at 32,768 tokens (b64 topk512) the two-block rung was 17-19% slower
 XCHG_MAX_TOKENS_H16 = 8192           # <= 16 heads (one 16-head group): up to b4 topk2048 the bf16 rung wins
 TWO_BLOCK_BELOW_HEAD_TOKENS = 1 << 18  # >= 33 heads: below b8 topk512 at h64, b4 topk512 at h128
 XCHG_MAX_HEAD_TOKENS = 1 << 20       # >= 33 heads: up to b8 topk2048 and b32 topk512 at h64, b4 topk2048 and b16
@@ -99,7 +103,8 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
 
     On sm_90: at <= 16 heads (padded to one 16-head group) "wgmma_xchg" up to XCHG_MAX_TOKENS_H16 tokens,
     "wgmma_ws_h64" from H64_MIN_TOKENS_H16, "wgmma_ws" from WS_MIN_TOKENS_H16, "wgmma_f16" between, except for a call
-    of two scopes from TWO_BLOCK_MIN_TOKENS_H16_TWO_SCOPES, which runs "wgmma_f16_2cta" (the production sweep at
+    of two scopes from TWO_BLOCK_MIN_TOKENS_H16_TWO_SCOPES with fewer than TWO_BLOCK_MAX_TOPK_H16_TWO_SCOPES tokens a
+    query (queries known), which runs "wgmma_f16_2cta" (the production sweep at
     1c42267, data/bench_h100_80gb_hbm3_20261207-0033_production.csv: the one two-scope batch in that band, b64: 28.59 us
     against wgmma_f16's 30.89; b33-b51 are not timed, so the band's start is placed between b32 and b64). At 17-32 heads
     "wgmma_ws_h64" from H32_WS_MIN_TOKENS_SM90 tokens, "wgmma_f16" for a one-split call (from
@@ -141,7 +146,10 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
             return "wgmma_ws_h64"
         if tokens >= WS_MIN_TOKENS_H16:
             return "wgmma_ws"
-        return "wgmma_f16_2cta" if scopes == 2 and tokens >= TWO_BLOCK_MIN_TOKENS_H16_TWO_SCOPES else "wgmma_f16"
+        short_rows = queries is not None and not _rows_at_least(TWO_BLOCK_MAX_TOPK_H16_TWO_SCOPES, tokens=tokens,
+                                                                queries=queries)
+        band = scopes == 2 and tokens >= TWO_BLOCK_MIN_TOKENS_H16_TWO_SCOPES and short_rows
+        return "wgmma_f16_2cta" if band else "wgmma_f16"
     one_split = scopes == 1 and queries is not None and queries >= ONE_SPLIT_MIN_QUERIES_SM90
     if heads <= 32:
         if tokens >= H32_WS_MIN_TOKENS_SM90:
