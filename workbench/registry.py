@@ -104,10 +104,10 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     On sm_90: at <= 16 heads (padded to one 16-head group) "wgmma_xchg" up to XCHG_MAX_TOKENS_H16 tokens,
     "wgmma_ws_h64" from H64_MIN_TOKENS_H16, "wgmma_ws" from WS_MIN_TOKENS_H16, "wgmma_f16" between, except for a call
     of two scopes from TWO_BLOCK_MIN_TOKENS_H16_TWO_SCOPES with fewer than TWO_BLOCK_MAX_TOPK_H16_TWO_SCOPES tokens a
-    query (queries known), which runs "wgmma_f16_2cta" (the production sweep at
-    1c42267, data/bench_h100_80gb_hbm3_20261207-0033_production.csv: the one two-scope batch in that band, b64: 28.59 us
-    against wgmma_f16's 30.89; b33-b51 are not timed, so the band's start is placed between b32 and b64). At 17-32 heads
-    "wgmma_ws_h64" from H32_WS_MIN_TOKENS_SM90 tokens, "wgmma_f16" for a one-split call (from
+    query (queries known), which runs "wgmma_f16_2cta" (the production sweep at 1c42267,
+    data/bench_h100_80gb_hbm3_20261207-0033_production.csv: the one two-scope batch in that band, b64: 28.59 us
+    against wgmma_f16's 30.89; b33-b51 are not timed, so the band's start is placed between b32 and b64). At 17-32
+    heads "wgmma_ws_h64" from H32_WS_MIN_TOKENS_SM90 tokens, "wgmma_f16" for a one-split call (from
     ONE_SPLIT_MIN_QUERIES_SM90 queries) below it, else "wgmma_f16_2cta" up to TWO_BLOCK_MAX_TOKENS_H64 tokens,
     "portable_ws_h32t" (one 32-head block, mma.sync) from H32_MIN_TOKENS_SM90 tokens, else "wgmma_xchg". At >= 33
     heads, by head-tokens (heads * tokens, 33-63 heads counted as HEAD_BLOCK: they run padded to one 64-head block):
@@ -127,8 +127,9 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     timed by name): within 2% of the fastest Hopper rung at 62 of 64 crossover shapes and at 16 of 16 heads shapes;
     over 2%: b8 h64 topk512 (wgmma_xchg 3.5% behind wgmma_f16_2cta, 14.28 against 13.81 us; 1.7% at a2b5140, and on
     the H200 at 877f643 wgmma_xchg was 1.0% behind rung 16 and the two-block rung 3.7%) and b2 h64 topk2048
-    (portable_ws_h32f 2.1% behind portable_ws_h32p, 13.99 against 13.70; 0.6% at a2b5140). On the H200 at 877f643, before the staged
-    output, wgmma_f16 was 4% ahead of rung 15 at b128 h64 topk512 (40.18 against 41.80): not measured since. The rule
+    (portable_ws_h32f 2.1% behind portable_ws_h32p, 13.99 against 13.70; 0.6% at a2b5140). On the H200 at 877f643,
+    before the staged output, wgmma_f16 was 4% ahead of rung 15 at b128 h64 topk512 (40.18 against 41.80): not
+    measured since. The rule
     was derived from the H100's crossovers at 56c1c77 (the 2**18 step) and aa5fd52
     (data/bench_h100_80gb_hbm3_20261206-0420_crossover.csv, ..._0422_heads.csv), the partial one at 11c3638 (rung 15
     two tiles ahead at two head groups; data/explore/explore_h100_20261206-0737_crossover_partial.csv) and the

@@ -93,9 +93,8 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
     if name == "production":  # graph replay up to b8 also times every crossover rung by name: the crossover's calls
         # have one scope, so only this sweep can say which rung a call with an extra scope wants (auto lost to
         # FlashMLA there at b4 h128, b8 h64 and b8 h128, 0.92-0.95x on the H100 at aa5fd52)
-        # At 16 heads every batch, graph replay only: the ladders at the headline's b64 h16 production shape put
-        # wgmma_f16_2cta 6-12% ahead of the rule's wgmma_f16 in six tables (five H100, one H200; docs/decisions.md),
-        # and no sweep timed the other two-scope 16-head calls by rung
+        # At 16 heads every batch, graph replay only, every rung by name: the rule's two-scope band at 16 heads
+        # (registry.TWO_BLOCK_MIN_TOKENS_H16_TWO_SCOPES) rests on these rows, and no other sweep times such calls
         plan = []
         for h in (64, 128):
             for b in BATCHES:
