@@ -345,7 +345,7 @@ def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(arch, t
 
 
 PRODUCTION_TABLE = "bench_h100_80gb_hbm3_20261207-0033_production.csv"  # auto_kernel's 16-head two-scope band
-# the same sweep again at 8fa7f5d, the band's commit: a second run the band must hold in (auto 28.81 us at b64)
+# the same sweep again at 8fa7f5d, with the band in auto's rule: a second run it must hold in (auto 28.81 us at b64)
 PRODUCTION_TABLES = (PRODUCTION_TABLE, "bench_h100_80gb_hbm3_20261207-0300_production.csv")
 
 
@@ -354,7 +354,7 @@ def test_the_16_head_two_scope_rule_is_within_2_percent_in_the_production_tables
     """At 16 heads the production sweep times every Hopper rung by name on calls of two scopes (topk 128 + extra 512,
     b1-b132): the sm_90 rule's pick is within 2% of the fastest there, which the two-block band
     (TWO_BLOCK_MIN_TOKENS_H16_TWO_SCOPES) makes true at b64, in the table the docstring cites (the band's evidence)
-    and in the sweep run again on the band's own commit."""
+    and in the sweep run again once the band was in the rule."""
     assert PRODUCTION_TABLE in registry.auto_kernel.__doc__
     ratios = {b: r for (a, b, h, k), r in _pick_ratios(table).items() if a == "sm_90" and h == 16}
     assert sorted(ratios) == [1, 2, 4, 8, 16, 32, 64, 128, 132]
