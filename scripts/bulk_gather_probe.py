@@ -1,0 +1,370 @@
+"""The gather floor by bulk copies: can the TMA unit land the selected tokens in shared memory faster than the
+threads' loads do?
+
+Issue 25 asks that "floor" mean what sm_90 can gather by its best load path, and names bulk copies into shared memory
+as one to measure; the published probes (``gather``, ``gather_fine``: 16-byte loads xor-reduced in registers, and
+``gather_async``: 16-byte ``cp.async``) never tried it. This probe does: each selected token is two non-tensor bulk
+copies (``cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes``, SASS ``UBLKCP``), its 576 data bytes
+and the 16-byte-aligned chunk holding its 8 scale bytes (its own and a neighbour's: the chunk is the smallest a bulk
+copy moves), into a ring of ``NUM_BUFS`` slots of ``BLOCK_T`` tokens (592 bytes a token) that completes on one
+mbarrier a slot. Every lane of the program's one warp arrives once a token on the slot's barrier, with the bytes of
+its copies as the transaction count (0 for an invalid token, which copies nothing), so a slot's phase completes when
+all of its tokens have landed. Nothing reads the slots in a timed launch: the probe's time is the time to land the
+bytes, which is what a producer built on bulk copies would start from (it would then dequantise from shared memory).
+
+The grid is the floor probes' own: ``--split-tokens N`` programs of N tokens a query (64: ``gather_fine``'s grid),
+or 0 for the decode's split plan. Each program walks its tokens in tiles of ``BLOCK_T``, up to ``NUM_BUFS`` tiles in
+flight. Shared memory is one allocation that the kernel addresses itself (its offset 0 is ``global_smem``): the
+slots, then one 8-byte mbarrier a slot.
+
+``--check`` first runs every variant in its CHECK build (after each slot lands, the warp xors the words of its valid
+tokens, 144 data words and the token's 2 scale words, as the ``gather`` probe does in registers) and compares each
+program's word with ``gather``'s on the same grid: an independent reader of the same bytes. A variant that fails has
+no time. Timing is the bench's (graph replay over rotated index sets, L2 cold as the bench's floor rows), beside
+``gather_fine`` and ``gather`` on the same grid in the same process; counted bytes are the bench's (584 a token).
+
+Needs sm_90 and 16-byte aligned rows: page sizes of an even number of tokens (a page is 584 bytes a token), which
+every bench shape has; an odd page size is refused before anything runs.
+
+    python scripts/bulk_gather_probe.py --compile-only                  # CPU: sm_90a SASS counts of each build
+    python scripts/bulk_gather_probe.py --check --csv $OUT/bulk.csv     # GPU: check, then time
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+from triton.experimental import gluon  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+
+from workbench.format.layout import MODEL1  # noqa: E402
+
+DATA = MODEL1.data_bytes_per_token    # 576
+SCALE = MODEL1.scale_bytes_per_token  # 8
+TOKEN = DATA + 16                     # a token's bytes in a slot: its data, then the 16-byte chunk of its scales
+# name -> (BLOCK_T, NUM_BUFS); one warp a program, so BLOCK_T is a multiple of 32 (a lane owns BLOCK_T // 32 tokens).
+# Triton allocates shared memory in powers of two, so each variant fills its allocation (64 or 128 KB: 3 or 1
+# programs an SM) with as many slots as fit, or takes one slot (32 or 64 KB: 7 or 3 programs an SM)
+VARIANTS = {"bulk_t32_b1": (32, 1), "bulk_t32_b3": (32, 3), "bulk_t32_b6": (32, 6), "bulk_t64_b1": (64, 1),
+            "bulk_t64_b3": (64, 3)}
+
+
+# ----------------------------------------------------------------------------- inline PTX
+
+@gluon.jit
+def _smem_base():
+    """The shared::cta address of Triton's dynamic shared memory (the probe's one allocation starts there)."""
+    return gl.inline_asm_elementwise("mov.u32 $0, global_smem;", "=r", [], dtype=gl.int32, is_pure=True, pack=1)
+
+
+@gluon.jit
+def _init_barriers(bar0, NUM_BUFS: gl.constexpr, COUNT: gl.constexpr):
+    """Lane 0 initialises NUM_BUFS mbarriers of COUNT arrivals at bar0, bar0 + 8, ...; then the init is made
+    visible to the async proxy, which completes the copies' bytes on them."""
+    for b in gl.static_range(NUM_BUFS):
+        gl.inline_asm_elementwise("""{
+            .reg .pred p;
+            .reg .u32 t;
+            mov.u32 t, %tid.x;
+            setp.eq.u32 p, t, 0;
+            @p mbarrier.init.shared::cta.b64 [$1], $2;
+            mov.u32 $0, 0;
+            }""", "=r,r,r", [bar0 + 8 * b, COUNT], dtype=gl.int32, is_pure=False, pack=1)
+    gl.inline_asm_elementwise("fence.mbarrier_init.release.cluster;\nmov.u32 $0, 0;", "=r", [], dtype=gl.int32,
+                              is_pure=False, pack=1)
+    gl.thread_barrier()
+
+
+@gluon.jit
+def _try_wait(addr, phase):
+    return gl.inline_asm_elementwise("""{
+        .reg .pred p;
+        mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;
+        selp.u32 $0, 1, 0, p;
+        }""", "=r,r,r", [addr, phase], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _wait(addr, phase):
+    """Spin until the barrier's phase ``phase`` completes; trap after 2**24 tries (a protocol error ends the launch
+    with a CUDA error instead of hanging the device call)."""
+    done = _try_wait(addr, phase)
+    tries = 0
+    while done == 0:
+        done = _try_wait(addr, phase)
+        tries += 1
+        if tries > 16777216:
+            gl.inline_asm_elementwise("trap;\nmov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+# one token: arrive on the slot's barrier with its bytes as the transaction count, then its two bulk copies (an
+# invalid token arrives with none and copies nothing)
+_TOKEN_ASM = gl.constexpr("""{
+    .reg .pred p;
+    setp.ne.b32 p, $5, 0;
+    @p mbarrier.arrive.expect_tx.shared::cta.b64 _, [$3], %d;
+    @!p mbarrier.arrive.shared::cta.b64 _, [$3];
+    @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$1], [$2], %d, [$3];
+    @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$6], [$4], 16, [$3];
+    mov.u32 $0, 0;
+    }""" % (TOKEN, DATA))
+
+
+@gluon.jit
+def _ld_shared_v4(addr):
+    return gl.inline_asm_elementwise("ld.shared.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r", [addr],
+                                     dtype=(gl.int32, gl.int32, gl.int32, gl.int32), is_pure=False, pack=1)
+
+
+@gluon.jit
+def _ld_shared_v2(addr):
+    return gl.inline_asm_elementwise("ld.shared.v2.u32 {$0, $1}, [$2];", "=r,=r,r", [addr],
+                                     dtype=(gl.int32, gl.int32), is_pure=False, pack=1)
+
+
+# ----------------------------------------------------------------------------- the kernel
+
+@gluon.constexpr_function
+def _pow2_at_least(n):
+    return 1 << (int(n) - 1).bit_length()
+
+
+@gluon.jit
+def _tile_tokens(idx_row, cache_u8, t0, end, num_tokens, stride_page, block_size, TL: gl.constexpr,
+                 BLOCK_T: gl.constexpr, DATA_BYTES: gl.constexpr):
+    """(valid, data, scale chunk, scale byte's place in its chunk) [BLOCK_T] of tokens [t0, t0 + BLOCK_T)."""
+    offs = t0 + gl.arange(0, BLOCK_T, layout=TL)
+    idx = gl.load(idx_row + offs, mask=offs < end, other=-1)
+    valid = (offs < end) & (idx >= 0) & (idx < num_tokens)
+    safe = gl.where(valid, idx, 0)
+    page = (safe // block_size).to(gl.int64)
+    off = (safe % block_size).to(gl.int64)
+    base = page * stride_page
+    scale = base + block_size * DATA_BYTES + (off // 2) * 16
+    return valid, cache_u8 + base + off * DATA_BYTES, cache_u8 + scale, (off % 2).to(gl.int32)
+
+
+@gluon.jit
+def _xor_landed(slot, valid, half, BLOCK_T: gl.constexpr, TL: gl.constexpr, TOKEN_BYTES: gl.constexpr,
+                DATA_BYTES: gl.constexpr):
+    """CHECK build: the xor of every landed word of the slot's valid tokens (each lane its own tokens), as the
+    ``gather`` probe reduces its loads: data words, then the token's two scale words."""
+    t = gl.arange(0, BLOCK_T, layout=TL)
+    row = slot + t * TOKEN_BYTES
+    acc = t * 0
+    for c in range(DATA_BYTES // 16):
+        a, b, c2, d = _ld_shared_v4(row + c * 16)
+        acc ^= a ^ b ^ c2 ^ d
+    s0, s1 = _ld_shared_v2(row + DATA_BYTES + half * 8)
+    acc ^= s0 ^ s1
+    return gl.where(valid, acc, 0)
+
+
+@gluon.jit
+def bulk_gather_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, stride_ib, stride_is, sink_ptr, S_Q,
+                       TOPK, tokens_per_split, DATA_BYTES: gl.constexpr, TOKEN_BYTES: gl.constexpr,
+                       BLOCK_T: gl.constexpr, NUM_BUFS: gl.constexpr, CHECK: gl.constexpr):
+    SLOT: gl.constexpr = BLOCK_T * TOKEN_BYTES
+    TL: gl.constexpr = gl.BlockedLayout([BLOCK_T // 32], [32], [1], [0])
+    gl.static_assert(gl.num_warps() == 1, "one warp a program: every lane arrives for its own tokens")
+    gl.static_assert(BLOCK_T % 32 == 0, "BLOCK_T: a multiple of 32 (no lane may hold another lane's token)")
+    split = gl.program_id(0)
+    pid_q = gl.program_id(1)
+    idx_row = idx_ptr + (pid_q // S_Q) * stride_ib + (pid_q % S_Q) * stride_is
+    start = split * tokens_per_split
+    end = gl.minimum(start + tokens_per_split, TOPK)
+
+    # the probe's one shared allocation (offset 0: global_smem): NUM_BUFS slots, then a barrier a slot. Zeroing its
+    # last 128 bytes (unused) is a use that keeps the allocation: the kernel reaches the rest only through PTX
+    WORDS: gl.constexpr = _pow2_at_least((NUM_BUFS * SLOT + 8 * NUM_BUFS) // 4 + 32)  # Triton's shapes: powers of 2
+    smem = gl.allocate_shared_memory(gl.int32, [WORDS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    smem.slice(WORDS - 32, 32).store(gl.zeros([32], gl.int32, gl.BlockedLayout([1], [32], [1], [0])))
+    gl.thread_barrier()
+    base = _smem_base()
+    bar0 = base + NUM_BUFS * SLOT
+    _init_barriers(bar0, NUM_BUFS, BLOCK_T)
+
+    acc = gl.zeros([BLOCK_T], gl.int32, TL)
+    n_tiles = gl.cdiv(end - start, BLOCK_T)
+    for j in range(n_tiles + NUM_BUFS):
+        buf = j % NUM_BUFS
+        if j >= NUM_BUFS:  # the tile issued NUM_BUFS ago into this slot has landed: the slot is free again
+            _wait(bar0 + 8 * buf, ((j - NUM_BUFS) // NUM_BUFS) & 1)
+            if CHECK:
+                valid, data, scale, half = _tile_tokens(idx_row, cache_u8, start + (j - NUM_BUFS) * BLOCK_T, end,
+                                                        num_tokens, stride_page, block_size, TL, BLOCK_T, DATA_BYTES)
+                acc ^= _xor_landed(base + buf * SLOT, valid, half, BLOCK_T, TL, TOKEN_BYTES, DATA_BYTES)
+                # the generic-proxy reads above before the async proxy writes the slot again
+                gl.inline_asm_elementwise("fence.proxy.async.shared::cta;\nmov.u32 $0, 0;", "=r", [],
+                                          dtype=gl.int32, is_pure=False, pack=1)
+        if j < n_tiles:
+            valid, data, scale, half = _tile_tokens(idx_row, cache_u8, start + j * BLOCK_T, end, num_tokens,
+                                                    stride_page, block_size, TL, BLOCK_T, DATA_BYTES)
+            dst = base + buf * SLOT + gl.arange(0, BLOCK_T, layout=TL) * TOKEN_BYTES
+            gl.inline_asm_elementwise(_TOKEN_ASM, "=r,r,l,r,l,r,r",
+                                      [dst, data.to(gl.int64, bitcast=True), bar0 + 8 * buf,
+                                       scale.to(gl.int64, bitcast=True), valid.to(gl.int32), dst + DATA_BYTES],
+                                      dtype=gl.int32, is_pure=False, pack=1)
+    gl.store(sink_ptr + pid_q * gl.num_programs(0) + split, gl.xor_sum(acc, 0))
+
+
+# ----------------------------------------------------------------------------- launch
+
+def check_cache(cache: torch.Tensor) -> None:
+    """Bulk copies move 16-byte aligned multiples of 16 bytes: every row, scale chunk and page must start on 16."""
+    if cache.stride(0) % 16 or cache.shape[1] * DATA % 16 or cache.data_ptr() % 16:
+        raise ValueError(f"bulk_gather_probe: a page of {cache.shape[1]} tokens (stride {cache.stride(0)} bytes) "
+                         "does not keep rows 16-byte aligned; use an even page size")
+
+
+def launch_bulk(*, cache, indices, num_splits, tokens_per_split, sink, block_t, num_bufs, check=False):
+    """Land every selected token's bytes in shared memory once; returns the [b*s_q, num_splits] int32 sink (the
+    xor of the landed words in the CHECK build, 0 otherwise)."""
+    from workbench.kernels.common import scope_args
+    check_cache(cache)
+    b, s_q, topk = indices.shape
+    sa = scope_args("", cache, indices, None)
+    bulk_gather_kernel[(num_splits, b * s_q)](
+        sa["cache_u8"], sa["stride_page"], sa["block_size"], sa["num_tokens"], indices, indices.stride(0),
+        indices.stride(1), sink, s_q, topk, tokens_per_split, DATA_BYTES=DATA, TOKEN_BYTES=TOKEN, BLOCK_T=block_t,
+        NUM_BUFS=num_bufs, CHECK=check, num_warps=1)
+    return sink
+
+
+class BulkProvider:
+    """The bench's probe interface (``prepare(kw) -> run``) for one variant on the floor probes' grid."""
+
+    is_probe = True
+
+    def __init__(self, name: str, tokens_per_program: int, check: bool = False):
+        self.name, self.tokens_per_program, self.check = name, tokens_per_program, check
+        self.block_t, self.num_bufs = VARIANTS[name]
+
+    def prepare(self, kw: dict, config=None):
+        from workbench.decode import decode_scopes, sm_count, split_plans
+        q = kw["q"]
+        b, s_q, h, _ = q.shape
+        scopes = decode_scopes(kw["cache"], kw["indices"], None, kw.get("extra_cache"), kw.get("extra_indices"))
+        plans = split_plans(queries=b * s_q, heads=h, indices=[ix for _, ix, _ in scopes], num_sms=sm_count(q.device))
+        grids = [(-(-ix.shape[-1] // self.tokens_per_program), self.tokens_per_program) if self.tokens_per_program
+                 else (p.num_splits, p.tokens_per_split) for (_, ix, _), p in zip(scopes, plans)]
+        sinks = [torch.zeros(b * s_q, n, dtype=torch.int32, device=q.device) for n, _ in grids]
+        for c, _, _ in scopes:
+            check_cache(c)
+
+        def run():
+            for (c, ix, _), (n, tps), sink in zip(scopes, grids, sinks):
+                launch_bulk(cache=c, indices=ix, num_splits=n, tokens_per_split=tps, sink=sink, block_t=self.block_t,
+                            num_bufs=self.num_bufs, check=self.check)
+            return sinks
+        return run
+
+
+# ----------------------------------------------------------------------------- CPU lab, GPU check and timing
+
+def compile_only() -> int:
+    """Compile each variant (timed and CHECK builds) for sm_90a with no GPU; print shared bytes and SASS counts."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from workbench.lab.resources import _read_cubin
+    from workbench.lab.sass_loops import instructions, opcode
+    sig = dict(cache_u8="*u8", stride_page="i64", block_size="i32", num_tokens="i32", idx_ptr="*i32", stride_ib="i32",
+               stride_is="i32", sink_ptr="*i32", S_Q="i32", TOPK="i32", tokens_per_split="i32")
+    for name, (bt, nb) in VARIANTS.items():
+        for check in (False, True):
+            const = dict(DATA_BYTES=DATA, TOKEN_BYTES=TOKEN, BLOCK_T=bt, NUM_BUFS=nb, CHECK=check)
+            fn = bulk_gather_kernel
+            src = GluonASTSource(fn, {a: sig.get(a, "constexpr") for a in fn.arg_names}, const,
+                                 attrs={(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
+                                        if a in ("cache_u8", "idx_ptr", "sink_ptr", "stride_page")})
+            k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=1, num_stages=1))
+            usage, sass = _read_cubin(k.asm["cubin"])
+            ops = [opcode(t) for _, t in instructions(sass)]
+            count = {o: ops.count(o) for o in ("UBLKCP", "SYNCS", "R2UR", "LDS", "BRA")}
+            print(f"{name:12s} CHECK={int(check)}: shared {k.metadata.shared} B, registers {usage['registers']}, "
+                  f"{len(ops)} SASS instructions, " + " ".join(f"{a}={b}" for a, b in count.items()), flush=True)
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--compile-only", action="store_true")
+    p.add_argument("--check", action="store_true", help="check every variant against gather before timing it")
+    p.add_argument("--shape", action="append", default=[], help="batch,heads,topk (default: b64 h16 topk2048)")
+    p.add_argument("--split-tokens", nargs="+", type=int, default=[64, 0],
+                   help="tokens a program (0: the decode's split plan)")
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--csv")
+    a = p.parse_args(argv)
+    if a.compile_only:
+        return compile_only()
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        print("bulk_gather_probe: needs an sm_90 GPU", file=sys.stderr)
+        return 2
+    from workbench.accounting import call_valid_tokens, decode_cost
+    from workbench.bench import BenchShape, InputPool, rows_frame
+    from workbench.bench.providers import ProbeProvider, make_provider, tuned_columns
+    from workbench.bench.timing import graph_samples, measure_ceilings, summarize
+    from workbench.report.provenance import provenance
+
+    shapes = [BenchShape(*map(int, s.split(","))) for s in a.shape] or [BenchShape(64, 16, 2048)]
+    pool, prov, ceilings = InputPool("cuda"), provenance(), measure_ceilings("cuda")
+    rows, failed, rc = [], set(), 0
+    for shape in shapes:
+        kws = pool.inputs(shape)
+        valid = call_valid_tokens(kws[0])
+        cost = decode_cost(batch=shape.batch, s_q=shape.s_q, heads=shape.heads, valid_tokens=valid)
+        for n in a.split_tokens:
+            if a.check:  # every rotation, each program's xor against gather's on the same grid
+                want = [ProbeProvider("gather", tokens_per_program=n or None).prepare(kw)() for kw in kws]
+                for v in a.variants:
+                    got = [BulkProvider(v, n, check=True).prepare(kw)() for kw in kws]
+                    torch.cuda.synchronize()
+                    ok = all(torch.equal(g, w) for gs, ws in zip(got, want) for g, w in zip(gs, ws))
+                    print(f"check {v:12s} {shape.label} split={n}: {'ok' if ok else 'FAIL'}", flush=True)
+                    if not ok:
+                        failed.add(v)
+                        rc = 1
+            items = [(v, BulkProvider(v, n)) for v in a.variants if v not in failed]
+            items += [("gather", ProbeProvider("gather", tokens_per_program=n or None))]
+            if n == 0:
+                items += [("gather_fine", make_provider("gather_fine"))]
+            for name, provider in items:
+                row = dict(sweep="bulk_gather", provider=name, kernel=name, mode="graph", split_tokens=n,
+                           batch=shape.batch, s_q=shape.s_q, heads=shape.heads, topk=shape.topk,
+                           block_size=shape.block_size, valid_tokens=valid, bytes=cost.bytes, **ceilings, **prov)
+                try:
+                    med, p20, p80 = summarize(graph_samples([provider.prepare(kw) for kw in kws]))
+                except Exception as e:  # noqa: BLE001 - a probe that does not build or run is a row
+                    rows.append(dict(row, status="error", reason=f"{type(e).__name__}: {e}"[:300]))
+                    print(f"{shape.label} {name:12s} split={n}: error {rows[-1]['reason']}", flush=True)
+                    rc = 1
+                    continue
+                if isinstance(provider, ProbeProvider) or name == "gather_fine":
+                    row.update(tuned_columns(provider))
+                else:
+                    row.update(BLOCK_T=provider.block_t, num_warps=1, num_stages=provider.num_bufs)
+                gbps = cost.bytes / (med * 1e-6) / 1e9
+                rows.append(dict(row, status="ok", median_us=med, p20_us=p20, p80_us=p80, gbps=gbps,
+                                 frac_hbm=gbps / ceilings["hbm_copy_gbps"],
+                                 check_passed=(name not in failed) if a.check and name in VARIANTS else None))
+                print(f"{shape.label} {name:12s} split={n:<4d} {med:7.2f} us ({p20:.2f}-{p80:.2f}) {gbps:5.0f} GB/s "
+                      f"({gbps / ceilings['hbm_copy_gbps']:.2f} of copy)", flush=True)
+    if a.csv and rows:
+        df = rows_frame(rows)
+        df.insert(df.columns.get_loc("mode") + 1, "split_tokens", [r["split_tokens"] for r in rows])
+        df.to_csv(a.csv, index=False)
+        print(f"table: {a.csv}")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
