@@ -50,7 +50,7 @@ SCALE = MODEL1.scale_bytes_per_token  # 8
 TOKEN = DATA + 16                     # a token's bytes in a slot: its data, then the 16-byte chunk of its scales
 # name -> (BLOCK_T, NUM_BUFS); one warp a program, so BLOCK_T is a multiple of 32 (a lane owns BLOCK_T // 32 tokens).
 # Triton allocates shared memory in powers of two, so each variant fills its allocation (64 or 128 KB: 3 or 1
-# programs an SM) with as many slots as fit, or takes one slot (32 or 64 KB: 7 or 3 programs an SM)
+# programs an SM) with as many slots as fit, or takes one slot (32 or 64 KB: 6 or 3 programs an SM)
 VARIANTS = {"bulk_t32_b1": (32, 1), "bulk_t32_b3": (32, 3), "bulk_t32_b6": (32, 6), "bulk_t64_b1": (64, 1),
             "bulk_t64_b3": (64, 3)}
 
@@ -91,15 +91,19 @@ def _try_wait(addr, phase):
 
 
 @gluon.jit
+def _globaltimer():
+    return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+
+
+@gluon.jit
 def _wait(addr, phase):
-    """Spin until the barrier's phase ``phase`` completes; trap after 2**24 tries (a protocol error ends the launch
-    with a CUDA error instead of hanging the device call)."""
+    """Spin until the barrier's phase ``phase`` completes; trap after 2 s (a protocol error ends the launch with a
+    CUDA error instead of hanging the device call; a healthy wait takes microseconds)."""
     done = _try_wait(addr, phase)
-    tries = 0
+    t0 = _globaltimer()
     while done == 0:
         done = _try_wait(addr, phase)
-        tries += 1
-        if tries > 16777216:
+        if _globaltimer() - t0 > 2000000000:
             gl.inline_asm_elementwise("trap;\nmov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
 
@@ -180,8 +184,9 @@ def bulk_gather_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, s
     start = split * tokens_per_split
     end = gl.minimum(start + tokens_per_split, TOPK)
 
-    # the probe's one shared allocation (offset 0: global_smem): NUM_BUFS slots, then a barrier a slot. Zeroing its
-    # last 128 bytes (unused) is a use that keeps the allocation: the kernel reaches the rest only through PTX
+    # the probe's one shared allocation (offset 0: global_smem): NUM_BUFS slots, then a barrier a slot. The kernel
+    # reaches it only through PTX: zeroing its last 128 bytes (unused) keeps Triton from dropping it, and the
+    # keep-alive at the end from placing any scratch over it
     WORDS: gl.constexpr = _pow2_at_least((NUM_BUFS * SLOT + 8 * NUM_BUFS) // 4 + 32)  # Triton's shapes: powers of 2
     smem = gl.allocate_shared_memory(gl.int32, [WORDS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     smem.slice(WORDS - 32, 32).store(gl.zeros([32], gl.int32, gl.BlockedLayout([1], [32], [1], [0])))
@@ -212,13 +217,14 @@ def bulk_gather_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, s
                                        scale.to(gl.int64, bitcast=True), valid.to(gl.int32), dst + DATA_BYTES],
                                       dtype=gl.int32, is_pure=False, pack=1)
     gl.store(sink_ptr + pid_q * gl.num_programs(0) + split, gl.xor_sum(acc, 0))
+    smem._keep_alive()
 
 
 # ----------------------------------------------------------------------------- launch
 
 def check_cache(cache: torch.Tensor) -> None:
     """Bulk copies move 16-byte aligned multiples of 16 bytes: every row, scale chunk and page must start on 16."""
-    if cache.stride(0) % 16 or cache.shape[1] * DATA % 16 or cache.data_ptr() % 16:
+    if cache.stride(0) % 16 or cache.data_ptr() % 16:
         raise ValueError(f"bulk_gather_probe: a page of {cache.shape[1]} tokens (stride {cache.stride(0)} bytes) "
                          "does not keep rows 16-byte aligned; use an even page size")
 
@@ -294,10 +300,37 @@ def compile_only() -> int:
     return 0
 
 
+def hostile(kw: dict, gen: torch.Generator) -> dict:
+    """The call with a tenth of its indices -1 and a twentieth past the cache (both must land nothing)."""
+    ix = kw["indices"].clone()
+    n = kw["cache"].shape[0] * kw["cache"].shape[1]
+    r = torch.rand(ix.shape, device=ix.device, generator=gen)
+    ix[r < 0.10] = -1
+    ix[(r >= 0.10) & (r < 0.15)] = n + 7
+    return dict(kw, indices=ix)
+
+
+def check_variants(variants, kws, split_tokens, label) -> set:
+    """The variants whose CHECK build's per-program xor differs from gather's on the same grid, in any call."""
+    from workbench.bench.providers import ProbeProvider
+    want = [ProbeProvider("gather", tokens_per_program=split_tokens or None).prepare(kw)() for kw in kws]
+    failed = set()
+    for v in variants:
+        got = [BulkProvider(v, split_tokens, check=True).prepare(kw)() for kw in kws]
+        torch.cuda.synchronize()
+        ok = all(torch.equal(g, w) for gs, ws in zip(got, want) for g, w in zip(gs, ws))
+        print(f"check {v:12s} {label} split={split_tokens}: {'ok' if ok else 'FAIL'}", flush=True)
+        if not ok:
+            failed.add(v)
+    return failed
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--compile-only", action="store_true")
-    p.add_argument("--check", action="store_true", help="check every variant against gather before timing it")
+    p.add_argument("--check", action="store_true",
+                   help="check every variant against gather before timing it (also on -1 and out-of-range indices "
+                        "and on partial tiles, b4 h16 topk100)")
     p.add_argument("--shape", action="append", default=[], help="batch,heads,topk (default: b64 h16 topk2048)")
     p.add_argument("--split-tokens", nargs="+", type=int, default=[64, 0],
                    help="tokens a program (0: the decode's split plan)")
@@ -311,31 +344,37 @@ def main(argv=None) -> int:
         return 2
     from workbench.accounting import call_valid_tokens, decode_cost
     from workbench.bench import BenchShape, InputPool, rows_frame
-    from workbench.bench.providers import ProbeProvider, make_provider, tuned_columns
+    from workbench.bench.providers import FINE_SPLIT_TOKENS, ProbeProvider, make_provider, tuned_columns
     from workbench.bench.timing import graph_samples, measure_ceilings, summarize
     from workbench.report.provenance import provenance
 
     shapes = [BenchShape(*map(int, s.split(","))) for s in a.shape] or [BenchShape(64, 16, 2048)]
     pool, prov, ceilings = InputPool("cuda"), provenance(), measure_ceilings("cuda")
-    rows, failed, rc = [], set(), 0
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    rows, failed = [], set()
+
+    def flush():  # the table as it stands: a trap later in the run loses no row
+        if a.csv and rows:
+            df = rows_frame(rows)
+            df.insert(df.columns.get_loc("mode") + 1, "split_tokens", [r["split_tokens"] for r in rows])
+            df.to_csv(a.csv, index=False)
+
+    if a.check:
+        small = pool.inputs(BenchShape(4, 16, 100))
+        for n in a.split_tokens:
+            failed |= check_variants(a.variants, [hostile(kw, gen) for kw in small[:2]], n, "b4 h16 topk100 hostile")
+            for shape in shapes:
+                kws = pool.inputs(shape)
+                failed |= check_variants(a.variants, kws[:2] + [hostile(kw, gen) for kw in kws[:2]], n,
+                                         f"{shape.label} (+hostile)")
     for shape in shapes:
         kws = pool.inputs(shape)
         valid = call_valid_tokens(kws[0])
         cost = decode_cost(batch=shape.batch, s_q=shape.s_q, heads=shape.heads, valid_tokens=valid)
         for n in a.split_tokens:
-            if a.check:  # every rotation, each program's xor against gather's on the same grid
-                want = [ProbeProvider("gather", tokens_per_program=n or None).prepare(kw)() for kw in kws]
-                for v in a.variants:
-                    got = [BulkProvider(v, n, check=True).prepare(kw)() for kw in kws]
-                    torch.cuda.synchronize()
-                    ok = all(torch.equal(g, w) for gs, ws in zip(got, want) for g, w in zip(gs, ws))
-                    print(f"check {v:12s} {shape.label} split={n}: {'ok' if ok else 'FAIL'}", flush=True)
-                    if not ok:
-                        failed.add(v)
-                        rc = 1
             items = [(v, BulkProvider(v, n)) for v in a.variants if v not in failed]
             items += [("gather", ProbeProvider("gather", tokens_per_program=n or None))]
-            if n == 0:
+            if n == FINE_SPLIT_TOKENS:  # gather on this grid with its pinned config: the published floor
                 items += [("gather_fine", make_provider("gather_fine"))]
             for name, provider in items:
                 row = dict(sweep="bulk_gather", provider=name, kernel=name, mode="graph", split_tokens=n,
@@ -346,24 +385,22 @@ def main(argv=None) -> int:
                 except Exception as e:  # noqa: BLE001 - a probe that does not build or run is a row
                     rows.append(dict(row, status="error", reason=f"{type(e).__name__}: {e}"[:300]))
                     print(f"{shape.label} {name:12s} split={n}: error {rows[-1]['reason']}", flush=True)
-                    rc = 1
+                    flush()
                     continue
-                if isinstance(provider, ProbeProvider) or name == "gather_fine":
-                    row.update(tuned_columns(provider))
-                else:
+                if name in VARIANTS:  # num_stages holds the ring's slots
                     row.update(BLOCK_T=provider.block_t, num_warps=1, num_stages=provider.num_bufs)
+                else:
+                    row.update(tuned_columns(provider))
                 gbps = cost.bytes / (med * 1e-6) / 1e9
                 rows.append(dict(row, status="ok", median_us=med, p20_us=p20, p80_us=p80, gbps=gbps,
                                  frac_hbm=gbps / ceilings["hbm_copy_gbps"],
                                  check_passed=(name not in failed) if a.check and name in VARIANTS else None))
                 print(f"{shape.label} {name:12s} split={n:<4d} {med:7.2f} us ({p20:.2f}-{p80:.2f}) {gbps:5.0f} GB/s "
                       f"({gbps / ceilings['hbm_copy_gbps']:.2f} of copy)", flush=True)
-    if a.csv and rows:
-        df = rows_frame(rows)
-        df.insert(df.columns.get_loc("mode") + 1, "split_tokens", [r["split_tokens"] for r in rows])
-        df.to_csv(a.csv, index=False)
+                flush()
+    if a.csv:
         print(f"table: {a.csv}")
-    return rc
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
