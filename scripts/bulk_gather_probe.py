@@ -45,6 +45,9 @@ from triton.experimental.gluon import language as gl  # noqa: E402
 
 from workbench.format.layout import MODEL1  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster_share_probe import _try_wait  # noqa: E402  (one mbarrier try_wait on a shared::cta address)
+
 DATA = MODEL1.data_bytes_per_token    # 576
 SCALE = MODEL1.scale_bytes_per_token  # 8
 TOKEN = DATA + 16                     # a token's bytes in a slot: its data, then the 16-byte chunk of its scales
@@ -82,15 +85,6 @@ def _init_barriers(bar0, NUM_BUFS: gl.constexpr, COUNT: gl.constexpr):
 
 
 @gluon.jit
-def _try_wait(addr, phase):
-    return gl.inline_asm_elementwise("""{
-        .reg .pred p;
-        mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;
-        selp.u32 $0, 1, 0, p;
-        }""", "=r,r,r", [addr, phase], dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
 def _globaltimer():
     return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
 
@@ -99,10 +93,10 @@ def _globaltimer():
 def _wait(addr, phase):
     """Spin until the barrier's phase ``phase`` completes; trap after 2 s (a protocol error ends the launch with a
     CUDA error instead of hanging the device call; a healthy wait takes microseconds)."""
-    done = _try_wait(addr, phase)
+    done = _try_wait(addr, phase, False)
     t0 = _globaltimer()
     while done == 0:
-        done = _try_wait(addr, phase)
+        done = _try_wait(addr, phase, False)
         if _globaltimer() - t0 > 2000000000:
             gl.inline_asm_elementwise("trap;\nmov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
