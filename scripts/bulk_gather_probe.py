@@ -54,8 +54,11 @@ TOKEN = DATA + 16                     # a token's bytes in a slot: its data, the
 # name -> (BLOCK_T, NUM_BUFS); one warp a program, so BLOCK_T is a multiple of 32 (a lane owns BLOCK_T // 32 tokens).
 # Triton allocates shared memory in powers of two, so each variant fills its allocation (64 or 128 KB: 3 or 1
 # programs an SM) with as many slots as fit, or takes one slot (32 or 64 KB: 6 or 3 programs an SM)
-VARIANTS = {"bulk_t32_b1": (32, 1), "bulk_t32_b3": (32, 3), "bulk_t32_b6": (32, 6), "bulk_t64_b1": (64, 1),
-            "bulk_t64_b3": (64, 3)}
+# "bulk1_*": one bulk copy a token (its data bytes), the 8 scale bytes loaded by the lane into registers instead: is
+# the TMA unit's rate of requests the limit (two a token), or its bytes?
+VARIANTS = {"bulk_t32_b1": (32, 1, True), "bulk_t32_b3": (32, 3, True), "bulk_t32_b6": (32, 6, True),
+            "bulk_t64_b1": (64, 1, True), "bulk_t64_b3": (64, 3, True), "bulk1_t32_b1": (32, 1, False),
+            "bulk1_t32_b3": (32, 3, False), "bulk1_t64_b1": (64, 1, False)}
 
 
 # ----------------------------------------------------------------------------- inline PTX
@@ -102,7 +105,7 @@ def _wait(addr, phase):
 
 
 # one token: arrive on the slot's barrier with its bytes as the transaction count, then its two bulk copies (an
-# invalid token arrives with none and copies nothing)
+# invalid token arrives with none and copies nothing); _DATA_ASM: its data bytes only
 _TOKEN_ASM = gl.constexpr("""{
     .reg .pred p;
     setp.ne.b32 p, $5, 0;
@@ -112,6 +115,14 @@ _TOKEN_ASM = gl.constexpr("""{
     @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$6], [$4], 16, [$3];
     mov.u32 $0, 0;
     }""" % (TOKEN, DATA))
+_DATA_ASM = gl.constexpr("""{
+    .reg .pred p;
+    setp.ne.b32 p, $4, 0;
+    @p mbarrier.arrive.expect_tx.shared::cta.b64 _, [$3], %d;
+    @!p mbarrier.arrive.shared::cta.b64 _, [$3];
+    @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$1], [$2], %d, [$3];
+    mov.u32 $0, 0;
+    }""" % (DATA, DATA))
 
 
 @gluon.jit
@@ -150,24 +161,25 @@ def _tile_tokens(idx_row, cache_u8, t0, end, num_tokens, stride_page, block_size
 
 @gluon.jit
 def _xor_landed(slot, valid, half, BLOCK_T: gl.constexpr, TL: gl.constexpr, TOKEN_BYTES: gl.constexpr,
-                DATA_BYTES: gl.constexpr):
+                DATA_BYTES: gl.constexpr, SCALE_COPY: gl.constexpr):
     """CHECK build: the xor of every landed word of the slot's valid tokens (each lane its own tokens), as the
-    ``gather`` probe reduces its loads: data words, then the token's two scale words."""
+    ``gather`` probe reduces its loads: data words, then (SCALE_COPY) the token's two scale words."""
     t = gl.arange(0, BLOCK_T, layout=TL)
     row = slot + t * TOKEN_BYTES
     acc = t * 0
     for c in range(DATA_BYTES // 16):
         a, b, c2, d = _ld_shared_v4(row + c * 16)
         acc ^= a ^ b ^ c2 ^ d
-    s0, s1 = _ld_shared_v2(row + DATA_BYTES + half * 8)
-    acc ^= s0 ^ s1
+    if SCALE_COPY:
+        s0, s1 = _ld_shared_v2(row + DATA_BYTES + half * 8)
+        acc ^= s0 ^ s1
     return gl.where(valid, acc, 0)
 
 
 @gluon.jit
 def bulk_gather_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, stride_ib, stride_is, sink_ptr, S_Q,
                        TOPK, tokens_per_split, DATA_BYTES: gl.constexpr, TOKEN_BYTES: gl.constexpr,
-                       BLOCK_T: gl.constexpr, NUM_BUFS: gl.constexpr, CHECK: gl.constexpr):
+                       BLOCK_T: gl.constexpr, NUM_BUFS: gl.constexpr, CHECK: gl.constexpr, SCALE_COPY: gl.constexpr):
     SLOT: gl.constexpr = BLOCK_T * TOKEN_BYTES
     TL: gl.constexpr = gl.BlockedLayout([BLOCK_T // 32], [32], [1], [0])
     gl.static_assert(gl.num_warps() == 1, "one warp a program: every lane arrives for its own tokens")
@@ -198,7 +210,7 @@ def bulk_gather_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, s
             if CHECK:
                 valid, data, scale, half = _tile_tokens(idx_row, cache_u8, start + (j - NUM_BUFS) * BLOCK_T, end,
                                                         num_tokens, stride_page, block_size, TL, BLOCK_T, DATA_BYTES)
-                acc ^= _xor_landed(base + buf * SLOT, valid, half, BLOCK_T, TL, TOKEN_BYTES, DATA_BYTES)
+                acc ^= _xor_landed(base + buf * SLOT, valid, half, BLOCK_T, TL, TOKEN_BYTES, DATA_BYTES, SCALE_COPY)
                 # the generic-proxy reads above before the async proxy writes the slot again
                 gl.inline_asm_elementwise("fence.proxy.async.shared::cta;\nmov.u32 $0, 0;", "=r", [],
                                           dtype=gl.int32, is_pure=False, pack=1)
@@ -206,10 +218,17 @@ def bulk_gather_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, s
             valid, data, scale, half = _tile_tokens(idx_row, cache_u8, start + j * BLOCK_T, end, num_tokens,
                                                     stride_page, block_size, TL, BLOCK_T, DATA_BYTES)
             dst = base + buf * SLOT + gl.arange(0, BLOCK_T, layout=TL) * TOKEN_BYTES
-            gl.inline_asm_elementwise(_TOKEN_ASM, "=r,r,l,r,l,r,r",
-                                      [dst, data.to(gl.int64, bitcast=True), bar0 + 8 * buf,
-                                       scale.to(gl.int64, bitcast=True), valid.to(gl.int32), dst + DATA_BYTES],
-                                      dtype=gl.int32, is_pure=False, pack=1)
+            if SCALE_COPY:
+                gl.inline_asm_elementwise(_TOKEN_ASM, "=r,r,l,r,l,r,r",
+                                          [dst, data.to(gl.int64, bitcast=True), bar0 + 8 * buf,
+                                           scale.to(gl.int64, bitcast=True), valid.to(gl.int32), dst + DATA_BYTES],
+                                          dtype=gl.int32, is_pure=False, pack=1)
+            else:  # the data by the TMA unit, the 8 scale bytes by this lane (xor-reduced, so the load stays)
+                gl.inline_asm_elementwise(_DATA_ASM, "=r,r,l,r,r",
+                                          [dst, data.to(gl.int64, bitcast=True), bar0 + 8 * buf, valid.to(gl.int32)],
+                                          dtype=gl.int32, is_pure=False, pack=1)
+                sw = gl.load((scale + half * 8).to(gl.pointer_type(gl.int64), bitcast=True), mask=valid, other=0)
+                acc ^= (sw ^ (sw >> 32)).to(gl.int32)
     gl.store(sink_ptr + pid_q * gl.num_programs(0) + split, gl.xor_sum(acc, 0))
     smem._keep_alive()
 
@@ -223,7 +242,8 @@ def check_cache(cache: torch.Tensor) -> None:
                          "does not keep rows 16-byte aligned; use an even page size")
 
 
-def launch_bulk(*, cache, indices, num_splits, tokens_per_split, sink, block_t, num_bufs, check=False):
+def launch_bulk(*, cache, indices, num_splits, tokens_per_split, sink, block_t, num_bufs, scale_copy=True,
+                check=False):
     """Land every selected token's bytes in shared memory once; returns the [b*s_q, num_splits] int32 sink (the
     xor of the landed words in the CHECK build, 0 otherwise)."""
     from workbench.kernels.common import scope_args
@@ -232,8 +252,9 @@ def launch_bulk(*, cache, indices, num_splits, tokens_per_split, sink, block_t, 
     sa = scope_args("", cache, indices, None)
     bulk_gather_kernel[(num_splits, b * s_q)](
         sa["cache_u8"], sa["stride_page"], sa["block_size"], sa["num_tokens"], indices, indices.stride(0),
-        indices.stride(1), sink, s_q, topk, tokens_per_split, DATA_BYTES=DATA, TOKEN_BYTES=TOKEN, BLOCK_T=block_t,
-        NUM_BUFS=num_bufs, CHECK=check, num_warps=1)
+        indices.stride(1), sink, s_q, topk, tokens_per_split, DATA_BYTES=DATA,
+        TOKEN_BYTES=TOKEN if scale_copy else DATA, BLOCK_T=block_t, NUM_BUFS=num_bufs, CHECK=check,
+        SCALE_COPY=scale_copy, num_warps=1)
     return sink
 
 
@@ -244,7 +265,7 @@ class BulkProvider:
 
     def __init__(self, name: str, tokens_per_program: int, check: bool = False):
         self.name, self.tokens_per_program, self.check = name, tokens_per_program, check
-        self.block_t, self.num_bufs = VARIANTS[name]
+        self.block_t, self.num_bufs, self.scale_copy = VARIANTS[name]
 
     def prepare(self, kw: dict, config=None):
         from workbench.decode import decode_scopes, sm_count, split_plans
@@ -261,7 +282,7 @@ class BulkProvider:
         def run():
             for (c, ix, _), (n, tps), sink in zip(scopes, grids, sinks):
                 launch_bulk(cache=c, indices=ix, num_splits=n, tokens_per_split=tps, sink=sink, block_t=self.block_t,
-                            num_bufs=self.num_bufs, check=self.check)
+                            num_bufs=self.num_bufs, scale_copy=self.scale_copy, check=self.check)
             return sinks
         return run
 
@@ -278,9 +299,10 @@ def compile_only() -> int:
     from workbench.lab.sass_loops import instructions, opcode
     sig = dict(cache_u8="*u8", stride_page="i64", block_size="i32", num_tokens="i32", idx_ptr="*i32", stride_ib="i32",
                stride_is="i32", sink_ptr="*i32", S_Q="i32", TOPK="i32", tokens_per_split="i32")
-    for name, (bt, nb) in VARIANTS.items():
+    for name, (bt, nb, sc) in VARIANTS.items():
         for check in (False, True):
-            const = dict(DATA_BYTES=DATA, TOKEN_BYTES=TOKEN, BLOCK_T=bt, NUM_BUFS=nb, CHECK=check)
+            const = dict(DATA_BYTES=DATA, TOKEN_BYTES=TOKEN if sc else DATA, BLOCK_T=bt, NUM_BUFS=nb, CHECK=check,
+                         SCALE_COPY=sc)
             fn = bulk_gather_kernel
             src = GluonASTSource(fn, {a: sig.get(a, "constexpr") for a in fn.arg_names}, const,
                                  attrs={(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
