@@ -122,12 +122,11 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
 
     Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the history
     are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands (the margins:
-    tests/test_registry.py, HOPPER_MARGINS): data/bench_h100_80gb_hbm3_20261207-0029_crossover.csv and
-    data/bench_h100_80gb_hbm3_20261207-0031_heads.csv (an H100, 1c42267, kernel hash 34e482f279d8; every rung also
-    timed by name): within 2% of the fastest Hopper rung at 62 of 64 crossover shapes and at 16 of 16 heads shapes;
-    over 2%: b8 h64 topk512 (wgmma_xchg 3.5% behind wgmma_f16_2cta, 14.28 against 13.81 us; 1.7% at a2b5140, and on
-    the H200 at 877f643 wgmma_xchg was 1.0% behind rung 16 and the two-block rung 3.7%) and b2 h64 topk2048
-    (portable_ws_h32f 2.1% behind portable_ws_h32p, 13.99 against 13.70; 0.6% at a2b5140). On the H200 at 877f643,
+    tests/test_registry.py, HOPPER_MARGINS): data/bench_h100_80gb_hbm3_20261207-0510_crossover.csv and
+    data/bench_h100_80gb_hbm3_20261207-0511_heads.csv (an H100, 5ec26f1, kernel hash ab5ef75c10ef; every rung also
+    timed by name): within 2% of the fastest Hopper rung at every crossover shape (64; the worst b8 h64 topk512,
+    wgmma_xchg 1.6% behind wgmma_f16_2cta, 13.74 against 13.53 us, which was 3.5% at 1c42267 and 1.7% at a2b5140)
+    and every heads shape (16; the worst b8 h48 topk2048, 1.2%). On the H200 at 877f643,
     before the staged output, wgmma_f16 was 4% ahead of rung 15 at b128 h64 topk512 (40.18 against 41.80): not
     measured since. The rule
     was derived from the H100's crossovers at 56c1c77 (the 2**18 step) and aa5fd52
