@@ -104,25 +104,23 @@ def _wait(addr, phase):
             gl.inline_asm_elementwise("trap;\nmov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
 
-# one token: arrive on the slot's barrier with its bytes as the transaction count, then its two bulk copies (an
-# invalid token arrives with none and copies nothing); _DATA_ASM: its data bytes only
-_TOKEN_ASM = gl.constexpr("""{
-    .reg .pred p;
-    setp.ne.b32 p, $5, 0;
-    @p mbarrier.arrive.expect_tx.shared::cta.b64 _, [$3], %d;
-    @!p mbarrier.arrive.shared::cta.b64 _, [$3];
-    @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$1], [$2], %d, [$3];
-    @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$6], [$4], 16, [$3];
-    mov.u32 $0, 0;
-    }""" % (TOKEN, DATA))
-_DATA_ASM = gl.constexpr("""{
-    .reg .pred p;
-    setp.ne.b32 p, $4, 0;
-    @p mbarrier.arrive.expect_tx.shared::cta.b64 _, [$3], %d;
-    @!p mbarrier.arrive.shared::cta.b64 _, [$3];
-    @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$1], [$2], %d, [$3];
-    mov.u32 $0, 0;
-    }""" % (DATA, DATA))
+def _token_asm(scale_copy: bool) -> str:
+    """One token: arrive on the slot's barrier with its bytes as the transaction count, then its bulk copies (an
+    invalid token arrives with none and copies nothing). Operands: $1 slot row, $2 data bytes, $3 barrier, then with
+    scale_copy $4 the scale chunk, $5 valid, $6 the row's scale place; else $4 valid (the data bytes only)."""
+    valid, nbytes = ("$5", TOKEN) if scale_copy else ("$4", DATA)
+    scale = ("    @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$6], [$4], 16, [$3];\n"
+             if scale_copy else "")
+    return ("{\n    .reg .pred p;\n"
+            f"    setp.ne.b32 p, {valid}, 0;\n"
+            f"    @p mbarrier.arrive.expect_tx.shared::cta.b64 _, [$3], {nbytes};\n"
+            "    @!p mbarrier.arrive.shared::cta.b64 _, [$3];\n"
+            f"    @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$1], [$2], {DATA}, [$3];\n"
+            f"{scale}    mov.u32 $0, 0;\n    }}")
+
+
+_TOKEN_ASM = gl.constexpr(_token_asm(True))
+_DATA_ASM = gl.constexpr(_token_asm(False))
 
 
 @gluon.jit
