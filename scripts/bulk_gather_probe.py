@@ -43,15 +43,18 @@ import torch  # noqa: E402
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
 
+from workbench.bench.providers import ProbeProvider  # noqa: E402
 from workbench.format.layout import MODEL1  # noqa: E402
+from workbench.kernels.gluon_common import load_idx, token_pages, token_rows  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster_share_probe import _try_wait  # noqa: E402  (one mbarrier try_wait on a shared::cta address)
+# the shared::cta address of global_smem, and one mbarrier try_wait on a shared::cta address
+from cluster_share_probe import _smem_base, _try_wait  # noqa: E402
 
 DATA = MODEL1.data_bytes_per_token    # 576
 SCALE = MODEL1.scale_bytes_per_token  # 8
 TOKEN = DATA + 16                     # a token's bytes in a slot: its data, then the 16-byte chunk of its scales
-# name -> (BLOCK_T, NUM_BUFS); one warp a program, so BLOCK_T is a multiple of 32 (a lane owns BLOCK_T // 32 tokens).
+# name -> (BLOCK_T, NUM_BUFS, the scale bytes by a second bulk copy); one warp a program, so BLOCK_T is a multiple of 32 (a lane owns BLOCK_T // 32 tokens).
 # Triton allocates shared memory in powers of two, so each variant fills its allocation (64 or 128 KB: 3 or 1
 # programs an SM) with as many slots as fit, or takes one slot (32 or 64 KB: 6 or 3 programs an SM)
 # "bulk1_*": one bulk copy a token (its data bytes), the 8 scale bytes loaded by the lane into registers instead: is
@@ -62,12 +65,6 @@ VARIANTS = {"bulk_t32_b1": (32, 1, True), "bulk_t32_b3": (32, 3, True), "bulk_t3
 
 
 # ----------------------------------------------------------------------------- inline PTX
-
-@gluon.jit
-def _smem_base():
-    """The shared::cta address of Triton's dynamic shared memory (the probe's one allocation starts there)."""
-    return gl.inline_asm_elementwise("mov.u32 $0, global_smem;", "=r", [], dtype=gl.int32, is_pure=True, pack=1)
-
 
 @gluon.jit
 def _init_barriers(bar0, NUM_BUFS: gl.constexpr, COUNT: gl.constexpr):
@@ -144,17 +141,15 @@ def _pow2_at_least(n):
 
 @gluon.jit
 def _tile_tokens(idx_row, cache_u8, t0, end, num_tokens, stride_page, block_size, TL: gl.constexpr,
-                 BLOCK_T: gl.constexpr, DATA_BYTES: gl.constexpr):
-    """(valid, data, scale chunk, scale byte's place in its chunk) [BLOCK_T] of tokens [t0, t0 + BLOCK_T)."""
-    offs = t0 + gl.arange(0, BLOCK_T, layout=TL)
-    idx = gl.load(idx_row + offs, mask=offs < end, other=-1)
-    valid = (offs < end) & (idx >= 0) & (idx < num_tokens)
-    safe = gl.where(valid, idx, 0)
-    page = (safe // block_size).to(gl.int64)
-    off = (safe % block_size).to(gl.int64)
-    base = page * stride_page
-    scale = base + block_size * DATA_BYTES + (off // 2) * 16
-    return valid, cache_u8 + base + off * DATA_BYTES, cache_u8 + scale, (off % 2).to(gl.int32)
+                 BLOCK_T: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr):
+    """(valid, data, scale chunk, scale byte's place in its chunk) [BLOCK_T] of tokens [t0, t0 + BLOCK_T): the
+    producers' own index and row arithmetic (any page size: divisions); a token's 16-byte scale chunk starts 8 bytes
+    before its scale bytes when its slot in the page is odd (a page's scale bytes start 16-byte aligned)."""
+    idx = load_idx(idx_row, t0, end, BLOCK_T, TL)
+    valid, page, off = token_pages(idx, t0, end, num_tokens, block_size, BLOCK_T, TL, -1)
+    data, scale = token_rows(page, off, stride_page, block_size, DATA_BYTES, SCALE_BYTES)
+    half = (off % 2).to(gl.int32)
+    return valid, cache_u8 + data, cache_u8 + scale - half * 8, half
 
 
 @gluon.jit
@@ -176,8 +171,9 @@ def _xor_landed(slot, valid, half, BLOCK_T: gl.constexpr, TL: gl.constexpr, TOKE
 
 @gluon.jit
 def bulk_gather_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, stride_ib, stride_is, sink_ptr, S_Q,
-                       TOPK, tokens_per_split, DATA_BYTES: gl.constexpr, TOKEN_BYTES: gl.constexpr,
-                       BLOCK_T: gl.constexpr, NUM_BUFS: gl.constexpr, CHECK: gl.constexpr, SCALE_COPY: gl.constexpr):
+                       TOPK, tokens_per_split, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr,
+                       TOKEN_BYTES: gl.constexpr, BLOCK_T: gl.constexpr, NUM_BUFS: gl.constexpr, CHECK: gl.constexpr,
+                       SCALE_COPY: gl.constexpr):
     SLOT: gl.constexpr = BLOCK_T * TOKEN_BYTES
     TL: gl.constexpr = gl.BlockedLayout([BLOCK_T // 32], [32], [1], [0])
     gl.static_assert(gl.num_warps() == 1, "one warp a program: every lane arrives for its own tokens")
@@ -207,14 +203,15 @@ def bulk_gather_kernel(cache_u8, stride_page, block_size, num_tokens, idx_ptr, s
             _wait(bar0 + 8 * buf, ((j - NUM_BUFS) // NUM_BUFS) & 1)
             if CHECK:
                 valid, data, scale, half = _tile_tokens(idx_row, cache_u8, start + (j - NUM_BUFS) * BLOCK_T, end,
-                                                        num_tokens, stride_page, block_size, TL, BLOCK_T, DATA_BYTES)
+                                                        num_tokens, stride_page, block_size, TL, BLOCK_T, DATA_BYTES,
+                                                        SCALE_BYTES)
                 acc ^= _xor_landed(base + buf * SLOT, valid, half, BLOCK_T, TL, TOKEN_BYTES, DATA_BYTES, SCALE_COPY)
                 # the generic-proxy reads above before the async proxy writes the slot again
                 gl.inline_asm_elementwise("fence.proxy.async.shared::cta;\nmov.u32 $0, 0;", "=r", [],
                                           dtype=gl.int32, is_pure=False, pack=1)
         if j < n_tiles:
             valid, data, scale, half = _tile_tokens(idx_row, cache_u8, start + j * BLOCK_T, end, num_tokens,
-                                                    stride_page, block_size, TL, BLOCK_T, DATA_BYTES)
+                                                    stride_page, block_size, TL, BLOCK_T, DATA_BYTES, SCALE_BYTES)
             dst = base + buf * SLOT + gl.arange(0, BLOCK_T, layout=TL) * TOKEN_BYTES
             if SCALE_COPY:
                 gl.inline_asm_elementwise(_TOKEN_ASM, "=r,r,l,r,l,r,r",
@@ -250,39 +247,24 @@ def launch_bulk(*, cache, indices, num_splits, tokens_per_split, sink, block_t, 
     sa = scope_args("", cache, indices, None)
     bulk_gather_kernel[(num_splits, b * s_q)](
         sa["cache_u8"], sa["stride_page"], sa["block_size"], sa["num_tokens"], indices, indices.stride(0),
-        indices.stride(1), sink, s_q, topk, tokens_per_split, DATA_BYTES=DATA,
+        indices.stride(1), sink, s_q, topk, tokens_per_split, DATA_BYTES=DATA, SCALE_BYTES=SCALE,
         TOKEN_BYTES=TOKEN if scale_copy else DATA, BLOCK_T=block_t, NUM_BUFS=num_bufs, CHECK=check,
         SCALE_COPY=scale_copy, num_warps=1)
     return sink
 
 
-class BulkProvider:
-    """The bench's probe interface (``prepare(kw) -> run``) for one variant on the floor probes' grid."""
+class BulkProvider(ProbeProvider):
+    """A variant as the bench's probe provider (its grid and its prepare), on the floor probes' grid."""
 
-    is_probe = True
-
-    def __init__(self, name: str, tokens_per_program: int, check: bool = False):
-        self.name, self.tokens_per_program, self.check = name, tokens_per_program, check
+    def __init__(self, name: str, tokens_per_program: int, check: bool = False):  # no registered spec to look up
+        from types import SimpleNamespace
+        self.name, self.tokens_per_program = name, tokens_per_program
         self.block_t, self.num_bufs, self.scale_copy = VARIANTS[name]
 
-    def prepare(self, kw: dict, config=None):
-        from workbench.decode import decode_scopes, sm_count, split_plans
-        q = kw["q"]
-        b, s_q, h, _ = q.shape
-        scopes = decode_scopes(kw["cache"], kw["indices"], None, kw.get("extra_cache"), kw.get("extra_indices"))
-        plans = split_plans(queries=b * s_q, heads=h, indices=[ix for _, ix, _ in scopes], num_sms=sm_count(q.device))
-        grids = [(-(-ix.shape[-1] // self.tokens_per_program), self.tokens_per_program) if self.tokens_per_program
-                 else (p.num_splits, p.tokens_per_split) for (_, ix, _), p in zip(scopes, plans)]
-        sinks = [torch.zeros(b * s_q, n, dtype=torch.int32, device=q.device) for n, _ in grids]
-        for c, _, _ in scopes:
-            check_cache(c)
-
-        def run():
-            for (c, ix, _), (n, tps), sink in zip(scopes, grids, sinks):
-                launch_bulk(cache=c, indices=ix, num_splits=n, tokens_per_split=tps, sink=sink, block_t=self.block_t,
-                            num_bufs=self.num_bufs, scale_copy=self.scale_copy, check=self.check)
-            return sinks
-        return run
+        def launch(config=None, **kw):
+            return launch_bulk(**kw, block_t=self.block_t, num_bufs=self.num_bufs, scale_copy=self.scale_copy,
+                               check=check)
+        self.spec = SimpleNamespace(launch=launch, config_cls=None)
 
 
 # ----------------------------------------------------------------------------- CPU lab, GPU check and timing
@@ -299,7 +281,7 @@ def compile_only() -> int:
                stride_is="i32", sink_ptr="*i32", S_Q="i32", TOPK="i32", tokens_per_split="i32")
     for name, (bt, nb, sc) in VARIANTS.items():
         for check in (False, True):
-            const = dict(DATA_BYTES=DATA, TOKEN_BYTES=TOKEN if sc else DATA, BLOCK_T=bt, NUM_BUFS=nb, CHECK=check,
+            const = dict(DATA_BYTES=DATA, SCALE_BYTES=SCALE, TOKEN_BYTES=TOKEN if sc else DATA, BLOCK_T=bt, NUM_BUFS=nb, CHECK=check,
                          SCALE_COPY=sc)
             fn = bulk_gather_kernel
             src = GluonASTSource(fn, {a: sig.get(a, "constexpr") for a in fn.arg_names}, const,
