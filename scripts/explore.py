@@ -72,20 +72,23 @@ def main(argv=None) -> int:
 
 
 def register_ws_variant(p: argparse.ArgumentParser, text: str) -> None:
-    """NAME:K=V[,K=V] -> a registered rung: wgmma_ws's fixed switches with these changed (integers)."""
+    """NAME:K=V[,K=V] -> a registered rung: wgmma_ws's fixed switches with these changed (integers), or any other
+    constexpr of its kernel that has a default (an A/B switch a patch adds), except the two its launcher sets."""
     from workbench import registry
-    from workbench.kernels import catalog
+    from workbench.kernels import catalog, wgmma_ws
     name, _, switches = text.partition(":")
     base = dict(registry.get("wgmma_ws").fixed_meta)
+    known = set(base) | {q.name for q in wgmma_ws.ws_partial_kernel.params
+                         if q.is_constexpr and q.has_default and q.name not in ("HAS_SINK", "DIRECT")}
     try:
         changed = {k: int(v) for k, v in (kv.split("=") for kv in switches.split(","))}
     except ValueError:
         p.error(f"--ws-variant {text!r}: expected NAME:K=V[,K=V] with integer values")
-    unknown = set(changed) - set(base)
+    unknown = set(changed) - known
     if name in registry.names():
         p.error(f"--ws-variant {text!r}: {name!r} is a registered kernel already")
     if not name or unknown:
-        p.error(f"--ws-variant {text!r}: switches are {sorted(base)}"
+        p.error(f"--ws-variant {text!r}: switches are {sorted(known)}"
                 + (f", not {sorted(unknown)}" if unknown else ""))
     catalog._wgmma_ws(name, None, f"exploratory: wgmma_ws with {switches}", "exploratory", **{**base, **changed})
 

@@ -64,3 +64,18 @@ def test_what_it_refuses(parser, text):
     with pytest.raises(ValueError, match="--spec-variant"):
         explore.register_spec_variant(parser, text)
     assert "v_test" not in registry.names()
+
+
+def test_a_ws_variant_takes_the_kernels_defaulted_constexprs(parser, monkeypatch):
+    """--ws-variant: wgmma_ws's fixed switches, and any constexpr its kernel gives a default (an A/B switch a patch
+    adds: LEAVE_OUT at HEAD), reach its launcher; the two the launcher sets itself, and unknown names, are refused."""
+    from workbench.kernels import wgmma_ws
+    seen = []
+    monkeypatch.setattr(wgmma_ws, "launch_ws_partial", lambda **kw: seen.append(kw))
+    explore.register_ws_variant(parser, "v_test:NUM_BUFS=2,LEAVE_OUT=4")
+    registry.get("v_test").launch()
+    assert (seen[0]["NUM_BUFS"], seen[0]["LEAVE_OUT"], seen[0]["PRODUCER_WARPS"]) == (2, 4, 8)
+    for text in ("v_test2:DIRECT=1", "v_test2:HAS_SINK=1", "v_test2:NO_SUCH=1", "v_test2:NUM_BUFS=x"):
+        with pytest.raises(ValueError, match="--ws-variant"):
+            explore.register_ws_variant(parser, text)
+    assert "v_test2" not in registry.names()
