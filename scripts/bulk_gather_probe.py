@@ -54,7 +54,15 @@ from cluster_share_probe import _smem_base, _try_wait  # noqa: E402
 DATA = MODEL1.data_bytes_per_token    # 576
 SCALE = MODEL1.scale_bytes_per_token  # 8
 TOKEN = DATA + 16                     # a token's bytes in a slot: its data, then the 16-byte chunk of its scales
-# name -> (BLOCK_T, NUM_BUFS, the scale bytes by a second bulk copy); one warp a program, so BLOCK_T is a multiple of 32 (a lane owns BLOCK_T // 32 tokens).
+
+
+def token_bytes(scale_copy: bool) -> int:
+    """A token's bytes in a slot: its data, and with scale_copy the 16-byte chunk of its scales after them."""
+    return TOKEN if scale_copy else DATA
+
+
+# name -> (BLOCK_T, NUM_BUFS, the scale bytes by a second bulk copy); one warp a program, so BLOCK_T is a multiple
+# of 32 (a lane owns BLOCK_T // 32 tokens).
 # Triton allocates shared memory in powers of two, so each variant fills its allocation (64 or 128 KB: 3 or 1
 # programs an SM) with as many slots as fit, or takes one slot (32 or 64 KB: 6 or 3 programs an SM)
 # "bulk1_*": one bulk copy a token (its data bytes), the 8 scale bytes loaded by the lane into registers instead: is
@@ -248,7 +256,7 @@ def launch_bulk(*, cache, indices, num_splits, tokens_per_split, sink, block_t, 
     bulk_gather_kernel[(num_splits, b * s_q)](
         sa["cache_u8"], sa["stride_page"], sa["block_size"], sa["num_tokens"], indices, indices.stride(0),
         indices.stride(1), sink, s_q, topk, tokens_per_split, DATA_BYTES=DATA, SCALE_BYTES=SCALE,
-        TOKEN_BYTES=TOKEN if scale_copy else DATA, BLOCK_T=block_t, NUM_BUFS=num_bufs, CHECK=check,
+        TOKEN_BYTES=token_bytes(scale_copy), BLOCK_T=block_t, NUM_BUFS=num_bufs, CHECK=check,
         SCALE_COPY=scale_copy, num_warps=1)
     return sink
 
@@ -281,8 +289,8 @@ def compile_only() -> int:
                stride_is="i32", sink_ptr="*i32", S_Q="i32", TOPK="i32", tokens_per_split="i32")
     for name, (bt, nb, sc) in VARIANTS.items():
         for check in (False, True):
-            const = dict(DATA_BYTES=DATA, SCALE_BYTES=SCALE, TOKEN_BYTES=TOKEN if sc else DATA, BLOCK_T=bt, NUM_BUFS=nb, CHECK=check,
-                         SCALE_COPY=sc)
+            const = dict(DATA_BYTES=DATA, SCALE_BYTES=SCALE, TOKEN_BYTES=token_bytes(sc), BLOCK_T=bt, NUM_BUFS=nb,
+                         CHECK=check, SCALE_COPY=sc)
             fn = bulk_gather_kernel
             src = GluonASTSource(fn, {a: sig.get(a, "constexpr") for a in fn.arg_names}, const,
                                  attrs={(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
@@ -308,7 +316,6 @@ def hostile(kw: dict, gen: torch.Generator) -> dict:
 
 def check_variants(variants, kws, split_tokens, label) -> set:
     """The variants whose CHECK build's per-program xor differs from gather's on the same grid, in any call."""
-    from workbench.bench.providers import ProbeProvider
     want = [ProbeProvider("gather", tokens_per_program=split_tokens or None).prepare(kw)() for kw in kws]
     failed = set()
     for v in variants:
@@ -340,7 +347,7 @@ def main(argv=None) -> int:
         return 2
     from workbench.accounting import call_valid_tokens, decode_cost
     from workbench.bench import BenchShape, InputPool, rows_frame
-    from workbench.bench.providers import FINE_SPLIT_TOKENS, ProbeProvider, make_provider, tuned_columns
+    from workbench.bench.providers import FINE_SPLIT_TOKENS, make_provider, tuned_columns
     from workbench.bench.timing import graph_samples, measure_ceilings, summarize
     from workbench.report.provenance import provenance
 
