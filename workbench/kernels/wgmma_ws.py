@@ -13,7 +13,10 @@ mbarriers around a ring of NUM_BUFS K tiles in shared memory:
   mask beside it, and signals the slot full;
 - the consumer (the default partition: the kernel's num_warps, one warpgroup at 16 heads) waits for a full slot,
   runs QK (S^T = K q^T, tokens as M), the online softmax and the PV wgmma (O^T += K^T P^T), and hands the slot
-  back once the wgmma that read it has retired.
+  back once the wgmma that read it has retired. S^T puts a tile's 64 tokens across the 4 warps, so a head's maximum
+  over them crosses warps: each warp takes its 16 tokens' maxima and the four meet in a 256-byte buffer across one
+  partition barrier; the row sums stay each thread's own until the loop ends (4 partition barriers a tile, not
+  the 8 of gl.max and gl.sum: docs/decisions.md, "Rung 13's row sums").
 
 K, q and P are f16, as in wgmma_f16: a split with a valid token outside the f16 window comes out non-finite and
 runs again with bf16 operands in the same two partitions (gluon_common.F16_MIN_SCALE_BYTE), so every cache is
@@ -42,13 +45,14 @@ CONFIG_SPACE = [TiledConfig(BLOCK_H=16, BLOCK_T=64, num_warps=4)]
 
 def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 3, PRODUCER_WARPS: int = 8, PRODUCER_REGS: int = 152,
                           LEAVE_OUT: int = 0) -> int:
-    """Shared bytes of one block, as the compiler allocates them (sm_90 lab, 215,552 B at 16 heads): NUM_BUFS 16-bit
-    K tiles (1 KB/token each) with their valid bytes and two mbarriers each, q (1 KB/head), P (2 B/token/head)
-    and the softmax's cross-warp max/sum (16 B/head), rounded up to 128 B; the epilogue's transposed accumulator
+    """Shared bytes of one block, as the compiler allocates them (sm_90 lab, 215,808 B at 16 heads): NUM_BUFS 16-bit
+    K tiles (1 KB/token each) with their valid bytes and two mbarriers each, q (1 KB/head), P (2 B/token/head),
+    the four consumer warps' tile maxima (16 B/head) and the row sums' one cross-warp reduction after the loop
+    (16 B/head), rounded up to 128 B; the epilogue's transposed accumulator
     reuses freed space. The other switches move no shared bytes; they are named so that a misspelled switch is a
     TypeError."""
     t, h = c.BLOCK_T, c.BLOCK_H
-    total = NUM_BUFS * (1024 * t + t + 16) + 1024 * h + 2 * t * h + 16 * h
+    total = NUM_BUFS * (1024 * t + t + 16) + 1024 * h + 2 * t * h + 32 * h
     return -(-total // 128) * 128
 
 
@@ -94,6 +98,7 @@ def ws_partial_kernel(
     k_smem = gl.allocate_shared_memory(KT, [NUM_BUFS, BLOCK_T, D], K_SMEM)
     valid_smem = gl.allocate_shared_memory(gl.int8, [NUM_BUFS, BLOCK_T], V_SMEM)
     p_smem = gl.allocate_shared_memory(KT, [BLOCK_T, BLOCK_H], P_SMEM)
+    max_smem = gl.allocate_shared_memory(gl.float32, [4 * BLOCK_H], V_SMEM)  # [consumer warp, head] tile maxima
     full = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFS, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(NUM_BUFS):
@@ -109,7 +114,7 @@ def ws_partial_kernel(
     idx_row = idx_ptr + bi * stride_ib + si * stride_is
 
     q_row = q_ptr + bi * stride_qb + si * stride_qs
-    m_i, l_i, acc = _pass(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
+    m_i, l_i, acc = _pass(q_smem, k_smem, valid_smem, p_smem, max_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
                           sm_scale_log2, cache_u8, stride_page, block_size, num_tokens, idx_row, D_NOPE, D_ROPE, TILE,
                           DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PRODUCER_WARPS,
                           PRODUCER_REGS, 1, LEAVE_OUT)
@@ -126,7 +131,8 @@ def ws_partial_kernel(
         fence_async_shared()
         m_i, l_i, acc = _pass(q_smem._reinterpret(gl.bfloat16, [BLOCK_H, D], Q_SMEM),
                               k_smem._reinterpret(gl.bfloat16, [NUM_BUFS, BLOCK_T, D], K_SMEM), valid_smem,
-                              p_smem._reinterpret(gl.bfloat16, [BLOCK_T, BLOCK_H], P_SMEM), full, empty, start, end,
+                              p_smem._reinterpret(gl.bfloat16, [BLOCK_T, BLOCK_H], P_SMEM), max_smem, full, empty,
+                              start, end,
                               q_row, stride_qh, pid_h, H, sm_scale_log2, cache_u8, stride_page, block_size,
                               num_tokens, idx_row, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T,
                               BS_SHIFT, NUM_BUFS, PRODUCER_WARPS, PRODUCER_REGS, 0, LEAVE_OUT)
@@ -135,7 +141,7 @@ def ws_partial_kernel(
 
 
 @gluon.jit
-def _pass(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row, stride_qh, pid_h, H, sm_scale_log2,
+def _pass(q_smem, k_smem, valid_smem, p_smem, max_smem, full, empty, start, end, q_row, stride_qh, pid_h, H, sm_scale_log2,
           cache_u8, stride_page, block_size, num_tokens, idx_row, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr,
           TILE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr,
           BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
@@ -143,7 +149,7 @@ def _pass(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row, st
     """One pass over the split in the two partitions (F16: the f16 pass, which also signals the combine's launch;
     else the bf16 rerun, over the same buffers viewed as bf16); returns the consumer's (m_i, l_i, O^T)."""
     return gl.warp_specialize([
-        (_consumer, (q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
+        (_consumer, (q_smem, k_smem, valid_smem, p_smem, max_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
                      sm_scale_log2, BLOCK_H, BLOCK_T, D_NOPE + D_ROPE, NUM_BUFS, F16, F16, LEAVE_OUT)),
         (produce_k_tiles, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row,
                            start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS, F16,
@@ -152,7 +158,7 @@ def _pass(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row, st
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row, stride_qh, pid_h, H, sm_scale_log2,
+def _consumer(q_smem, k_smem, valid_smem, p_smem, max_smem, full, empty, start, end, q_row, stride_qh, pid_h, H, sm_scale_log2,
               BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr,
               LAUNCH_DEPENDENTS: gl.constexpr, LEAVE_OUT: gl.constexpr):
     """q into q_smem (with F16, each head's largest |q| scaled into [2**14, 2**15), the scores scaled back), then
@@ -174,9 +180,12 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row
     OL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                  instr_shape=[16, BLOCK_H, 16])  # O^T [D, BLOCK_H]
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(0, SL))
-    l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(0, SL))
-    acc = warpgroup_mma_init(gl.zeros([D, BLOCK_H], gl.float32, layout=OL))
+    # the zeros pass through a wgmma wait before the loop: otherwise ptxas serialises every wgmma of the kernel
+    # (C7515 on the loop's zero-trip edge, as in wgmma_ws_bal; 128 WARPGROUP.DEPBAR in the lab without it, 8 with)
+    acc = warpgroup_mma_init(warpgroup_mma_wait(num_outstanding=0, deps=(
+        warpgroup_mma_init(gl.zeros([D, BLOCK_H], gl.float32, layout=OL)),)))
     s_zero = gl.zeros([BLOCK_T, BLOCK_H], gl.float32, layout=SL)
+    l_t = gl.zeros([BLOCK_T, BLOCK_H], gl.float32, layout=SL)  # each thread's share of the row sums
     scale = gl.convert_layout(qk_scale(sm_scale_log2, q_exp, F16), gl.SliceLayout(0, SL))
     i = 0
     for t0 in range(start, end, BLOCK_T):
@@ -196,8 +205,11 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row
         else:
             s = warpgroup_mma(kb, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)  # [BLOCK_T, BLOCK_H]
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-        p, alpha, m_i = softmax_step(s, v, m_i, scale, F16, LEAVE_OUT & 4)
-        l_i = l_i * alpha + gl.sum(p, 0)
+        if LEAVE_OUT & 4:
+            p, alpha, m_i = softmax_step(s, v, m_i, scale, F16, 1)
+        else:
+            p, alpha, m_i = _softmax_step_by_warps(s, v, m_i, scale, max_smem, F16, BLOCK_T, BLOCK_H)
+        l_t = l_t * gl.expand_dims(alpha, 0) + p
         # every consumer warp has retired the last PV (it read P) before the barrier above, so P may be overwritten
         p_smem.store(p.to(KT))
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, OL)), 0)
@@ -209,9 +221,35 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, full, empty, start, end, q_row
             acc = warpgroup_mma(kb.permute((1, 0)), p_smem, acc, is_async=True)  # O^T += K^T P^T
         i += 1
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    l_i = gl.sum(l_t, 0)
     if LAUNCH_DEPENDENTS:  # the combine's launch overlaps the epilogue (and a bf16 pass, if one follows)
         launch_dependents()
     return m_i, l_i, acc
+
+
+@gluon.jit
+def _softmax_step_by_warps(s, v, m_i, scale, max_smem, INF_TO_NAN: gl.constexpr, BLOCK_T: gl.constexpr,
+                           BLOCK_H: gl.constexpr):
+    """gluon_common._online_softmax of S^T [BLOCK_T, BLOCK_H] in the wgmma layout of 4 warps (each warp a quarter
+    of the tokens), with the tile's maxima taken by each warp over its own tokens and met in max_smem [4 * BLOCK_H]
+    across one partition barrier. No barrier guards the buffer's reuse: every warp reads it before the loop's next
+    partition barrier, and the next tile's stores come after that barrier."""
+    SL: gl.constexpr = s.type.layout
+    if INF_TO_NAN:  # as _online_softmax: an f16 inf in K makes the row sums NaN (the bf16 pass), not a dropped token
+        s = gl.where(s == float("-inf"), float("nan"), s)
+    s = gl.where(gl.expand_dims(v, 1), s * gl.expand_dims(scale, 0), float("-inf"))
+    warp_max = gl.max(gl.reshape(s, [4, BLOCK_T // 4, BLOCK_H]), 1)  # [4, BLOCK_H]: shuffles within each warp
+    max_smem._reinterpret(gl.float32, [4, BLOCK_H], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])).store(warp_max)
+    gl.thread_barrier()
+    RL: gl.constexpr = gl.SliceLayout(0, SL)
+    t = gl.maximum(gl.maximum(max_smem.slice(0, BLOCK_H).load(RL), max_smem.slice(BLOCK_H, BLOCK_H).load(RL)),
+                   gl.maximum(max_smem.slice(2 * BLOCK_H, BLOCK_H).load(RL),
+                              max_smem.slice(3 * BLOCK_H, BLOCK_H).load(RL)))
+    m_new = gl.maximum(m_i, t)
+    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
+    alpha = gl.exp2(m_i - m_use)
+    p = gl.exp2(s - gl.expand_dims(m_use, 0))
+    return p, alpha, m_new
 
 
 def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
