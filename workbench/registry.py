@@ -122,11 +122,17 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
 
     Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the history
     are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands (the margins:
-    tests/test_registry.py, HOPPER_MARGINS): data/bench_h100_80gb_hbm3_20261207-0510_crossover.csv and
-    data/bench_h100_80gb_hbm3_20261207-0511_heads.csv (an H100, 5ec26f1, kernel hash ab5ef75c10ef; every rung also
-    timed by name): within 2% of the fastest Hopper rung at every crossover shape (64; the worst b8 h64 topk512,
-    wgmma_xchg 1.6% behind wgmma_f16_2cta, 13.74 against 13.53 us, which was 3.5% at 1c42267 and 1.7% at a2b5140)
-    and every heads shape (16; the worst b8 h48 topk2048, 1.2%). On the H200 at 877f643,
+    tests/test_registry.py, HOPPER_MARGINS): data/bench_h100_80gb_hbm3_20261207-0838_crossover.csv and
+    data/bench_h100_80gb_hbm3_20261207-0839_heads.csv (an H100, 4f5d850, kernel hash 3a1b66fbe8d9: rung 13 with its
+    consumer's barriers cut; every rung also timed by name): within 2% of the fastest Hopper rung at 59 of the 64
+    crossover shapes and 15 of the 16 heads shapes. The five over: b1 h16 topk2048 (wgmma_xchg 5.0% behind
+    wgmma_f16, 9.83 against 9.37 us), b8 h64 topk2048 (wgmma_xchg 3.4% behind rung 26; 2.6% in the heads table),
+    b2 h64 and b1 h128 topk2048 (rung 26 2.2% and 2.0% behind rung 25), all between rungs whose machine code is
+    5ec26f1's, where the same shapes were within 1.2% (data/archive/bench_h100_80gb_hbm3_20261207-0510_crossover.csv:
+    wgmma_xchg 9.23 us at b1 h16 then, 9.83 now), so run-to-run spread of 10-25 us calls between machines; and b128
+    h16 topk2048, the one the change moved: the 64-head block 2.1% behind rung 13 (85.78 against 84.03; 86.71 against
+    91.04 at 5ec26f1), so H64_MIN_TOKENS_H16 is now at rung 13's favour and is not moved for 2.1% (a rule change
+    stales every table). On the H200 at 877f643,
     before the staged output, wgmma_f16 was 4% ahead of rung 15 at b128 h64 topk512 (40.18 against 41.80): not
     measured since. The rule
     was derived from the H100's crossovers at 56c1c77 (the 2**18 step) and aa5fd52
