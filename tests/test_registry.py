@@ -287,7 +287,8 @@ def test_auto_portable_provider_records_what_auto_runs_without_wgmma():
 RULE_TABLES = {"sm_90": ("bench_h100_80gb_hbm3_20261207-0838_crossover.csv",
                          "bench_h100_80gb_hbm3_20261207-0839_heads.csv"),
                "sm_120": ("bench_h200_20261205-1812_crossover.csv", "bench_h200_20261205-1815_heads.csv")}
-# (batch, heads, topk): the pick's time over the fastest Hopper rung's where over 2% in either table (docs/decisions.md):
+# (batch, heads, topk): the pick's time over the fastest Hopper rung's where over 2% in either table
+# (docs/decisions.md):
 # at 4f5d850 four shapes between rungs whose machine code did not change since 5ec26f1, where they were within 1.2%
 # (run-to-run spread between machines), and b128 h16 topk2048, where rung 13's cut barriers now beat the 64-head block
 HOPPER_MARGINS = {(1, 16, 2048): 1.051, (8, 64, 2048): 1.035, (2, 64, 2048): 1.023, (1, 128, 2048): 1.021,

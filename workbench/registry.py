@@ -47,8 +47,10 @@ H32_WS_MIN_TOKENS_SM90 = 1 << 15     # 17-32 heads: from b16 topk2048 and b64 to
                                      # half tile's gathers early (f6a483c crossover, H100: b16 topk2048 23.84 us
                                      # against rung 24's 24.25, b64 topk512 24.28 against 25.01, b128 topk512 32.86
                                      # against wgmma_f16's 33.89); from b32 topk2048 since c48ae8a
-H64_MIN_TOKENS_H16 = 1 << 18         # <= 16 heads: from b128 topk2048 the 64-head block (48 heads of padding) beats
-                                     # wgmma_ws (f6a483c crossover, H100: 85.11 us against 90.08; b64 topk2048 level)
+H64_MIN_TOKENS_H16 = 1 << 18         # <= 16 heads: from b128 topk2048 the 64-head block (48 heads of padding) beat
+                                     # wgmma_ws (f6a483c crossover, H100: 85.11 us against 90.08; b64 topk2048 level);
+                                     # since rung 13's barriers were cut (4f5d850) rung 13 is 2.1% ahead there (84.03
+                                     # against 85.78): not moved for that (auto_kernel's docstring says why)
 ONE_SPLIT_MIN_QUERIES_SM90 = 89     # 17-64 heads: from 89 queries a 64-head block's split plan on 132 SMs is one
                                     # split (decode.plan_splits, waves 1), and wgmma_f16 runs it with no combine
                                     # (KernelSpec.direct): b128 topk512 32.87 us against rung 24's 37.29

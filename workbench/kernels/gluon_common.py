@@ -620,7 +620,9 @@ def softmax_step(s, v, m_i, scale, INF_TO_NAN: gl.constexpr, SKIP: gl.constexpr,
 def _online_softmax(s, v, m_i, scale, INF_TO_NAN: gl.constexpr, AXIS: gl.constexpr = 0):
     """One tile's step of the base-2 online softmax over the scores, tokens on axis AXIS (S^T [BLOCK_T, BLOCK_H]
     with AXIS 0, S [BLOCK_H, BLOCK_T] with AXIS 1; any layout): masked scores in log2 units (scale [BLOCK_H]:
-    qk_scale), the new running max, P and the factor alpha that rescales what came before."""
+    qk_scale), the new running max, P and the factor alpha that rescales what came before. wgmma_ws (rung 13) runs
+    the same step with its maxima met through shared memory (wgmma_ws._softmax_step_by_warps): a fix here belongs
+    there too."""
     if INF_TO_NAN:
         # f16 operands: q is scaled and K in the window stays below 2**16, so the fp32 scores cannot overflow: an
         # infinite score comes from an f16 inf in K (a rope of 512 or more). -inf would drop its token without a

@@ -114,9 +114,9 @@ def ws_partial_kernel(
     idx_row = idx_ptr + bi * stride_ib + si * stride_is
 
     q_row = q_ptr + bi * stride_qb + si * stride_qs
-    m_i, l_i, acc = _pass(q_smem, k_smem, valid_smem, p_smem, max_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
-                          sm_scale_log2, cache_u8, stride_page, block_size, num_tokens, idx_row, D_NOPE, D_ROPE, TILE,
-                          DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PRODUCER_WARPS,
+    m_i, l_i, acc = _pass(q_smem, k_smem, valid_smem, p_smem, max_smem, full, empty, start, end, q_row, stride_qh,
+                          pid_h, H, sm_scale_log2, cache_u8, stride_page, block_size, num_tokens, idx_row, D_NOPE,
+                          D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PRODUCER_WARPS,
                           PRODUCER_REGS, 1, LEAVE_OUT)
     bad = not_finite(l_i)  # a token outside the f16 window makes some row sum non-finite
     out_mult = gl.where(bad, 1.0, F16_OUT_MULT)
@@ -141,11 +141,11 @@ def ws_partial_kernel(
 
 
 @gluon.jit
-def _pass(q_smem, k_smem, valid_smem, p_smem, max_smem, full, empty, start, end, q_row, stride_qh, pid_h, H, sm_scale_log2,
-          cache_u8, stride_page, block_size, num_tokens, idx_row, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr,
-          TILE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr,
-          BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-          PRODUCER_REGS: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
+def _pass(q_smem, k_smem, valid_smem, p_smem, max_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
+          sm_scale_log2, cache_u8, stride_page, block_size, num_tokens, idx_row, D_NOPE: gl.constexpr,
+          D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr,
+          BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr,
+          PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr):
     """One pass over the split in the two partitions (F16: the f16 pass, which also signals the combine's launch;
     else the bf16 rerun, over the same buffers viewed as bf16); returns the consumer's (m_i, l_i, O^T)."""
     return gl.warp_specialize([
@@ -158,9 +158,9 @@ def _pass(q_smem, k_smem, valid_smem, p_smem, max_smem, full, empty, start, end,
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, valid_smem, p_smem, max_smem, full, empty, start, end, q_row, stride_qh, pid_h, H, sm_scale_log2,
-              BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr,
-              LAUNCH_DEPENDENTS: gl.constexpr, LEAVE_OUT: gl.constexpr):
+def _consumer(q_smem, k_smem, valid_smem, p_smem, max_smem, full, empty, start, end, q_row, stride_qh, pid_h, H,
+              sm_scale_log2, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr, D: gl.constexpr, NUM_BUFS: gl.constexpr,
+              F16: gl.constexpr, LAUNCH_DEPENDENTS: gl.constexpr, LEAVE_OUT: gl.constexpr):
     """q into q_smem (with F16, each head's largest |q| scaled into [2**14, 2**15), the scores scaled back), then
     QK, softmax and PV over the full slots, in order; returns (m_i, l_i, O^T [D, BLOCK_H] fp32). q is the
     consumer's own work, so the producer's first gathers start with the block. LAUNCH_DEPENDENTS (the first
@@ -210,7 +210,8 @@ def _consumer(q_smem, k_smem, valid_smem, p_smem, max_smem, full, empty, start, 
         else:
             p, alpha, m_i = _softmax_step_by_warps(s, v, m_i, scale, max_smem, F16, BLOCK_T, BLOCK_H)
         l_t = l_t * gl.expand_dims(alpha, 0) + p
-        # every consumer warp has retired the last PV (it read P) before the barrier above, so P may be overwritten
+        # every consumer warp has retired the last PV (it read P) before the loop's first barrier, so P may be
+        # overwritten
         p_smem.store(p.to(KT))
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, OL)), 0)
         fence_async_shared()
@@ -232,8 +233,10 @@ def _softmax_step_by_warps(s, v, m_i, scale, max_smem, INF_TO_NAN: gl.constexpr,
                            BLOCK_H: gl.constexpr):
     """gluon_common._online_softmax of S^T [BLOCK_T, BLOCK_H] in the wgmma layout of 4 warps (each warp a quarter
     of the tokens), with the tile's maxima taken by each warp over its own tokens and met in max_smem [4 * BLOCK_H]
-    across one partition barrier. No barrier guards the buffer's reuse: every warp reads it before the loop's next
-    partition barrier, and the next tile's stores come after that barrier."""
+    across one partition barrier. No barrier guards the buffer's reuse: every warp reads it before the tile's P
+    barrier, and the next tile's stores come after that barrier. The reshape puts each warp's tokens in one row
+    (ALLOWED fixes the consumer at 4 warps and BLOCK_T at 64; another mapping would stay exact, only slower). The
+    same step as gluon_common._online_softmax but for where the maxima meet: a fix to one belongs in both."""
     SL: gl.constexpr = s.type.layout
     if INF_TO_NAN:  # as _online_softmax: an f16 inf in K makes the row sums NaN (the bf16 pass), not a dropped token
         s = gl.where(s == float("-inf"), float("nan"), s)
