@@ -137,9 +137,12 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
                      for bt in (16, 32) for w in ((4, 8) if group < 64 else (8,)) for pf in (0, 1)]
         return plan
     if name == "crossover":  # where the Gluon kernel starts to beat the best Triton rung ("auto" picks by it)
-        # up to b128: the 64-head block (wgmma_ws_h64) fills the SMs only at large calls
+        # up to b128: the 64-head block (wgmma_ws_h64) fills the SMs only at large calls; and b256 h16 topk2048
+        # (2**19 tokens): since 4f5d850 rung 13 beats that block at b128 h16 (84.03 us against 85.78 on the H100),
+        # so whether auto's step to it at <= 16 heads (registry.H64_MIN_TOKENS_H16) moves up or goes is read here
         return [(BenchShape(b, h, k), CROSSOVER_PROVIDERS, ("graph",), None)
-                for k in (512, 2048) for h in (16, 32, 64, 128) for b in (1, 2, 4, 8, 16, 32, 64, 128)]
+                for k in (512, 2048) for h in (16, 32, 64, 128) for b in (1, 2, 4, 8, 16, 32, 64, 128)] + \
+               [(BenchShape(256, 16, 2048), CROSSOVER_PROVIDERS, ("graph",), None)]
     if name == "heads":
         return [(BenchShape(b, h, 2048), fast + CROSSOVER_PROVIDERS, ("graph",), None)
                 for b in ODD_HEADS_BATCHES for h in ODD_HEADS]
