@@ -48,9 +48,8 @@ def estimate_shared_bytes(c: TiledConfig, NUM_BUFS: int = 3, PRODUCER_WARPS: int
     """Shared bytes of one block, as the compiler allocates them (sm_90 lab, 215,808 B at 16 heads): NUM_BUFS 16-bit
     K tiles (1 KB/token each) with their valid bytes and two mbarriers each, q (1 KB/head), P (2 B/token/head),
     the four consumer warps' tile maxima (16 B/head) and the row sums' one cross-warp reduction after the loop
-    (16 B/head), rounded up to 128 B; the epilogue's transposed accumulator
-    reuses freed space. The other switches move no shared bytes; they are named so that a misspelled switch is a
-    TypeError."""
+    (16 B/head), rounded up to 128 B; the epilogue's transposed accumulator reuses freed space. The other switches
+    move no shared bytes; they are named so that a misspelled switch is a TypeError."""
     t, h = c.BLOCK_T, c.BLOCK_H
     total = NUM_BUFS * (1024 * t + t + 16) + 1024 * h + 2 * t * h + 32 * h
     return -(-total // 128) * 128
