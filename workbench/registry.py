@@ -47,10 +47,6 @@ H32_WS_MIN_TOKENS_SM90 = 1 << 15     # 17-32 heads: from b16 topk2048 and b64 to
                                      # half tile's gathers early (f6a483c crossover, H100: b16 topk2048 23.84 us
                                      # against rung 24's 24.25, b64 topk512 24.28 against 25.01, b128 topk512 32.86
                                      # against wgmma_f16's 33.89); from b32 topk2048 since c48ae8a
-H64_MIN_TOKENS_H16 = 1 << 18         # <= 16 heads: from b128 topk2048 the 64-head block (48 heads of padding) beat
-                                     # wgmma_ws (f6a483c crossover, H100: 85.11 us against 90.08; b64 topk2048 level);
-                                     # since rung 13's barriers were cut (4f5d850) rung 13 is 2.1% ahead there (84.03
-                                     # against 85.78): not moved for that (auto_kernel's docstring says why)
 ONE_SPLIT_MIN_QUERIES_SM90 = 89     # 17-64 heads: from 89 queries a 64-head block's split plan on 132 SMs is one
                                     # split (decode.plan_splits, waves 1), and wgmma_f16 runs it with no combine
                                     # (KernelSpec.direct): b128 topk512 32.87 us against rung 24's 37.29
@@ -104,7 +100,7 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     not known).
 
     On sm_90: at <= 16 heads (padded to one 16-head group) "wgmma_xchg" up to XCHG_MAX_TOKENS_H16 tokens,
-    "wgmma_ws_h64" from H64_MIN_TOKENS_H16, "wgmma_ws" from WS_MIN_TOKENS_H16, "wgmma_f16" between, except for a call
+    "wgmma_ws" from WS_MIN_TOKENS_H16, "wgmma_f16" between, except for a call
     of two scopes from TWO_BLOCK_MIN_TOKENS_H16_TWO_SCOPES with fewer than TWO_BLOCK_MAX_TOPK_H16_TWO_SCOPES tokens a
     query (queries known), which runs "wgmma_f16_2cta" (the production sweep at 1c42267,
     data/bench_h100_80gb_hbm3_20261207-0033_production.csv: the one two-scope batch in that band, b64: 28.59 us
@@ -132,9 +128,11 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     b2 h64 and b1 h128 topk2048 (rung 26 2.2% and 2.0% behind rung 25), all between rungs whose machine code is
     5ec26f1's, where the same shapes were within 1.2% (data/archive/bench_h100_80gb_hbm3_20261207-0510_crossover.csv:
     wgmma_xchg 9.23 us at b1 h16 then, 9.83 now), so run-to-run spread of 10-25 us calls between machines; and b128
-    h16 topk2048, the one the change moved: the 64-head block 2.1% behind rung 13 (85.78 against 84.03; 86.71 against
-    91.04 at 5ec26f1), so H64_MIN_TOKENS_H16 is now at rung 13's favour and is not moved for 2.1% (a rule change
-    stales every table). On the H200 at 877f643,
+    h16 topk2048, where the 64-head block (which the rule then ran at <= 16 heads from 2**18 tokens) was 2.1% behind
+    rung 13 (85.78 against 84.03; 86.71 against 91.04 at 5ec26f1). That step is gone since f6265c3's successor: rung
+    13 was ahead of the 64-head block at b128, b192 and b256 h16 topk2048 in one call on an H100 (86.88 / 157.30 /
+    165.37 us against 87.23 / 163.42 / 167.53: data/explore/explore_h100_20261207-0950_h16_step.csv), so at <= 16
+    heads rung 13 runs every call from WS_MIN_TOKENS_H16 up. On the H200 at 877f643,
     before the staged output, wgmma_f16 was 4% ahead of rung 15 at b128 h64 topk512 (40.18 against 41.80): not
     measured since. The rule
     was derived from the H100's crossovers at 56c1c77 (the 2**18 step) and aa5fd52
@@ -150,8 +148,6 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     if heads <= 16:
         if tokens <= XCHG_MAX_TOKENS_H16:
             return "wgmma_xchg"
-        if tokens >= H64_MIN_TOKENS_H16:
-            return "wgmma_ws_h64"
         if tokens >= WS_MIN_TOKENS_H16:
             return "wgmma_ws"
         short_rows = queries is not None and not _rows_at_least(TWO_BLOCK_MAX_TOPK_H16_TWO_SCOPES, tokens=tokens,
