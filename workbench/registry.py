@@ -120,19 +120,16 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
 
     Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the history
     are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands (the margins:
-    tests/test_registry.py, HOPPER_MARGINS): data/bench_h100_80gb_hbm3_20261207-0838_crossover.csv and
-    data/bench_h100_80gb_hbm3_20261207-0839_heads.csv (an H100, 4f5d850, kernel hash 3a1b66fbe8d9: rung 13 with its
-    consumer's barriers cut; every rung also timed by name): within 2% of the fastest Hopper rung at 59 of the 64
-    crossover shapes and 15 of the 16 heads shapes. The five over: b1 h16 topk2048 (wgmma_xchg 5.0% behind
-    wgmma_f16, 9.83 against 9.37 us), b8 h64 topk2048 (wgmma_xchg 3.4% behind rung 26; 2.6% in the heads table),
-    b2 h64 and b1 h128 topk2048 (rung 26 2.2% and 2.0% behind rung 25), all between rungs whose machine code is
-    5ec26f1's, where the same shapes were within 1.2% (data/archive/bench_h100_80gb_hbm3_20261207-0510_crossover.csv:
-    wgmma_xchg 9.23 us at b1 h16 then, 9.83 now), so run-to-run spread of 10-25 us calls between machines; and b128
-    h16 topk2048, where the 64-head block (which the rule then ran at <= 16 heads from 2**18 tokens) was 2.1% behind
-    rung 13 (85.78 against 84.03; 86.71 against 91.04 at 5ec26f1). That step is gone since f6265c3's successor: rung
-    13 was ahead of the 64-head block at b128, b192 and b256 h16 topk2048 in one call on an H100 (86.88 / 157.30 /
-    165.37 us against 87.23 / 163.42 / 167.53: data/explore/explore_h100_20261207-0950_h16_step.csv), so at <= 16
-    heads rung 13 runs every call from WS_MIN_TOKENS_H16 up. On the H200 at 877f643,
+    tests/test_registry.py, HOPPER_MARGINS): data/bench_h100_80gb_hbm3_20261207-1021_crossover.csv and
+    data/bench_h100_80gb_hbm3_20261207-1023_heads.csv (an H100, cc49d4c, kernel hash e88dc48456ea: this rule; every
+    rung also timed by name): within 2% of the fastest Hopper rung at all 65 crossover shapes (the largest gap 1.6%,
+    b64 h16 topk512) and at 15 of the 16 heads shapes; b8 h48 topk2048 2.0% (rung 15 21.33 us against rung 26's
+    20.91). The five shapes over 2% in the tables at 4f5d850 (b1 h16, b8 h64, b2 h64, b1 h128 topk2048, between rungs
+    whose machine code had not changed; b128 h16 topk2048) are within 1.2% here: run-to-run spread between machines.
+    At <= 16 heads the 64-head block ran calls from 2**18 tokens until rung 13's barriers were cut (4f5d850); since
+    then rung 13 was ahead of it at b128, b192 and b256 h16 topk2048 (one H100 call: 86.88 / 157.30 / 165.37 us
+    against 87.23 / 163.42 / 167.53, data/explore/explore_h100_20261207-0950_h16_step.csv; in the crossover above
+    84.33 and 162.29 against the block's 85.61 and 167.30), so that step is gone. On the H200 at 877f643,
     before the staged output, wgmma_f16 was 4% ahead of rung 15 at b128 h64 topk512 (40.18 against 41.80): not
     measured since. The rule
     was derived from the H100's crossovers at 56c1c77 (the 2**18 step) and aa5fd52
