@@ -291,7 +291,8 @@ RULE_TABLES = {"sm_90": ("bench_h100_80gb_hbm3_20261207-1021_crossover.csv",
                "sm_120": ("bench_h200_20261205-1812_crossover.csv", "bench_h200_20261205-1815_heads.csv")}
 # (batch, heads, topk): the pick's time over the fastest Hopper rung's where over 2% in either table
 # (docs/decisions.md): at cc49d4c only b8 h48 topk2048 in the heads table (rung 15 21.33 us against rung 26's 20.91;
-# 2.0-4.2% in earlier tables); the four shapes over 2% at 4f5d850 are within 1.2% again (run-to-run spread)
+# 0.6-1.2% in the three heads tables before it, 2.0-4.2% in three on 2026-12-06: spread between runs); the four
+# shapes over 2% at 4f5d850 between unchanged rungs are within 1.2% again
 HOPPER_MARGINS = {(8, 48, 2048): 1.021}
 # (batch, heads, topk): the pick's time over the fastest portable rung's where over 0.5% in either table
 # (docs/decisions.md)

@@ -138,8 +138,8 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
         return plan
     if name == "crossover":  # where the Gluon kernel starts to beat the best Triton rung ("auto" picks by it)
         # up to b128: the 64-head block (wgmma_ws_h64) fills the SMs only at large calls; and b256 h16 topk2048
-        # (2**19 tokens), where auto ran that block at <= 16 heads until rung 13 was measured ahead of it at b128-b256
-        # (the step it replaced: docs/decisions.md); this point keeps checking that
+        # (2**19 tokens): auto ran that block at <= 16 heads from 2**18 tokens until rung 13 was measured ahead of it
+        # at b128-b256 (docs/decisions.md), and this point keeps checking that rung 13 is the pick there
         return [(BenchShape(b, h, k), CROSSOVER_PROVIDERS, ("graph",), None)
                 for k in (512, 2048) for h in (16, 32, 64, 128) for b in (1, 2, 4, 8, 16, 32, 64, 128)] + \
                [(BenchShape(256, 16, 2048), CROSSOVER_PROVIDERS, ("graph",), None)]
