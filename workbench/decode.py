@@ -128,17 +128,10 @@ def sparse_mla_decode(q, cache, indices, *, sm_scale=None, attn_sink=None, topk_
     clamped to [0, topk] (a negative length selects nothing, a length above topk selects all); extra_*: a second scope
     in the same softmax.
     sm_scale: a positive real (Python or numpy scalar, or 0-dim tensor); default 512**-0.5.
-    impl: "auto" (default: the fastest kernel for this device and call size, from the crossover sweeps; on sm_90 a
-    Gluon rung that passes every GPU check, by heads and selected tokens (registry.auto_kernel has the whole rule):
-    at <= 16 heads "wgmma_xchg" for small calls, "wgmma_f16" (or "wgmma_f16_2cta" for some calls of two scopes)
-    between, and the warp-specialised "wgmma_ws" from 65536 selected tokens up; at 17-32 heads "wgmma_f16_2cta" or
-    "wgmma_xchg" for small calls, "wgmma_f16" for a call of one split (from 89 queries, b * s_q; a call with an extra
-    scope has two splits and is not counted so), the 32-head "portable_ws_h32t" from 16384 tokens and the 64-head
-    block "wgmma_ws_h64" from 32768; at 33 heads and more, by head-tokens, "wgmma_f16_2cta", "wgmma_xchg" or the
-    32-head "portable_ws_h32f" for small and middle calls and "wgmma_ws_h64" for large ones; on sm_100/sm_120 the
-    portable warp-specialised
-    "portable_ws" at <= 32 heads below 8192 tokens or other small calls, else "portable_ws_h32t" (32-head groups);
-    below sm_90 "tile512"; see registry.auto_kernel and registry.portable_kernel), any
+    impl: "auto" (default: the fastest kernel for this device and call size, from the crossover sweeps: on sm_90 a
+    Gluon rung that passes every GPU check, chosen by heads, selected tokens and queries (the rule, with the tables
+    it rests on: registry.auto_kernel's docstring, not restated here, since a copy went stale); on sm_100/sm_120 a
+    portable warp-specialised rung (registry.portable_kernel); below sm_90 "tile512"), any
     registered kernel (``workbench.registry.decode_impls()``: the seed's "mma", the portable "tile512" and
     "portable_ws" (mma.sync, no wgmma), the bf16
     Hopper rung "wgmma_xchg", the f16 rungs "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws" (exact on every cache:
