@@ -44,7 +44,9 @@ def combine_kernel(
         tl.extra.cuda.gdc_wait()
     sp = tl.arange(0, S_PAD)
     d = tl.arange(0, D)
-    lse_s = tl.load(part_lse_ptr + row * s_total + sp, mask=sp < s_total, other=float("-inf"))  # [S_PAD]
+    # the partials are read once: evict_first hands back the lines rung 15 stored evict_last (store_half's KEEP)
+    lse_s = tl.load(part_lse_ptr + row * s_total + sp, mask=sp < s_total, other=float("-inf"),
+                    eviction_policy="evict_first")  # [S_PAD]
     # S_CHUNK splits' rows are loaded at once, and the first chunk's in the same round as the LSEs: a split at a
     # time, each program waited out s_total load latencies in a row (torch.profiler, exploratory H200 run, chunk 1
     # -> 4: b64 h16 3.23 -> 3.07 us, b1 h64 topk512 2.69 -> 2.27 us; b64 h64 5.06 -> 5.28, within that run's
@@ -52,7 +54,7 @@ def combine_kernel(
     # never have been written) is read but selected away, never multiplied
     s = tl.arange(0, S_CHUNK)
     part = tl.load(part_out_ptr + (row * s_total + s).to(tl.int64)[:, None] * D + d[None, :],
-                   mask=(s < s_total)[:, None], other=0.0)  # [S_CHUNK, D]
+                   mask=(s < s_total)[:, None], other=0.0, eviction_policy="evict_first")  # [S_CHUNK, D]
     # tl.max skips NaN: a NaN split (NaN in its scores) would leave m finite or -inf (empty); make it poison all
     m = tl.where(tl.sum((lse_s != lse_s).to(tl.int32), 0) > 0, float("nan"), tl.max(lse_s, 0))
     m_use = tl.where(m == float("-inf"), 0.0, m)
@@ -62,7 +64,7 @@ def combine_kernel(
         s = s0 + tl.arange(0, S_CHUNK)
         if s0 > 0:
             part = tl.load(part_out_ptr + (row * s_total + s).to(tl.int64)[:, None] * D + d[None, :],
-                           mask=(s < s_total)[:, None], other=0.0)  # [S_CHUNK, D]
+                           mask=(s < s_total)[:, None], other=0.0, eviction_policy="evict_first")  # [S_CHUNK, D]
         lse_c = tl.load(part_lse_ptr + row * s_total + s, mask=s < s_total, other=float("-inf"))  # [S_CHUNK]
         w = tl.exp2(lse_c - m_use)
         acc += tl.sum(tl.where((lse_c > float("-inf"))[:, None], w[:, None] * part, 0.0), 0)

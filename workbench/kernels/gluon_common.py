@@ -671,15 +671,16 @@ def direct_factor(lse2, live, heads, H, sink_ptr, stride_sink, HAS_SINK: gl.cons
 
 @gluon.jit
 def store_lse(lse2, live, pid_q, heads, H, S_Q, part_lse_ptr, slot, sink_ptr, stride_sink, HAS_SINK: gl.constexpr,
-              DIRECT: gl.constexpr):
+              DIRECT: gl.constexpr, KEEP: gl.constexpr = False):
     """The split's base-2 LSE into its partial slot (``slot`` [BLOCK_H]); DIRECT: the call's lse [b, h, s_q] (natural
-    log, part_lse_ptr is lse) instead. Returns direct_factor's factor with DIRECT (else lse2, for no one)."""
+    log, part_lse_ptr is lse) instead. Returns direct_factor's factor with DIRECT (else lse2, for no one). KEEP: as
+    :func:`store_half`'s."""
     if DIRECT:
         lse, f = direct_factor(lse2, live, heads, H, sink_ptr, stride_sink, HAS_SINK)
         gl.store(part_lse_ptr + ((pid_q // S_Q) * H + heads) * S_Q + pid_q % S_Q, lse, mask=heads < H)
         return f
     else:
-        gl.store(part_lse_ptr + slot, lse2, mask=heads < H)
+        gl.store(part_lse_ptr + slot, lse2, mask=heads < H, eviction_policy="evict_last" if KEEP else "")
         return lse2
 
 
@@ -762,11 +763,16 @@ def write_staged_half(out_ptr, slot0, pid_h, H, s_total, slot, BLOCK_H: gl.const
 @gluon.jit
 def store_half(acc, m_i, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink,
                BLOCK_H: gl.constexpr, D: gl.constexpr, HALF: gl.constexpr, HAS_SINK: gl.constexpr,
-               DIRECT: gl.constexpr):
+               DIRECT: gl.constexpr, KEEP: gl.constexpr = False):
     """acc / l * out_mult (acc: O[:, HALF*D/2 : (HALF+1)*D/2] of the head group) into the partial buffer, from the
     wgmma layout (each thread's two adjacent columns: whole 32-byte sectors). A split with no valid token (l 0)
     writes nothing: the combine never reads it. DIRECT (a call of one split; m_i is read only then): into the call's
-    out (bf16, times the sink's factor; part_out_ptr is out), every row, as the combine would write it."""
+    out (bf16, times the sink's factor; part_out_ptr is out), every row, as the combine would write it.
+
+    KEEP: the partial rows are stored ``evict_last``, so L2 keeps them over the gathers still streaming through it
+    until the combine reads them (``evict_first``, which hands the lines back). Rung 15's two- and four-split calls
+    took 0.96-0.97x the time with it (b64 and b32 h64 topk2048, H100), which fits a combine that read some of its
+    rows from DRAM: data/explore/explore_h100_20261207-1238_l2_policy.csv, docs/decisions.md."""
     DH: gl.constexpr = D // 2
     OL: gl.constexpr = acc.type.layout
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, OL))
@@ -780,4 +786,4 @@ def store_half(acc, m_i, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, 
         f = _direct_row_factor(m_i, l_o, live, heads, H, sink_ptr, stride_sink, HAS_SINK)
         gl.store(ptrs, (out * gl.expand_dims(f, 1)).to(gl.bfloat16), mask=gl.expand_dims(heads < H, 1))
     else:
-        gl.store(ptrs, out, mask=gl.expand_dims((heads < H) & live, 1))
+        gl.store(ptrs, out, mask=gl.expand_dims((heads < H) & live, 1), eviction_policy="evict_last" if KEEP else "")

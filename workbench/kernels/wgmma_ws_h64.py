@@ -30,11 +30,12 @@ reloaded a spilled value every tile (1 LDL each, 76 B of spills in all; none in 
 
 The partitions meet at mbarriers: full/empty per K slot (both consumers hand a slot back), p_full/p_empty around
 the one P buffer, done for the final row sums the PV warpgroup's half of the output needs, and q_ready. Each
-consumer writes its own half of the partial output; a call of one split (DIRECT) stages its bf16 halves in the free
-K slots and the default warps write both with 16-byte stores (gluon_common.stage_half_direct, write_staged_half:
-6.1-6.4 us a call less at b64 h128 topk 64-2048, where 0-2 us of the gap to FlashMLA remain). K, q and P are f16
-with wgmma_f16's window; a split with a non-finite row sum runs again with bf16 operands in the same three
-partitions.
+consumer writes its own half of the partial output, stored evict_last so that L2 keeps it for the combine
+(0.96-0.97x the time at two and four splits, gluon_common.store_half); a call of one split (DIRECT) stages its bf16
+halves in the free K slots and the default warps write both with 16-byte stores (gluon_common.stage_half_direct,
+write_staged_half: 6.1-6.4 us a call less at b64 h128 topk 64-2048, where 0-2 us of the gap to FlashMLA remain). K,
+q and P are f16 with wgmma_f16's window; a split with a non-finite row sum runs again with bf16 operands in the same
+three partitions.
 
 GPU only (sm_90): Gluon does not run under the interpreter.
 """
@@ -158,12 +159,12 @@ def ws_h64_partial_kernel(
         write_staged_half(part_out_ptr, slot0, pid_h, H, s_total, k_smem.index(1), BLOCK_H, D, 1)
     else:
         store_half(acc, m_i, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink, BLOCK_H, D,
-                   0, HAS_SINK, DIRECT)
+                   0, HAS_SINK, DIRECT, True)
     # the split's LSE, from the softmax warpgroup's row statistics
     live, lse2 = split_lse2(m_i, l_i)
     heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=l_i.type.layout)
     store_lse(lse2, live, pid_q, heads, H, S_Q, part_lse_ptr, slot0 + heads * s_total, sink_ptr, stride_sink,
-              HAS_SINK, DIRECT)
+              HAS_SINK, DIRECT, True)
 
 
 @gluon.jit
@@ -324,7 +325,7 @@ def _pv_warpgroup(q_smem, k_smem, p_smem, alpha_smem, lsum_smem, full, empty, sy
                           k_smem.index(1), BLOCK_H, D, HAS_SINK)
     else:
         store_half(acc, m_i, l_i, F16_OUT_MULT if F16 else 1.0, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr,
-                   stride_sink, BLOCK_H, D, 1, HAS_SINK, DIRECT)
+                   stride_sink, BLOCK_H, D, 1, HAS_SINK, DIRECT, True)
 
 
 def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
