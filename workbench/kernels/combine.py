@@ -44,7 +44,7 @@ def combine_kernel(
         tl.extra.cuda.gdc_wait()
     sp = tl.arange(0, S_PAD)
     d = tl.arange(0, D)
-    # the partials are read once: evict_first hands back the lines rung 15 stored evict_last (store_half's KEEP)
+    # each partial row is read once: evict_first hands back the lines rung 15 stored evict_last (store_half's KEEP)
     lse_s = tl.load(part_lse_ptr + row * s_total + sp, mask=sp < s_total, other=float("-inf"),
                     eviction_policy="evict_first")  # [S_PAD]
     # S_CHUNK splits' rows are loaded at once, and the first chunk's in the same round as the LSEs: a split at a

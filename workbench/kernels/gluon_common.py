@@ -770,9 +770,10 @@ def store_half(acc, m_i, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, 
     out (bf16, times the sink's factor; part_out_ptr is out), every row, as the combine would write it.
 
     KEEP: the partial rows are stored ``evict_last``, so L2 keeps them over the gathers still streaming through it
-    until the combine reads them (``evict_first``, which hands the lines back). Rung 15's two- and four-split calls
-    took 0.96-0.97x the time with it (b64 and b32 h64 topk2048, H100), which fits a combine that read some of its
-    rows from DRAM: data/explore/explore_h100_20261207-1238_l2_policy.csv, docs/decisions.md."""
+    until the combine reads them (``evict_first``, which hands the lines back). Rung 15's calls of two and four splits
+    at one head group took 0.96-0.97x the time with it (b64 and b32 h64 topk2048, H100; b16 h128 topk1024, four
+    splits at two groups, 1.00x), which fits a combine that read some of its rows from DRAM:
+    data/explore/explore_h100_20261207-1238_l2_policy.csv, docs/decisions.md."""
     DH: gl.constexpr = D // 2
     OL: gl.constexpr = acc.type.layout
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, OL))

@@ -31,11 +31,11 @@ reloaded a spilled value every tile (1 LDL each, 76 B of spills in all; none in 
 The partitions meet at mbarriers: full/empty per K slot (both consumers hand a slot back), p_full/p_empty around
 the one P buffer, done for the final row sums the PV warpgroup's half of the output needs, and q_ready. Each
 consumer writes its own half of the partial output, stored evict_last so that L2 keeps it for the combine
-(0.96-0.97x the time at two and four splits, gluon_common.store_half); a call of one split (DIRECT) stages its bf16
-halves in the free K slots and the default warps write both with 16-byte stores (gluon_common.stage_half_direct,
-write_staged_half: 6.1-6.4 us a call less at b64 h128 topk 64-2048, where 0-2 us of the gap to FlashMLA remain). K,
-q and P are f16 with wgmma_f16's window; a split with a non-finite row sum runs again with bf16 operands in the same
-three partitions.
+(0.96-0.97x the time at b64 and b32 h64 topk2048, 1.00x at b16 h128 topk1024: gluon_common.store_half); a call of
+one split (DIRECT) stages its bf16 halves in the free K slots and the default warps write both with 16-byte stores
+(gluon_common.stage_half_direct, write_staged_half: 6.1-6.4 us a call less at b64 h128 topk 64-2048, where 0-2 us
+of the gap to FlashMLA remain). K, q and P are f16 with wgmma_f16's window; a split with a non-finite row sum runs
+again with bf16 operands in the same three partitions.
 
 GPU only (sm_90): Gluon does not run under the interpreter.
 """
