@@ -7,7 +7,11 @@ MMA, no PV MMA; the Gluon kernels of wgmma, wgmma_ws and wgmma_ws_h64 take the s
 launch. With every bit clear the switch compiles to the same SASS as the kernel had without it (every Gluon rung and
 config, sm_90 lab, checked when the switch was added; wgmma_f16_2cta again when the pv bit was; wgmma_ws_h64 when it
 got the switch), so the whole decode timed beside the variants is the one every other table times. In wgmma_ws_h64
-the no-PV bit drops both warpgroups' PV wgmmas, and "loads_only" compiles with serialised wgmmas (ptxas C7515, lab).
+the no-PV bit drops both warpgroups' PV wgmmas, and every variant with the softmax bit ("no_softmax", "loads_only")
+compiles with serialised wgmmas (ptxas C7515; sm_90 lab, 2026-12-07: a `WARPGROUP.DEPBAR` after every HGMMA of
+the tile loops, 36 of 36 in the softmax warpgroup's with "no_softmax", where the whole build has 2, and 4 of 4 in
+the PV warpgroup's, where it has 1), so at 64 and 128 heads those two rows time a slower MMA chain, not the chain
+less a stage. Rung 13 (wgmma_ws) keeps its 2 a tile with the softmax bit.
 
 The variants that drop the softmax ("no_softmax", "loads_only", "gather_dequant") take the scores as P with a
 rescale factor of 1 built directly (gluon_common.softmax_step, since 2236853), so they time one pass. Before that,
