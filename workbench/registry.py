@@ -120,18 +120,22 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
 
     Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the history
     are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands (the margins:
-    tests/test_registry.py, HOPPER_MARGINS): data/bench_h100_80gb_hbm3_20261207-1021_crossover.csv and
-    data/bench_h100_80gb_hbm3_20261207-1023_heads.csv (an H100, cc49d4c, kernel hash e88dc48456ea: this rule; every
-    rung also timed by name): within 2% of the fastest Hopper rung at all 65 crossover shapes (the largest gap 1.6%,
-    b64 h16 topk512) and at 15 of the 16 heads shapes; b8 h48 topk2048 2.0% (rung 15 21.33 us against rung 26's
-    20.91; 0.6-1.2% in the three heads tables before it, 2.0-4.2% in three on 2026-12-06). Four of the five shapes
-    over 2% in the tables at 4f5d850 (b1 h16, b8 h64, b2 h64, b1 h128 topk2048, between rungs whose machine code had
-    not changed) are within 1.2% here: run-to-run spread between machines; the fifth, b128 h16 topk2048, is the
-    step below.
+    tests/test_registry.py, HOPPER_MARGINS): data/bench_h100_80gb_hbm3_20261207-1403_crossover.csv and
+    data/bench_h100_80gb_hbm3_20261207-1404_heads.csv (an H100, e44d2e2, kernel hash 05a692ccfbbd: this rule; every
+    rung also timed by name): within 2% of the fastest Hopper rung at 64 of the 65 crossover shapes and at all 16
+    heads shapes (the largest gap there 0.75%, b8 h64 topk2048); b8 h64 topk512, 2**18 head-tokens at 64 heads, 2.9%
+    (wgmma_xchg 13.86 us against wgmma_f16_2cta's 13.47; the two-block rung was ahead there in 6 of the 8 H100
+    crossovers since 2026-12-06, by 0.2-3.4%, and behind in 2 by 0.1-0.2%: the candidate for the rule's next step).
+    b8 h48 topk2048, 2.0% at cc49d4c, is the pick's own time here. The tables before these (cc49d4c, kernel hash
+    e88dc48456ea, data/archive/): within 2% at all 65 crossover shapes and 15 of the 16 heads shapes. Four of the five
+    shapes over 2% in the tables at 4f5d850 (b1 h16, b8 h64, b2 h64, b1 h128 topk2048, between rungs whose machine
+    code had not changed) were within 1.2% at cc49d4c: run-to-run spread between machines; the fifth, b128 h16
+    topk2048, is the step below.
     At <= 16 heads the 64-head block ran calls from 2**18 tokens until rung 13's barriers were cut (4f5d850); since
     then rung 13 was ahead of it at b128, b192 and b256 h16 topk2048 (one H100 call: 86.88 / 157.30 / 165.37 us
-    against 87.23 / 163.42 / 167.53, data/explore/explore_h100_20261207-0950_h16_step.csv; in the crossover above
-    84.33 and 162.29 against the block's 85.61 and 167.30), so that step is gone. Every call measured at 2**18
+    against 87.23 / 163.42 / 167.53, data/explore/explore_h100_20261207-0950_h16_step.csv; in the crossover at cc49d4c
+    84.33 and 162.29 against the block's 85.61 and 167.30, in the one above 83.70 and 161.48 against 85.32 and
+    166.89), so that step is gone. Every call measured at 2**18
     tokens and more is s_q 1, topk 2048, b128-b256: rung 13 at larger calls, or at other row lengths of that size,
     is the same kernel on more programs, not a measured pick. On the H200 at 877f643,
     before the staged output, wgmma_f16 was 4% ahead of rung 15 at b128 h64 topk512 (40.18 against 41.80): not
