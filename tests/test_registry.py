@@ -291,7 +291,7 @@ RULE_TABLES = {"sm_90": ("bench_h100_80gb_hbm3_20261207-1403_crossover.csv",
                "sm_120": ("bench_h200_20261205-1812_crossover.csv", "bench_h200_20261205-1815_heads.csv")}
 # (batch, heads, topk): the pick's time over the fastest Hopper rung's where over 2% in either table
 # (docs/decisions.md): at e44d2e2 only b8 h64 topk512 in the crossover (wgmma_xchg 13.86 us against wgmma_f16_2cta's
-# 13.47; 0.998-1.034 in the eight H100 crossovers since 2026-12-06); b8 h48 topk2048, 2.0% at cc49d4c, is within it
+# 13.47; 0.998-1.035 in the twelve H100 crossovers since 2026-12-06); b8 h48 topk2048, 2.0% at cc49d4c, is within it
 HOPPER_MARGINS = {(8, 64, 512): 1.030}
 # (batch, heads, topk): the pick's time over the fastest portable rung's where over 0.5% in either table
 # (docs/decisions.md)

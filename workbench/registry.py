@@ -124,8 +124,8 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     data/bench_h100_80gb_hbm3_20261207-1404_heads.csv (an H100, e44d2e2, kernel hash 05a692ccfbbd: this rule; every
     rung also timed by name): within 2% of the fastest Hopper rung at 64 of the 65 crossover shapes and at all 16
     heads shapes (the largest gap there 0.75%, b8 h64 topk2048); b8 h64 topk512, 2**18 head-tokens at 64 heads, 2.9%
-    (wgmma_xchg 13.86 us against wgmma_f16_2cta's 13.47; the two-block rung was ahead there in 6 of the 8 H100
-    crossovers since 2026-12-06, by 0.2-3.4%, and behind in 2 by 0.1-0.2%: the candidate for the rule's next step).
+    (wgmma_xchg 13.86 us against wgmma_f16_2cta's 13.47; the two-block rung was ahead there in 10 of the 12 H100
+    crossovers since 2026-12-06, by 0.2-3.5%, and behind in 2 by 0.1-0.2%: the candidate for the rule's next step).
     b8 h48 topk2048, 2.0% at cc49d4c, is the pick's own time here. The tables before these (cc49d4c, kernel hash
     e88dc48456ea, data/archive/): within 2% at all 65 crossover shapes and 15 of the 16 heads shapes. Four of the five
     shapes over 2% in the tables at 4f5d850 (b1 h16, b8 h64, b2 h64, b1 h128 topk2048, between rungs whose machine
