@@ -40,7 +40,8 @@
 #   $OUT/baseline/, for a same-run comparison (the folder: `git archive <sha> | tar -x -C <dir>`, carried);
 #   PATCHES="data/explore/x.patch ..." applies untimed patches to this copy first (git apply; the call stops if one
 #   does not apply), keeps the tree before them as BASELINE, and names the rows WORKBENCH_COMMIT+x (check,
-#   GPU tests, sanitizer, sweeps and ncu all run the patched code; the baseline only the sweeps);
+#   GPU tests, sanitizer, sweeps and ncu all run the patched code; the baseline only the sweeps); at exit they are
+#   taken back out, so several sessions in one call each start from the same tree;
 #   EXPLORE="auto flashmla wgmma_ws_h64 ..." runs scripts/explore.py with those providers after the sweeps
 #   (EXPLORE_ARGS: its other arguments, e.g. "--shape 64,128,2048 --shape 1,64,512"; $OUT/explore.csv), and with
 #   PATCHES or BASELINE the same script, on the package of the tree before them ($OUT/baseline/explore.csv): an A/B
@@ -68,9 +69,21 @@ if [ "${BUNDLE:-0}" = 1 ]; then
   # one archive, $OUT/bundle.tgz, after each step and at exit, so that a call killed before its exit trap (SIGKILL,
   # or a TERM deferred behind a step's own timeout) still returns what the steps before it wrote
   BUNDLE_TO="$OUT"; OUT=$(mktemp -d)
-  trap 'checkpoint && echo "bundle: $BUNDLE_TO/bundle.tgz ($(find "$OUT" -type f | wc -l) files)"' EXIT
-  trap 'exit 143' TERM INT HUP
 fi
+trap 'exit 143' TERM INT HUP  # so that the exit trap below runs when a call's timeout stops the script
+ROOT_DIR=$PWD UNPATCH=""  # UNPATCH: the PATCHES applied below, newest first
+on_exit() {
+  # PATCHES are taken back out of this copy, so that the next session of the same device call starts from the tree
+  # it was given (a second PATCHES run would otherwise fail to apply, and a third patch would stack on the first
+  # while its rows named only its own)
+  for p in $UNPATCH; do
+    (cd "$ROOT_DIR" || exit 1
+     if command -v git >/dev/null; then git apply -R "$p"; else patch -R -p1 --batch --quiet < "$p"; fi) \
+      || echo "PATCHES: $p could not be taken back out of this copy"
+  done
+  [ -z "$BUNDLE_TO" ] || { checkpoint && echo "bundle: $BUNDLE_TO/bundle.tgz ($(find "$OUT" -type f | wc -l) files)"; }
+}
+trap on_exit EXIT
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton-cache
 # the golden cases ship in golden/; a carried .golden/ (FlashMLA's originals) adds to them
 [ -d .golden ] && export WORKBENCH_GOLDEN="$PWD/.golden"
@@ -92,6 +105,7 @@ if [ -n "${PATCHES:-}" ]; then
   for p in $PATCHES; do
     if command -v git >/dev/null; then git apply "$p"; else patch -p1 --batch --forward --quiet < "$p"; fi \
       || { echo "PATCHES: $p does not apply to this tree"; exit 3; }
+    UNPATCH="$p $UNPATCH"
     name=$(basename "$p" .patch); WORKBENCH_COMMIT="${WORKBENCH_COMMIT:-unknown}+${name#explore_untimed_}"
   done
   export WORKBENCH_COMMIT

@@ -7,6 +7,7 @@ an RTX PRO 6000 Blackwell, sm_120, or an H200), flash_mla absent (it is not inst
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +82,7 @@ def test_flashmla_line_on_sm90_without_the_package(monkeypatch):
 
 SITECUSTOMIZE = '''
 import os
+import shutil
 if os.environ.get("FAKE_GPU"):
     import types
     import torch
@@ -100,7 +102,6 @@ def _run_session(tmp_path, fake_gpu: str, *sweeps: str, copy: tuple = (), check:
     the folders in ``copy`` are copies, not links (a patch applied there must not reach the checkout).
     kill_when(out): polled while the script runs; once true, the script's process group is killed (SIGKILL, as a
     device call past its limit is), and the return is what $OUT then holds."""
-    import shutil
     tree, bin_, site, out = (tmp_path / d for d in ("tree", "bin", "site", "out"))
     for d in (tree, bin_, site):
         d.mkdir()
@@ -260,10 +261,16 @@ def test_patches_are_timed_beside_the_tree_before_them(tmp_path, applies):
         assert not calls.exists(), "nothing ran"
         return
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert f"S_CHUNK_MAX = {value * 2}" in (tree / "workbench/kernels/combine.py").read_text()
+    patched = tmp_path / "patched"
+    shutil.copytree(ROOT / "workbench", patched / "workbench", ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run(["git", "apply", str(patch)], cwd=patched, check=True)
+    assert f"S_CHUNK_MAX = {value * 2}" in (patched / "workbench/kernels/combine.py").read_text()
+    assert f"patched: kernel hash {kernel_source_hash(patched)}" in r.stdout, "the patched code ran"
+    assert kernel_source_hash(patched) != kernel_source_hash(ROOT)
     assert line in (ROOT / "workbench/kernels/combine.py").read_text(), "the checkout is untouched"
-    assert f"patched: kernel hash {kernel_source_hash(tree)}" in r.stdout
-    assert kernel_source_hash(tree) != kernel_source_hash(ROOT)
+    # taken back out at exit: a second session of the same device call starts from the tree it was given
+    assert line in (tree / "workbench/kernels/combine.py").read_text(), r.stdout[-2000:]
+    assert kernel_source_hash(tree) == kernel_source_hash(ROOT)
     runs = [ln.split() for ln in calls.read_text().splitlines()]
     ours = [(step, commit) for step, cwd, commit in runs if cwd == str(tree)]
     base = [(step, cwd, commit) for step, cwd, commit in runs if cwd != str(tree)]
