@@ -71,8 +71,11 @@ def test_sweeps_cover_the_issue():
     for s, provs, modes, _ in sweep_shapes("production"):
         if "graph" in modes:
             timed.setdefault((s.batch, s.heads), set()).update(provs)
-    assert set(timed) == {(b, h) for b in (1, 2, 4, 8) for h in (64, 128)} | {(b, 16) for b in bench.BATCHES}
-    assert all(set(CROSSOVER_PROVIDERS) | {"auto", "flashmla"} <= p for p in timed.values())
+    assert set(timed) == {(b, h) for b in bench.BATCHES for h in (16, 64, 128)}
+    assert all(set(CROSSOVER_PROVIDERS) | {"auto", "flashmla"} <= p for (b, h), p in timed.items() if b <= 8 or h == 16)
+    # from b16 at 64 and 128 heads the rungs the two-scope rule picks among (registry.XCHG_TWO_SCOPES_MAX_HEAD_TOKENS)
+    large = [p for (b, h), p in timed.items() if b > 8 and h > 16]
+    assert large and all({"auto", "flashmla", "wgmma_xchg", "wgmma_ws_h64"} <= p for p in large)
     assert {s.s_q for s, *_ in sweep_shapes("s_q2")} == {2}
     warps = sweep_shapes("warps")
     assert {c["num_warps"] for *_, c in warps} == {4, 8} and {c["BLOCK_T"] for *_, c in warps} == {16}

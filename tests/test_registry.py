@@ -213,6 +213,17 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=64, tokens=128 * 512 + 1, queries=128) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=64, tokens=128 * 2048, queries=128) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=64, tokens=128 * 512, queries=128, scopes=2) == "wgmma_ws_h64"
+    # ... but a call of two scopes below 2**22 head-tokens stays on wgmma_xchg, one launch over both scopes (the
+    # production shape, topk 128 + 512: b16 h128, b32 h64 and b64 h64 at 0.50-0.72x rung 15's time on an H100)
+    assert registry.resolve("auto", "cuda", heads=128, tokens=16 * 640, queries=16, scopes=2) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=32 * 640, queries=32, scopes=2) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 640, queries=64, scopes=2) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=40, tokens=64 * 640, queries=64, scopes=2) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=(1 << 16) - 1, scopes=2) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=64 * 640) == "wgmma_ws_h64"  # one scope: as before
+    assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 640, queries=64, scopes=2) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=128 * 640, queries=128, scopes=2) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=32, tokens=64 * 640, queries=64, scopes=2) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=64, tokens=16 * 2048, queries=16) == "wgmma_ws_h64"  # not one split
     assert registry.resolve("auto", "cuda", heads=64, tokens=4096, queries=128) == "wgmma_xchg"  # small: as before
     assert registry.resolve("auto", "cuda", heads=128, tokens=512) == "wgmma_f16_2cta"

@@ -59,6 +59,9 @@ OVERHEAD_MODES = ("eager", "eager_idle", "graph", "overhead")
 CROSSOVER_PROVIDERS = ("tile512", "wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws", "wgmma_ws_h64",
                        "wgmma_ws_bal", "portable_ws", "portable_ws_h32q", "portable_ws_h32t", "portable_ws_h32p",
                        "portable_ws_h32f", "auto_portable")
+# The Hopper rungs auto picks among for a large call of two KV scopes at 64 and 128 heads (the production sweep times
+# them by name from b16, where every crossover rung would cost minutes: the portable ones launch a scope at a time)
+TWO_SCOPE_HOPPER_RUNGS = ("wgmma_xchg", "wgmma_f16", "wgmma_f16_2cta", "wgmma_ws_h64")
 # Head counts between the powers of two (issue 25): each pads up to a head group, and must cost no more than the next
 # power of two; the default and every crossover rung beside FlashMLA and the floors, at a large and a small call
 ODD_HEADS = (16, 20, 24, 32, 40, 48, 64, 128)
@@ -92,16 +95,18 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
                 for b in BATCHES]
     if name == "production":  # graph replay up to b8 also times every crossover rung by name: the crossover's calls
         # have one scope, so only this sweep can say which rung a call with an extra scope wants (auto lost to
-        # FlashMLA there at b4 h128, b8 h64 and b8 h128, 0.92-0.95x on the H100 at aa5fd52)
+        # FlashMLA there at b4 h128, b8 h64 and b8 h128, 0.92-0.95x on the H100 at aa5fd52); from b16 graph replay
+        # too, with the Hopper rungs the rule picks among for such calls by name
+        # (registry.XCHG_TWO_SCOPES_MAX_HEAD_TOKENS: until 742df25 these batches were eager only, and rung 15 ran
+        # them at up to twice wgmma_xchg's time unseen)
         # At 16 heads every batch, graph replay only, every rung by name: the rule's two-scope band at 16 heads
         # (registry.TWO_BLOCK_MIN_TOKENS_H16_TWO_SCOPES) rests on these rows, and no other sweep times such calls
         plan = []
         for h in (64, 128):
             for b in BATCHES:
                 shape = BenchShape(b, h, 128, block_size=256, extra_topk=512, extra_block_size=64)
-                plan.append((shape, fast, ("eager",) + (("graph",) if b <= 8 else ()), None))
-                if b <= 8:
-                    plan.append((shape, CROSSOVER_PROVIDERS, ("graph",), None))
+                plan.append((shape, fast, ("eager", "graph"), None))
+                plan.append((shape, CROSSOVER_PROVIDERS if b <= 8 else TWO_SCOPE_HOPPER_RUNGS, ("graph",), None))
         plan += [(BenchShape(b, 16, 128, block_size=256, extra_topk=512, extra_block_size=64),
                   fast + CROSSOVER_PROVIDERS, ("graph",), None) for b in BATCHES]
         return plan
