@@ -115,7 +115,7 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     ONE_SPLIT_MIN_QUERIES_SM90 queries) below it, else "wgmma_f16_2cta" up to TWO_BLOCK_MAX_TOKENS_H64 tokens,
     "portable_ws_h32t" (one 32-head block, mma.sync) from H32_MIN_TOKENS_SM90 tokens, else "wgmma_xchg". At >= 33
     heads, by head-tokens (heads * tokens, 33-63 heads counted as HEAD_BLOCK: they run padded to one 64-head block):
-    "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS, and on it above 64 heads unless the rows are long
+    "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS, and on it from 64 heads unless the rows are long
     (H32_BAND_MIN_TOPK_SM90 tokens a query); below XCHG_MAX_HEAD_TOKENS, and on it from 64 heads, "portable_ws_h32f"
     (rung 26) for a call of one scope below it, from H32_BAND_MIN_HEAD_TOKENS_SM90 or with H32_BAND_MIN_TOPK_SM90
     tokens a query or more, else "wgmma_xchg"; above it, and on it at 33-63 heads, "wgmma_ws_h64" (a one-split call
@@ -137,10 +137,11 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands (the margins:
     tests/test_registry.py, HOPPER_MARGINS): data/bench_h100_80gb_hbm3_20261207-1403_crossover.csv and
     data/bench_h100_80gb_hbm3_20261207-1404_heads.csv (an H100, e44d2e2, kernel hash 05a692ccfbbd: this rule; every
-    rung also timed by name): within 2% of the fastest Hopper rung at 64 of the 65 crossover shapes and at all 16
-    heads shapes (the largest gap there 0.75%, b8 h64 topk2048); b8 h64 topk512, 2**18 head-tokens at 64 heads, 2.9%
-    (wgmma_xchg 13.86 us against wgmma_f16_2cta's 13.47; the two-block rung was ahead there in 10 of the 12 H100
-    crossovers since 2026-12-06, by 0.2-3.5%, and behind in 2 by 0.1-0.2%: the candidate for the rule's next step).
+    rung also timed by name; measured under the rule before the 2**18 step at 64 heads): within 2% of the fastest
+    Hopper rung at all 65 crossover shapes and all 16 heads shapes (the largest gap 1.8%, b4 h128 topk2048). That
+    step moved b8 h64 topk512, 2**18 head-tokens at 64 heads, from wgmma_xchg, 2.9% behind there (13.86 us against
+    wgmma_f16_2cta's 13.47; the two-block rung was ahead in 10 of the 12 H100 crossovers since 2026-12-06, by
+    0.2-3.5%, and behind in 2 by 0.1-0.2%).
     b8 h48 topk2048, 2.0% at cc49d4c, is the pick's own time here. The tables before these (cc49d4c, kernel hash
     e88dc48456ea, data/archive/): within 2% at all 65 crossover shapes and 15 of the 16 heads shapes. Four of the five
     shapes over 2% in the tables at 4f5d850 (b1 h16, b8 h64, b2 h64, b1 h128 topk2048, between rungs whose machine
@@ -185,9 +186,11 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
         return "wgmma_f16_2cta" if tokens <= TWO_BLOCK_MAX_TOKENS_H64 else "wgmma_xchg"
     work = max(heads, HEAD_BLOCK) * tokens
     long_rows = _rows_at_least(H32_BAND_MIN_TOPK_SM90, tokens=tokens, queries=queries)
-    # on 2**18 itself at two head groups too, unless the rows are long (b4 h128 topk512: wgmma_xchg 2.7-4.0% behind
-    # on the H100 at aa5fd52 and 56c1c77, the two-block rung 0.6-1.3% behind it at 11c3638 and on the H200)
-    if work < TWO_BLOCK_BELOW_HEAD_TOKENS or (work == TWO_BLOCK_BELOW_HEAD_TOKENS and heads > HEAD_BLOCK
+    # on 2**18 itself from 64 heads too, unless the rows are long (b4 h128 topk512: wgmma_xchg 2.7-4.0% behind on
+    # the H100 at aa5fd52 and 56c1c77, the two-block rung 0.6-1.3% behind it at 11c3638 and on the H200; b8 h64
+    # topk512: wgmma_xchg 0.998-1.035x the two-block rung's time in the twelve H100 crossovers of 2026-12-06/07,
+    # 1.017-1.021x by name in the A/B data/explore/explore_h100_20261207-1535_two_block_rule.csv)
+    if work < TWO_BLOCK_BELOW_HEAD_TOKENS or (work == TWO_BLOCK_BELOW_HEAD_TOKENS and heads >= HEAD_BLOCK
                                               and not long_rows):
         return "wgmma_f16_2cta"
     # at 2**20 itself only from 64 heads: at 33-63 the padded 64-head block leads (b8 h40 topk2048: 4.7% on the H100
