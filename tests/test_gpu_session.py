@@ -82,7 +82,6 @@ def test_flashmla_line_on_sm90_without_the_package(monkeypatch):
 
 SITECUSTOMIZE = '''
 import os
-import shutil
 if os.environ.get("FAKE_GPU"):
     import types
     import torch

@@ -224,6 +224,14 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=128, tokens=64 * 640, queries=64, scopes=2) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=128, tokens=128 * 640, queries=128, scopes=2) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=32, tokens=64 * 640, queries=64, scopes=2) == "wgmma_ws_h64"
+    # the step's edges at 128 heads and at 33-63 (counted as 64), and 2**20 itself, which went to rung 15 at 33-63
+    assert registry.resolve("auto", "cuda", heads=128, tokens=(1 << 15) - 1, scopes=2) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=128, tokens=1 << 15, scopes=2) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=40, tokens=(1 << 16) - 1, scopes=2) == "wgmma_xchg"
+    assert registry.resolve("auto", "cuda", heads=63, tokens=1 << 16, scopes=2) == "wgmma_ws_h64"
+    for h in (40, 48, 63):
+        assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 2048, queries=8, scopes=2) == "wgmma_xchg", h
+        assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 2048, queries=8) == "wgmma_ws_h64", h
     assert registry.resolve("auto", "cuda", heads=64, tokens=16 * 2048, queries=16) == "wgmma_ws_h64"  # not one split
     assert registry.resolve("auto", "cuda", heads=64, tokens=4096, queries=128) == "wgmma_f16_2cta"  # small: 2**18
     assert registry.resolve("auto", "cuda", heads=64, tokens=4224, queries=132) == "wgmma_xchg"  # small: as before

@@ -124,8 +124,9 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     XCHG_TWO_SCOPES_MAX_HEAD_TOKENS, which stays on "wgmma_xchg": rung 15 runs a launch a scope and merges the two in
     the combine, so at the production shape (topk 128 + 512) b16 h128, b32 h64 and b64 h64 took it 1.4-2.0x
     wgmma_xchg's time (one H100 call at 742df25, graph replay,
-    data/explore/explore_h100_20261207-1559_production_by_name.csv; the production sweep times calls above b8 at 64
-    and 128 heads in eager mode, and no rung by name there). Above it rung 15 leads (b64 h128 77.66 us against
+    data/explore/explore_h100_20261207-1559_production_by_name.csv; the production sweep had timed calls above b8 at
+    64 and 128 heads in eager mode only, no rung by name: since this step it times them in graph replay too, with
+    the rungs this rule picks among). Above it rung 15 leads (b64 h128 77.66 us against
     86.38; b128 h128 141.86 against 151.15), and both take twice FlashMLA's time (34.68 and 66.74):
     docs/decisions.md. Two calls on 2**20 at 64 heads go to "wgmma_xchg" unmeasured: a one-split call (b128
     topk128, which went to "wgmma_f16" before 56c1c77) and a call of two scopes of 2048 tokens a query in all (b8);
