@@ -72,14 +72,18 @@ if [ "${BUNDLE:-0}" = 1 ]; then
 fi
 trap 'exit 143' TERM INT HUP  # so that the exit trap below runs when a call's timeout stops the script
 ROOT_DIR=$PWD UNPATCH=""  # UNPATCH: the PATCHES applied below, newest first
+apply_patch() {  # apply_patch [-R] FILE: git apply, or patch(1) where this copy has no git
+  local rev=""; [ "$1" = -R ] && { rev=-R; shift; }
+  if command -v git >/dev/null; then git apply $rev "$1"
+  elif [ -n "$rev" ]; then patch -R -p1 --batch --quiet < "$1"
+  else patch -p1 --batch --forward --quiet < "$1"; fi
+}
 on_exit() {
   # PATCHES are taken back out of this copy, so that the next session of the same device call starts from the tree
   # it was given (a second PATCHES run would otherwise fail to apply, and a third patch would stack on the first
   # while its rows named only its own)
   for p in $UNPATCH; do
-    (cd "$ROOT_DIR" || exit 1
-     if command -v git >/dev/null; then git apply -R "$p"; else patch -R -p1 --batch --quiet < "$p"; fi) \
-      || echo "PATCHES: $p could not be taken back out of this copy"
+    (cd "$ROOT_DIR" && apply_patch -R "$p") || echo "PATCHES: $p could not be taken back out of this copy"
   done
   [ -z "$BUNDLE_TO" ] || { checkpoint && echo "bundle: $BUNDLE_TO/bundle.tgz ($(find "$OUT" -type f | wc -l) files)"; }
 }
@@ -103,8 +107,7 @@ if [ -n "${PATCHES:-}" ]; then
   fi
   BASELINE_COMMIT="${BASELINE_COMMIT:-${WORKBENCH_COMMIT:-baseline}}"
   for p in $PATCHES; do
-    if command -v git >/dev/null; then git apply "$p"; else patch -p1 --batch --forward --quiet < "$p"; fi \
-      || { echo "PATCHES: $p does not apply to this tree"; exit 3; }
+    apply_patch "$p" || { echo "PATCHES: $p does not apply to this tree"; exit 3; }
     UNPATCH="$p $UNPATCH"
     name=$(basename "$p" .patch); WORKBENCH_COMMIT="${WORKBENCH_COMMIT:-unknown}+${name#explore_untimed_}"
   done

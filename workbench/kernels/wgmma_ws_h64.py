@@ -159,12 +159,12 @@ def ws_h64_partial_kernel(
         write_staged_half(part_out_ptr, slot0, pid_h, H, s_total, k_smem.index(1), BLOCK_H, D, 1)
     else:
         store_half(acc, m_i, l_i, out_mult, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink, BLOCK_H, D,
-                   0, HAS_SINK, DIRECT, True)
+                   0, HAS_SINK, DIRECT, KEEP=True)
     # the split's LSE, from the softmax warpgroup's row statistics
     live, lse2 = split_lse2(m_i, l_i)
     heads = pid_h * BLOCK_H + gl.arange(0, BLOCK_H, layout=l_i.type.layout)
     store_lse(lse2, live, pid_q, heads, H, S_Q, part_lse_ptr, slot0 + heads * s_total, sink_ptr, stride_sink,
-              HAS_SINK, DIRECT, True)
+              HAS_SINK, DIRECT, KEEP=True)
 
 
 @gluon.jit
@@ -325,7 +325,7 @@ def _pv_warpgroup(q_smem, k_smem, p_smem, alpha_smem, lsum_smem, full, empty, sy
                           k_smem.index(1), BLOCK_H, D, HAS_SINK)
     else:
         store_half(acc, m_i, l_i, F16_OUT_MULT if F16 else 1.0, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr,
-                   stride_sink, BLOCK_H, D, 1, HAS_SINK, DIRECT, True)
+                   stride_sink, BLOCK_H, D, 1, HAS_SINK, DIRECT, KEEP=True)
 
 
 def default_config(heads: int, allowed: dict = ALLOWED) -> TiledConfig:
