@@ -223,17 +223,19 @@ class Workspace:
     lse: torch.Tensor                 # [b, h, s_q] fp32
     part_out: torch.Tensor | None     # [b*s_q, h, s_total, 512] fp32 (split kinds; None for fused)
     part_lse: torch.Tensor | None     # [b*s_q, h, s_total] fp32
-    splits: tuple[SplitPlan, ...]     # one per scope (split kinds)
+    splits: tuple[SplitPlan, ...]     # one per scope (split kinds; one in all for a joined_scopes kernel)
     direct: bool = False              # one split in all and a kernel that writes out and lse itself: no combine
 
 
 def spec_split_plans(spec, *, queries: int, heads: int, topks, num_sms: int) -> tuple[SplitPlan, ...]:
-    """The split plans (one per KV scope of ``topks`` indices) split kernel ``spec`` runs. A launch per scope fills
+    """The split plans (one per KV scope of ``topks`` indices; one over them all for a ``joined_scopes`` kernel)
+    split kernel ``spec`` runs. A launch per scope fills
     the SMs on its own; scopes in one launch (KernelSpec.two_scopes) fill them together, each with a share of the
     programs in proportion to its topk: planned apart, b8 h128 at the production shape (topk 128 + 512) made 160
     one-block-per-SM programs on 132 SMs, two waves (wgmma_xchg 26.9 us against FlashMLA's 16.5, exploratory run
     at 4d6704b: data/explore/explore_h200_20261204-1258_two_scopes.csv)."""
-    topks = list(topks)
+    # KernelSpec.joined_scopes: one plan over each query's index rows joined
+    topks = [sum(topks)] if spec.joined_scopes else list(topks)
     wants = [None] * len(topks)
     block_h = spec.split_block_h or NOMINAL_BLOCK_H
     if spec.two_scopes and len(topks) > 1 and sum(topks):
@@ -258,7 +260,8 @@ def largest_remainder(total: int, weights) -> list[int]:
 
 
 def call_splits(spec, q, scopes) -> tuple[SplitPlan, ...]:
-    """The split plans of a call of split kernel ``spec`` (one per KV scope), as its decode runs them."""
+    """The split plans of a call of split kernel ``spec`` (one per KV scope, or one over both: joined_scopes), as its
+    decode runs them."""
     b, s_q, h, _ = q.shape
     return spec_split_plans(spec, queries=b * s_q, heads=h, topks=[ix.shape[2] for _, ix, _ in scopes],
                             num_sms=sm_count(q.device))
@@ -296,7 +299,7 @@ class LaunchStage:
 
 def launch_stages(spec, *, q, scopes, attn_sink, sm_scale, config, work: Workspace) -> tuple[LaunchStage, ...]:
     """The launches of one decode, in order: one fused launch, or a partial per scope (one over both scopes for a
-    ``two_scopes`` kernel) and the combine, or (a ``direct`` workspace: one split in all) one partial launch that
+    ``two_scopes`` or ``joined_scopes`` kernel) and the combine, or (a ``direct`` workspace: one split in all) one partial launch that
     writes out and lse itself.
 
     The plain path runs them; a plan runs them once under ``capture_launches`` to bind each launch, so both
@@ -313,7 +316,14 @@ def launch_stages(spec, *, q, scopes, attn_sink, sm_scale, config, work: Workspa
     part_out, part_lse = (work.out, work.lse) if work.direct else (work.part_out, work.part_lse)
     direct = dict(direct=True, attn_sink=attn_sink) if work.direct else {}
     stages = []
-    if spec.two_scopes and len(scopes) == 2:  # one partial launch over both scopes, so no launch waits on another
+    if spec.joined_scopes and len(scopes) == 2:  # one partial launch whose splits read both scopes as one stream
+        ((c, ix, tl_), (xc, xix, xtl)), (split,) = scopes, work.splits
+        names = ("q",) + SCOPE_INPUTS[0] + SCOPE_INPUTS[1] + (("attn_sink",) if work.direct else ())
+        stages.append(LaunchStage(names, partial(
+            spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,
+            split_offset=0, num_splits=split.num_splits, tokens_per_split=split.tokens_per_split, sm_scale=sm_scale,
+            config=config, extra_cache=xc, extra_indices=xix, extra_topk_length=xtl, **direct)))
+    elif spec.two_scopes and len(scopes) == 2:  # one partial launch over both scopes, so no launch waits on another
         ((c, ix, tl_), (xc, xix, xtl)), (split, xsplit) = scopes, work.splits
         stages.append(LaunchStage(("q",) + SCOPE_INPUTS[0] + SCOPE_INPUTS[1], partial(
             spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,

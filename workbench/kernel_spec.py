@@ -41,6 +41,9 @@ class KernelSpec:
     two_scopes: bool = False                # split kinds: a call with an extra scope runs one partial launch over both
     # (its launch takes extra_cache, extra_indices, extra_topk_length, extra_num_splits, extra_tokens_per_split; the
     # extra scope's splits follow the first's), not one launch per scope
+    joined_scopes: bool = False             # split kinds: a call with an extra scope runs one partial launch whose
+    # splits cover each query's two index rows as one (its launch takes extra_cache, extra_indices, extra_topk_length;
+    # one split plan over topk + extra topk, so a call of one split in all runs no combine)
     rung: int | None = None                 # position on the optimisation ladder (None: not a rung)
     prediction: str = ""                    # written before it was measured: what should move
 

@@ -30,9 +30,12 @@ GLUON_SIGNATURE = {**{k: t for k, t in SPLIT_SIGNATURE.items()
                       if k not in ("cache_f8", "cache_bf16", "TOKENS_BUCKET", "QUERIES_BUCKET")},
                    "stride_page": "i64:16", "sink_ptr": "*fp32", "stride_sink": "i32"}
 # wgmma's kernel also takes the extra scope (x_), read when it runs both scopes in one launch (KernelSpec.two_scopes)
-WGMMA_SIGNATURE = {**GLUON_SIGNATURE, **{f"x_{k}": GLUON_SIGNATURE[k] for k in SCOPE_SIGNATURE if k in GLUON_SIGNATURE},
-                   "X_TOPK": "i32", "x_tokens_per_split": "i32", "splits_1": "i32", "bs_shift": "i32",
-                   "x_bs_shift": "i32"}
+X_SCOPE_SIGNATURE = {**{f"x_{k}": GLUON_SIGNATURE[k] for k in SCOPE_SIGNATURE if k in GLUON_SIGNATURE},
+                     "X_TOPK": "i32"}
+WGMMA_SIGNATURE = {**GLUON_SIGNATURE, **X_SCOPE_SIGNATURE, "x_tokens_per_split": "i32", "splits_1": "i32",
+                   "bs_shift": "i32", "x_bs_shift": "i32"}
+# a kernel that reads the extra scope after scope 1's tokens in each split (KernelSpec.joined_scopes)
+JOINED_SIGNATURE = {**GLUON_SIGNATURE, **X_SCOPE_SIGNATURE}
 # runtime arguments of the fused SIMT baseline: both scopes (the extra one's prefixed x_), the sink, out and lse
 SIMT_SIGNATURE = dict(
     **Q_SIGNATURE, **{f"{p}{k}": t for p in ("", "x_") for k, t in SCOPE_SIGNATURE.items()}, TOPK="i32",
@@ -161,12 +164,14 @@ _wgmma_ws("wgmma_ws", 13, "wgmma_f16 warp-specialised at 16 heads: a producer pa
           NUM_BUFS=3, PRODUCER_WARPS=8, PRODUCER_REGS=152)
 
 def _block(module, launch, jit, *, name, rung, summary, prediction, split_waves=1, split_granule=64,
-           split_block_h=None, allowed=None, config_space=None, maxnreg=None, direct=False, switches=None):
+           split_block_h=None, allowed=None, config_space=None, maxnreg=None, direct=False, switches=None,
+           joined_scopes=False):
     """A rung of a Gluon kernel with a module of its own, in one block per program: its head group, register cap
     from the module (ALLOWED, CONFIG_SPACE, MAXNREG, estimate_shared_bytes) unless given, its switches from
     module.SWITCHES unless given, its launcher (module.launch_*) called with the rung's name, configs, cap and
     switches; direct: its launcher writes a call of one split itself (KernelSpec.direct); split_block_h: the heads
-    its split plan counts a program as (KernelSpec.split_block_h)."""
+    its split plan counts a program as (KernelSpec.split_block_h); joined_scopes: its launcher reads an extra scope
+    after scope 1's tokens in each split (KernelSpec.joined_scopes)."""
     allowed = module.ALLOWED if allowed is None else allowed  # (a value given, even empty, is used as given)
     config_space = tuple(module.CONFIG_SPACE if config_space is None else config_space)
     maxnreg = module.MAXNREG if maxnreg is None else maxnreg
@@ -174,14 +179,15 @@ def _block(module, launch, jit, *, name, rung, summary, prediction, split_waves=
     first = config_space[0]
     return register(KernelSpec(
         name=name, kind="split", rung=rung, interpretable=False, split_waves=split_waves,
-        split_granule=split_granule, split_block_h=split_block_h, pdl=True, direct=direct, summary=summary,
+        split_granule=split_granule, split_block_h=split_block_h, pdl=True, direct=direct,
+        joined_scopes=joined_scopes, summary=summary,
         prediction=prediction,
         launch=lambda switches=switches, **kw: launch(**kw, name=name, allowed=allowed, maxnreg=maxnreg,
                                                      switches=switches),  # (a same-run A/B may pass others)
         jit=jit, config_cls=TiledConfig, allowed=allowed, config_space=config_space, fixed_meta=switches,
         shared_model=lambda c: module.estimate_shared_bytes(c, **switches),
         check_configs=({"BLOCK_H": first.BLOCK_H, "BLOCK_T": first.BLOCK_T, "num_warps": first.num_warps},),
-        compile_options={"maxnreg": maxnreg}, lab_signature=GLUON_SIGNATURE,
+        compile_options={"maxnreg": maxnreg}, lab_signature=JOINED_SIGNATURE if joined_scopes else GLUON_SIGNATURE,
         lab_constexprs=_gluon_lab_constexprs(switches)))
 
 
@@ -196,7 +202,7 @@ _block(wgmma_ws_h64, wgmma_ws_h64.launch_ws_h64_partial, wgmma_ws_h64.ws_h64_par
                    "A 64-head group in wgmma_ws's two partitions spilled (lab) and ran 1.8-3x slower than wgmma_f16 "
                    "(data/explore/explore_h200_20261202-1309_ws64.csv); with FlashMLA's unequal register shares (lab: "
                    "76 B of spill stores, no serialised wgmma) expect b64 h128 topk2048 at 80-100 us (wgmma_f16: 130, "
-                   "FlashMLA: 87) and b64 h64 at 45-55 us (auto: 74)"), direct=True)
+                   "FlashMLA: 87) and b64 h64 at 45-55 us (auto: 74)"), direct=True, joined_scopes=True)
 _block(wgmma_ws_bal, wgmma_ws_bal.launch_ws_bal_partial, wgmma_ws_bal.ws_bal_partial_kernel,
        name="wgmma_ws_bal", rung=16,
        summary=("wgmma_ws_h64 with equal consumer warpgroups: each scores half of every 64-token tile (half of QK), "

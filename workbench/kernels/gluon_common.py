@@ -76,15 +76,29 @@ def cache_constexprs(cache: torch.Tensor) -> dict:
     return dict(BS_SHIFT=page_shift(cache), **layout_constexprs(layout_of(cache), LAYOUT_KEYS))
 
 
-def two_scope_constexprs(cache: torch.Tensor, extra_cache: torch.Tensor) -> dict:
-    """cache_constexprs of one launch over two scopes: their common BS_SHIFT, BS_SHIFT_RUNTIME where both page
-    sizes are powers of two but differ (the kernel picks each split's shift at run time), else -1 (divisions). The
-    two caches must share a layout: one kernel's constexprs describe both."""
+def _scope_constexprs(cache: torch.Tensor, extra_cache: torch.Tensor) -> tuple[dict, dict]:
+    """cache_constexprs of both scopes of one launch, which must share a layout: one kernel's constexprs describe
+    both (ValueError otherwise)."""
     own, other = cache_constexprs(cache), cache_constexprs(extra_cache)
     if {k: v for k, v in own.items() if k != "BS_SHIFT"} != {k: v for k, v in other.items() if k != "BS_SHIFT"}:
         raise ValueError(f"extra_cache: one launch takes both scopes only in the same layout, got {own} and {other}")
+    return own, other
+
+
+def two_scope_constexprs(cache: torch.Tensor, extra_cache: torch.Tensor) -> dict:
+    """cache_constexprs of one launch over two scopes: their common BS_SHIFT, BS_SHIFT_RUNTIME where both page
+    sizes are powers of two but differ (the kernel picks each split's shift at run time), else -1 (divisions). The
+    two caches must share a layout."""
+    own, other = _scope_constexprs(cache, extra_cache)
     a, b = own["BS_SHIFT"], other["BS_SHIFT"]
     return dict(own, BS_SHIFT=a if a == b else (BS_SHIFT_RUNTIME.value if min(a, b) >= 0 else -1))
+
+
+def joined_scope_constexprs(cache: torch.Tensor, extra_cache: torch.Tensor) -> dict:
+    """cache_constexprs of a launch that reads each split's two scopes one after the other (each in a loop of its
+    own): scope 1's, and the extra scope's page-size shift as X_BS_SHIFT. The two caches must share a layout."""
+    own, other = _scope_constexprs(cache, extra_cache)
+    return dict(own, X_BS_SHIFT=other["BS_SHIFT"])
 
 
 def epilogue_args(*, part_lse: torch.Tensor, direct: bool, attn_sink, num_splits: int) -> dict:
@@ -396,6 +410,41 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
                               BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr,
                               LEAVE_OUT: gl.constexpr = 0, HALF_SLOTS: gl.constexpr = False,
                               PF_AHEAD: gl.constexpr = 1):
+    """The producer partition of one scope's tokens [start, end): :func:`produce_range_in_halves` from ring slot 0."""
+    produce_range_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row,
+                            start, end, 0, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T, BS_SHIFT, NUM_BUFS,
+                            F16, LEAVE_OUT, HALF_SLOTS, PF_AHEAD)
+
+
+@gluon.jit
+def produce_joined_scopes_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens,
+                                    idx_row, start, end, x_cache_u8, x_stride_page, x_block_size, x_num_tokens,
+                                    x_idx_row, x_start, x_end, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr,
+                                    TILE: gl.constexpr, DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr,
+                                    BLOCK_T: gl.constexpr, BS_SHIFT: gl.constexpr, X_BS_SHIFT: gl.constexpr,
+                                    NUM_BUFS: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr = 0,
+                                    PF_AHEAD: gl.constexpr = 1, JOINED: gl.constexpr = False):
+    """The producer partition of a split over two scopes read as one stream (JOINED): scope 1's tokens [start, end)
+    and then the extra scope's [x_start, x_end), each tiled on its own, into one ring whose slot count runs on, so
+    the consumers see only a number of tiles. The extra scope's first gathers are issued once scope 1's last tile is
+    stored (one tile's latency at the boundary, not overlapped). Without JOINED, scope 1's alone, as
+    :func:`produce_k_tiles_in_halves` (the x_ arguments unread)."""
+    i = produce_range_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens,
+                                idx_row, start, end, 0, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T,
+                                BS_SHIFT, NUM_BUFS, F16, LEAVE_OUT, False, PF_AHEAD)
+    if JOINED:
+        produce_range_in_halves(k_smem, valid_smem, full, empty, x_cache_u8, x_stride_page, x_block_size,
+                                x_num_tokens, x_idx_row, x_start, x_end, i, D_NOPE, D_ROPE, TILE, DATA_BYTES,
+                                SCALE_BYTES, BLOCK_T, X_BS_SHIFT, NUM_BUFS, F16, LEAVE_OUT, False, PF_AHEAD)
+
+
+@gluon.jit
+def produce_range_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens, idx_row,
+                            start, end, i0, D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr,
+                            DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_T: gl.constexpr,
+                            BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr, F16: gl.constexpr,
+                            LEAVE_OUT: gl.constexpr = 0, HALF_SLOTS: gl.constexpr = False,
+                            PF_AHEAD: gl.constexpr = 1):
     """The producer partition in fewer registers (wgmma_ws_h64's 4 warps): two half tiles of words at a time, not
     two tiles. Each half is dequantised and stored on its own (only half a tile of 16-bit words is live at once),
     and once it is stored its registers take the next tile's same half: half a's gathers are in flight while half
@@ -405,7 +454,8 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
     consumers each score one half). PF_AHEAD: L2 is asked for the tile that many ahead of the one whose gathers are
     issued, 1 or 2; the prologue, which gathers the first tile, asks for the PF_AHEAD tiles after it (at 2 the
     indices asked of L2 are kept a pass, na/nb, and become the next tile's gathers). For this producer 3 was
-    measured slower than 2, and for rung 13's 3 and 4 slower than its 2."""
+    measured slower than 2, and for rung 13's 3 and 4 slower than its 2. The ring's tiles are counted from i0
+    (the tiles an earlier range of the same split filled); returns the count after this range's."""
     D: gl.constexpr = D_NOPE + D_ROPE
     HT: gl.constexpr = BLOCK_T // 2
     ROWS: gl.constexpr = _rows_layout(gl.num_warps())
@@ -436,7 +486,7 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
                                block_size, DATA_BYTES, SCALE_BYTES, HT, ROWS, BS_SHIFT)
     ia, ib, na, nb, pa, pb = _advance_indices(idx_row, na, nb, pa, pb, start + (PF_AHEAD + 1) * BLOCK_T, end, HT,
                                               ROWS, PF_AHEAD)
-    i = 0
+    i = i0
     for t0 in range(start, end, BLOCK_T):
         buf = i % NUM_BUFS
         # a fresh barrier counts as completed in phase 1, so each slot's first wait passes
@@ -459,6 +509,7 @@ def produce_k_tiles_in_halves(k_smem, valid_smem, full, empty, cache_u8, stride_
         gl.thread_barrier()   # every producer warp's part of the tile before the one arrive
         mbarrier.arrive(full.index(buf))
         i += 1
+    return i
 
 
 @gluon.jit

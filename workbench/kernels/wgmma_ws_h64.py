@@ -46,11 +46,11 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_init, warpgroup_mma_wait)
 
-from .common import cdiv, launch, split_args
+from .common import cdiv, launch, scope_args, split_args
 from .configs import TiledConfig
-from .gluon_common import (F16_OUT_MULT, cache_constexprs, epilogue_args, launch_dependents, not_finite,
-                           produce_k_tiles_in_halves, qk_scale, require_sm90, softmax_step, split_lse2,
-                           stage_half_direct, stage_q, store_half, store_lse, write_staged_half)
+from .gluon_common import (F16_OUT_MULT, cache_constexprs, epilogue_args, joined_scope_constexprs, launch_dependents,
+                           not_finite, produce_joined_scopes_in_halves, qk_scale, require_sm90, softmax_step,
+                           split_lse2, stage_half_direct, stage_q, store_half, store_lse, write_staged_half)
 
 ALLOWED = dict(BLOCK_H=(64,), BLOCK_T=(64,), num_warps=(4,), num_stages=(1,))
 CONFIG_SPACE = [TiledConfig(BLOCK_H=64, BLOCK_T=64, num_warps=4)]
@@ -87,6 +87,12 @@ def ws_h64_partial_kernel(
     sink_ptr, stride_sink,  # [h] fp32, any stride (read only when DIRECT and HAS_SINK)
     sm_scale_log2,
     H, S_Q, TOPK, split_offset, tokens_per_split, s_total,
+    # the extra scope (JOINED: read after scope 1's tokens, in one stream; else scope 1's arguments stand in, unread)
+    x_cache_u8, x_stride_page, x_block_size, x_num_tokens,
+    x_idx_ptr,        # [b, s_q, x_topk] int32
+    x_stride_ib, x_stride_is,
+    x_topk_len_ptr, x_stride_tl,  # [b] int32 (read only when X_HAS_TOPK_LEN)
+    X_TOPK,
     HAS_TOPK_LEN: gl.constexpr,
     D_NOPE: gl.constexpr, D_ROPE: gl.constexpr, TILE: gl.constexpr, DATA_BYTES: gl.constexpr,
     SCALE_BYTES: gl.constexpr,
@@ -100,6 +106,9 @@ def ws_h64_partial_kernel(
                                        # (the launcher's choice: prefetch_ahead)
     HAS_SINK: gl.constexpr = False,
     DIRECT: gl.constexpr = False,      # one split in all: write out and lse as the combine would (epilogue_args)
+    JOINED: gl.constexpr = False,      # splits over the two scopes' index rows joined: [0, TOPK + X_TOPK)
+    X_HAS_TOPK_LEN: gl.constexpr = False,
+    X_BS_SHIFT: gl.constexpr = -1,     # the extra scope's BS_SHIFT
 ):
     KT: gl.constexpr = gl.float16  # the MMA operands' type: K, q, P (bf16 in the rerun)
     D: gl.constexpr = D_NOPE + D_ROPE
@@ -131,6 +140,22 @@ def ws_h64_partial_kernel(
     start = split * tokens_per_split
     end = gl.minimum(start + tokens_per_split, end_all)
     idx_row = idx_ptr + bi * stride_ib + si * stride_is
+    # the tiles the consumers count: scope 1's part of the split, then (JOINED) the extra scope's, each tiled alone
+    # (the extra scope's part [x_start, x_end) in its own index row's positions)
+    x_idx_row = x_idx_ptr + bi * x_stride_ib + si * x_stride_is
+    x_start = start
+    x_end = start
+    tiles_start = start
+    tiles_end = end
+    if JOINED:
+        x_end_all = X_TOPK
+        if X_HAS_TOPK_LEN:
+            x_end_all = gl.minimum(gl.load(x_topk_len_ptr + bi * x_stride_tl), X_TOPK)
+        x_start = gl.maximum(start - TOPK, 0)
+        x_end = gl.minimum(start + tokens_per_split - TOPK, x_end_all)
+        tiles = gl.cdiv(gl.maximum(end - start, 0), BLOCK_T) + gl.cdiv(gl.maximum(x_end - x_start, 0), BLOCK_T)
+        tiles_start = 0
+        tiles_end = tiles * BLOCK_T
     q_row = q_ptr + bi * stride_qb + si * stride_qs
     slot0 = pid_q * H * s_total + split_offset + split  # the partial slot of head 0; head j's is + j * s_total
 
@@ -138,7 +163,9 @@ def ws_h64_partial_kernel(
                           q_row, stride_qh, pid_h, H, sm_scale_log2, cache_u8, stride_page, block_size, num_tokens,
                           idx_row, part_out_ptr, slot0, s_total, sink_ptr, stride_sink, D_NOPE, D_ROPE, TILE,
                           DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT, NUM_BUFS, PV_REGS, PRODUCER_WARPS,
-                          PRODUCER_REGS, 1, LEAVE_OUT, HAS_SINK, DIRECT, PF_AHEAD=PF_AHEAD)
+                          PRODUCER_REGS, 1, LEAVE_OUT, HAS_SINK, DIRECT, x_cache_u8, x_stride_page, x_block_size,
+                          x_num_tokens, x_idx_row, x_start, x_end, tiles_start, tiles_end, X_BS_SHIFT, JOINED,
+                          PF_AHEAD=PF_AHEAD)
     bad = not_finite(l_i)  # a token outside the f16 window makes some row sum non-finite
     out_mult = gl.where(bad, 1.0, F16_OUT_MULT)
     if bad:  # rare: the split again with bf16 operands in the same three partitions; each rewrites its half
@@ -150,7 +177,8 @@ def ws_h64_partial_kernel(
                               stride_page, block_size, num_tokens, idx_row, part_out_ptr, slot0, s_total, sink_ptr,
                               stride_sink, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_H, BLOCK_T, BS_SHIFT,
                               NUM_BUFS, PV_REGS, PRODUCER_WARPS, PRODUCER_REGS, 0, LEAVE_OUT, HAS_SINK, DIRECT,
-                              PF_AHEAD=PF_AHEAD)
+                              x_cache_u8, x_stride_page, x_block_size, x_num_tokens, x_idx_row, x_start, x_end,
+                              tiles_start, tiles_end, X_BS_SHIFT, JOINED, PF_AHEAD=PF_AHEAD)
     if DIRECT:  # the K ring is free once the passes are done; the PV warpgroup's half waits in slot 1
         stage_half_direct(acc, m_i, l_i, out_mult, pid_h, H, sink_ptr, stride_sink, k_smem.index(0), BLOCK_H, D,
                           HAS_SINK)
@@ -191,19 +219,24 @@ def _pass(q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem, full, empty
           DATA_BYTES: gl.constexpr, SCALE_BYTES: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_T: gl.constexpr,
           BS_SHIFT: gl.constexpr, NUM_BUFS: gl.constexpr, PV_REGS: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
           PRODUCER_REGS: gl.constexpr, F16: gl.constexpr, LEAVE_OUT: gl.constexpr, HAS_SINK: gl.constexpr,
-          DIRECT: gl.constexpr, PF_AHEAD: gl.constexpr = 1):
+          DIRECT: gl.constexpr, x_cache_u8, x_stride_page, x_block_size, x_num_tokens, x_idx_row, x_start, x_end,
+          tiles_start, tiles_end, X_BS_SHIFT: gl.constexpr, JOINED: gl.constexpr, PF_AHEAD: gl.constexpr = 1):
     """One pass over the split in the three partitions (F16: the f16 pass, which also signals the combine's
-    launch; else the bf16 rerun); returns the softmax warpgroup's (m_i, l_i, O[:, :D/2])."""
+    launch; else the bf16 rerun); returns the softmax warpgroup's (m_i, l_i, O[:, :D/2]). The producer reads
+    scope 1's [start, end) (JOINED: then the extra scope's [x_start, x_end)); the consumers count its tiles as
+    range(tiles_start, tiles_end, BLOCK_T) (without JOINED, start and end)."""
     D: gl.constexpr = D_NOPE + D_ROPE
     return gl.warp_specialize([
-        (_softmax_warpgroup, (q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, start,
-                              end, sm_scale_log2, BLOCK_H, BLOCK_T, D, NUM_BUFS, F16, LEAVE_OUT)),
-        (_pv_warpgroup, (q_smem, k_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, start, end, q_row,
-                         stride_qh, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink, BLOCK_H, BLOCK_T,
-                         D, NUM_BUFS, F16, LEAVE_OUT, HAS_SINK, DIRECT)),
-        (produce_k_tiles_in_halves, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size, num_tokens,
-                                     idx_row, start, end, D_NOPE, D_ROPE, TILE, DATA_BYTES, SCALE_BYTES, BLOCK_T,
-                                     BS_SHIFT, NUM_BUFS, F16, LEAVE_OUT, False, PF_AHEAD)),
+        (_softmax_warpgroup, (q_smem, k_smem, valid_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync,
+                              tiles_start, tiles_end, sm_scale_log2, BLOCK_H, BLOCK_T, D, NUM_BUFS, F16, LEAVE_OUT)),
+        (_pv_warpgroup, (q_smem, k_smem, p_smem, alpha_smem, lsum_smem, full, empty, sync, tiles_start, tiles_end,
+                         q_row, stride_qh, part_out_ptr, slot0, pid_h, H, s_total, sink_ptr, stride_sink, BLOCK_H,
+                         BLOCK_T, D, NUM_BUFS, F16, LEAVE_OUT, HAS_SINK, DIRECT)),
+        (produce_joined_scopes_in_halves, (k_smem, valid_smem, full, empty, cache_u8, stride_page, block_size,
+                                           num_tokens, idx_row, start, end, x_cache_u8, x_stride_page, x_block_size,
+                                           x_num_tokens, x_idx_row, x_start, x_end, D_NOPE, D_ROPE, TILE, DATA_BYTES,
+                                           SCALE_BYTES, BLOCK_T, BS_SHIFT, X_BS_SHIFT, NUM_BUFS, F16, LEAVE_OUT,
+                                           PF_AHEAD, JOINED)),
     ], [4, PRODUCER_WARPS], [PV_REGS, PRODUCER_REGS])
 
 
@@ -359,9 +392,12 @@ def producer_regs(direct: bool, has_sink: bool) -> int:
 
 def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
                           tokens_per_split, sm_scale, name, allowed=ALLOWED, config=None, maxnreg=MAXNREG,
-                          switches=SWITCHES, LEAVE_OUT=0, direct=False, attn_sink=None):
+                          switches=SWITCHES, LEAVE_OUT=0, direct=False, attn_sink=None, extra_cache=None,
+                          extra_indices=None, extra_topk_length=None):
     """Run the three-partition partial kernel for one KV scope into splits [split_offset, split_offset+num_splits)
-    (direct: part_out and part_lse are the call's out and lse, see gluon_common.epilogue_args).
+    (direct: part_out and part_lse are the call's out and lse, see gluon_common.epilogue_args); with extra_cache,
+    over both scopes as one stream of indices (KernelSpec.joined_scopes): each query's scope-1 row and then its
+    extra row, tokens_per_split of them a split (a split may hold the end of one and the start of the other).
 
     name, allowed: the registered rung's name and config table; switches: its constexprs (SWITCHES); LEAVE_OUT:
     stages to drop, for a measurement (workbench.bench.isolate). PF_AHEAD: :func:`prefetch_ahead`'s, unless switches
@@ -373,12 +409,25 @@ def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse,
                       part_lse=part_lse, split_offset=split_offset, tokens_per_split=tokens_per_split,
                       sm_scale=sm_scale)
     args.update(epilogue_args(part_lse=part_lse, direct=direct, attn_sink=attn_sink, num_splits=num_splits))
+    joined = extra_cache is not None
+    if joined and (extra_indices is None or extra_indices.shape[:2] != indices.shape[:2]):
+        raise ValueError(f"extra_indices: [b, s_q, extra_topk] for extra_cache, as indices' {tuple(indices.shape[:2])}"
+                         f", got {None if extra_indices is None else tuple(extra_indices.shape)}")
+    if joined and num_splits * tokens_per_split < indices.shape[2] + extra_indices.shape[2]:
+        raise ValueError(f"num_splits x tokens_per_split: {num_splits} x {tokens_per_split} tokens do not cover the "
+                         f"joined scopes' {indices.shape[2]} + {extra_indices.shape[2]} indices")
+    # the extra scope's arguments; with one scope, unread stand-ins: scope 1's own
+    args.update(scope_args("x_", *((extra_cache, extra_indices, extra_topk_length) if joined else
+                                   (cache, indices, topk_length)), views=("cache_u8",)),
+                X_TOPK=extra_indices.shape[2] if joined else 0, X_HAS_TOPK_LEN=joined and extra_topk_length is not None,
+                JOINED=joined)
+    constexprs = joined_scope_constexprs(cache, extra_cache) if joined else cache_constexprs(cache)
     grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
     switches = {"PF_AHEAD": prefetch_ahead(grid[0], tokens_per_split), **switches}
     # the registry passes a copy of SWITCHES, so a count equal to SWITCHES' reads as not named: an A/B that names
     # another count keeps it, one that names 128 for a one-split call with a sink gets 144
     if switches.get("PRODUCER_REGS") == SWITCHES["PRODUCER_REGS"]:
         switches["PRODUCER_REGS"] = producer_regs(direct, attn_sink is not None)
-    launch(ws_h64_partial_kernel, grid, dict(**args, **cache_constexprs(cache), BLOCK_H=cfg.BLOCK_H,
+    launch(ws_h64_partial_kernel, grid, dict(**args, **constexprs, BLOCK_H=cfg.BLOCK_H,
                                              BLOCK_T=cfg.BLOCK_T, num_warps=cfg.num_warps, maxnreg=maxnreg,
                                              LEAVE_OUT=LEAVE_OUT, **switches))
