@@ -73,7 +73,7 @@ def test_sweeps_cover_the_issue():
             timed.setdefault((s.batch, s.heads), set()).update(provs)
     assert set(timed) == {(b, h) for b in bench.BATCHES for h in (16, 64, 128)}
     assert all(set(CROSSOVER_PROVIDERS) | {"auto", "flashmla"} <= p for (b, h), p in timed.items() if b <= 8 or h == 16)
-    # from b16 at 64 and 128 heads the rungs the two-scope rule picks among (registry.XCHG_TWO_SCOPES_MAX_HEAD_TOKENS)
+    # from b16 at 64 and 128 heads the rungs the rule picks among for calls of two scopes
     large = [p for (b, h), p in timed.items() if b > 8 and h > 16]
     assert large and all({"auto", "flashmla", "wgmma_xchg", "wgmma_ws_h64"} <= p for p in large)
     assert {s.s_q for s, *_ in sweep_shapes("s_q2")} == {2}

@@ -69,12 +69,6 @@ XCHG_MAX_HEAD_TOKENS = 1 << 20       # >= 33 heads: up to b8 topk2048 and b32 to
                                      # 877f643, the 64-head block 1.7-5.9% behind in the H100s'); then that block.
                                      # Also the 32-head portable band's top, which stops below it (at 2**20 rung 26
                                      # is 1.5-2.0% behind wgmma_xchg at b8 h64 topk2048 in the same three tables)
-XCHG_TWO_SCOPES_MAX_HEAD_TOKENS = 1 << 22  # >= 33 heads, a call of two scopes: wgmma_xchg below this, not the
-                                           # 64-head block, which launches a scope at a time and merges them in the
-                                           # combine (production shape, topk 128 + 512, H100 at 742df25, graph replay:
-                                           # b16 h128 23.37 us against 44.75, b32 h64 25.13 against 50.68, b64 h64
-                                           # 48.35 against 66.83; at 2**22.3 the block leads, b64 h128 77.66 against
-                                           # 86.38; data/explore/explore_h100_20261207-1559_production_by_name.csv)
 H32_BAND_MIN_HEAD_TOKENS_SM90 = 1 << 19  # >= 33 heads, below XCHG_MAX_HEAD_TOKENS: a 32-head portable rung (25,
                                          # then 26) beat wgmma_xchg at every 2**19 shape of the crossover at dcff189
                                          # (rung 25: 6.4-14.2%) and of the A/B at 875fc90
@@ -120,15 +114,16 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     (rung 26) for a call of one scope below it, from H32_BAND_MIN_HEAD_TOKENS_SM90 or with H32_BAND_MIN_TOPK_SM90
     tokens a query or more, else "wgmma_xchg"; above it, and on it at 33-63 heads, "wgmma_ws_h64" (a one-split call
     of at most 512 tokens a query at 33-64 heads ran "wgmma_f16" until rung 15 staged its one-split output: b128 h64
-    topk512 35.46 us against wgmma_f16's 41.64 in the H100 crossover at aa7560b), except a call of two scopes below
-    XCHG_TWO_SCOPES_MAX_HEAD_TOKENS, which stays on "wgmma_xchg": rung 15 runs a launch a scope and merges the two in
-    the combine, so at the production shape (topk 128 + 512) b16 h128, b32 h64 and b64 h64 took it 1.4-2.0x
-    wgmma_xchg's time (one H100 call at 742df25, graph replay,
-    data/explore/explore_h100_20261207-1559_production_by_name.csv; the production sweep had timed calls above b8 at
-    64 and 128 heads in eager mode only, no rung by name: since this step it times them in graph replay too, with
-    the rungs this rule picks among). Above it rung 15 leads (b64 h128 77.66 us against
-    86.38; b128 h128 141.86 against 151.15), and both take twice FlashMLA's time (34.68 and 66.74):
-    docs/decisions.md. Two calls on 2**20 at 64 heads go to "wgmma_xchg" unmeasured: a one-split call (b128
+    topk512 35.46 us against wgmma_f16's 41.64 in the H100 crossover at aa7560b). A call of two scopes takes the same
+    steps: rung 15 reads both scopes in each split as one stream (KernelSpec.joined_scopes), and at the production
+    shape (topk 128 + 512, one H100 call at 4ba3b9f with rung 15's joined producer at 144 registers, graph replay,
+    data/explore/explore_h100_20261207-1743_joined_scopes.csv and ..._1748_joined_scopes_rule.csv) it took b16 h128
+    23.21 us against wgmma_xchg's 23.69, b32 h64 25.04 against 25.03, b32 h128 30.54 against 42.99, b64 h64 34.41
+    against 47.33, b64 h128 37.37 against 88.71 (FlashMLA 34.83), b128 h64 41.51, b128 h128 71.60 (67.30); below
+    2**20, at b8 h64 (2**18.3) 17.55 against 16.95 and at b8 h128 and b16 h64 (2**19.3) within 0.7% of it. Until
+    this step (f0da957-4ba3b9f) calls of two scopes under 2**22 head-tokens stayed on "wgmma_xchg", when rung 15
+    ran a launch a scope and a combine at 1.4-2.0x its time. Two calls on 2**20 at 64 heads go to "wgmma_xchg"
+    unmeasured: a one-split call (b128
     topk128, which went to "wgmma_f16" before 56c1c77) and a call of two scopes of 2048 tokens a query in all (b8);
     no sweep has such a shape. At 17-32 heads a call of two scopes from
     H32_WS_MIN_TOKENS_SM90 tokens still runs rung 15 (unmeasured: no sweep has 32 heads with an extra scope). Any
@@ -201,8 +196,6 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
         # 2**19.3 head-tokens: 27.5 us against wgmma_xchg's 18.8; the production sweeps at c8e518c and dcff189)
         band = scopes == 1 and work < XCHG_MAX_HEAD_TOKENS and (work >= H32_BAND_MIN_HEAD_TOKENS_SM90 or long_rows)
         return "portable_ws_h32f" if band else "wgmma_xchg"
-    if scopes == 2 and work < XCHG_TWO_SCOPES_MAX_HEAD_TOKENS:
-        return "wgmma_xchg"
     return "wgmma_ws_h64"
 
 

@@ -97,8 +97,8 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
         # have one scope, so only this sweep can say which rung a call with an extra scope wants (auto lost to
         # FlashMLA there at b4 h128, b8 h64 and b8 h128, 0.92-0.95x on the H100 at aa5fd52); from b16 graph replay
         # too, with the Hopper rungs the rule picks among for such calls by name
-        # (registry.XCHG_TWO_SCOPES_MAX_HEAD_TOKENS: until f0da957 these batches were eager only, and rung 15 ran
-        # them at up to twice wgmma_xchg's time unseen)
+        # (until f0da957 these batches were eager only, and rung 15, then a launch a scope, ran them at up to twice
+        # wgmma_xchg's time unseen; since rung 15 reads both scopes as one stream the rule's two-scope step is gone)
         # At 16 heads every batch, graph replay only, every rung by name: the rule's two-scope band at 16 heads
         # (registry.TWO_BLOCK_MIN_TOKENS_H16_TWO_SCOPES) rests on these rows, and no other sweep times such calls
         plan = []

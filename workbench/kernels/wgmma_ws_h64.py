@@ -37,6 +37,13 @@ one split (DIRECT) stages its bf16 halves in the free K slots and the default wa
 of the gap to FlashMLA remain). K, q and P are f16 with wgmma_f16's window; a split with a non-finite row sum runs
 again with bf16 operands in the same three partitions.
 
+A call with an extra KV scope (DeepSeek-V4's production shape: topk 128 in pages of 256, an extra 512 in pages of
+64) runs one launch whose splits cover each query's two index rows joined (JOINED; KernelSpec.joined_scopes): only
+the producer reads the cache, so it reads a split's part of scope 1 and then its part of the extra scope, each
+tiled on its own, into the one ring (gluon_common.produce_joined_scopes_in_halves), and the consumers count tiles.
+A launch per scope, each planned to fill the SMs alone, and a combine took 78 us at b64 h128 on an H100 against
+FlashMLA's 34.7 (docs/decisions.md); joined, b64 h128 is one split of 640 tokens and no combine.
+
 GPU only (sm_90): Gluon does not run under the interpreter.
 """
 from __future__ import annotations
@@ -380,14 +387,19 @@ def prefetch_ahead(head_groups: int, tokens_per_split: int) -> int:
     return 2 if head_groups > 1 and tokens_per_split >= 512 else 1
 
 
-def producer_regs(direct: bool, has_sink: bool) -> int:
+def producer_regs(direct: bool, has_sink: bool, joined: bool = False) -> int:
     """The producer's registers (setmaxnreg; the softmax warpgroup gets what it leaves): SWITCHES' 128, or 144 in a
-    call of one split with an attention sink. That build's f16 producer loop spills 6 LDL / 6 STL a tile at 128
-    (sm_90 lab), and on an H100 it took 106.75 us at b64 h128 topk2048 against 86.08 without the sink; at 144, 88.41
+    call of one split with an attention sink, or over two scopes joined. The joined build's f16 producer loops spill
+    6 and 12 LDL a tile at 128, 1 at 136, 0 and 1 at 144 (sm_90 lab); at the production shape on an H100 (one call,
+    data/explore/explore_h100_20261207-1743_joined_scopes.csv) 144 took b64 h128 37.37 us against 40.72 at 128 (136:
+    37.95), b128 h128 71.60 against 77.89, b64 h64 34.41 against 37.83, b16 h128 23.21 against 24.23, b32 h64 25.04
+    against 26.27; 152 was 0.3-1.4 us slower than 144 with a sink (..._1750_joined_scopes_sink.csv).
+    The one-split build with a sink: its f16 producer loop spills 6 LDL / 6 STL a tile at 128 (sm_90 lab), and
+    on an H100 it took 106.75 us at b64 h128 topk2048 against 86.08 without the sink; at 144, 88.41
     (136: 89.39), and 35.42 -> 32.08 us at topk512, while without a sink 144 took 91.02 against 86.08 (the softmax
     warpgroup's share shrinks): data/explore/explore_h100_20261206-2048_sink_producer_regs.csv. No other build
-    spills so (a two-split call applies the sink in the combine)."""
-    return 144 if direct and has_sink else SWITCHES["PRODUCER_REGS"]
+    spills so (a one-scope call of several splits applies the sink in the combine)."""
+    return 144 if joined or (direct and has_sink) else SWITCHES["PRODUCER_REGS"]
 
 
 def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse, split_offset, num_splits,
@@ -427,7 +439,7 @@ def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse,
     # the registry passes a copy of SWITCHES, so a count equal to SWITCHES' reads as not named: an A/B that names
     # another count keeps it, one that names 128 for a one-split call with a sink gets 144
     if switches.get("PRODUCER_REGS") == SWITCHES["PRODUCER_REGS"]:
-        switches["PRODUCER_REGS"] = producer_regs(direct, attn_sink is not None)
+        switches["PRODUCER_REGS"] = producer_regs(direct, attn_sink is not None, joined)
     launch(ws_h64_partial_kernel, grid, dict(**args, **constexprs, BLOCK_H=cfg.BLOCK_H,
                                              BLOCK_T=cfg.BLOCK_T, num_warps=cfg.num_warps, maxnreg=maxnreg,
                                              LEAVE_OUT=LEAVE_OUT, **switches))
