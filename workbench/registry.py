@@ -117,7 +117,7 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     topk512 35.46 us against wgmma_f16's 41.64 in the H100 crossover at aa7560b). A call of two scopes takes the same
     steps: rung 15 reads both scopes in each split as one stream (KernelSpec.joined_scopes), and at the production
     shape (topk 128 + 512, one H100 call at 4ba3b9f with rung 15's joined producer at 144 registers, graph replay,
-    data/explore/explore_h100_20261207-1743_joined_scopes.csv and ..._1748_joined_scopes_rule.csv) it took b16 h128
+    data/explore/explore_h100_20261207-1743_joined_scopes.csv and ..._1750_joined_scopes_rule.csv) it took b16 h128
     23.21 us against wgmma_xchg's 23.69, b32 h64 25.04 against 25.03, b32 h128 30.54 against 42.99, b64 h64 34.41
     against 47.33, b64 h128 37.37 against 88.71 (FlashMLA 34.83), b128 h64 41.51, b128 h128 71.60 (67.30); below
     2**20, at b8 h64 (2**18.3) 17.55 against 16.95 and at b8 h128 and b16 h64 (2**19.3) within 0.7% of it. Until

@@ -393,7 +393,7 @@ def producer_regs(direct: bool, has_sink: bool, joined: bool = False) -> int:
     6 and 12 LDL a tile at 128, 1 at 136, 0 and 1 at 144 (sm_90 lab); at the production shape on an H100 (one call,
     data/explore/explore_h100_20261207-1743_joined_scopes.csv) 144 took b64 h128 37.37 us against 40.72 at 128 (136:
     37.95), b128 h128 71.60 against 77.89, b64 h64 34.41 against 37.83, b16 h128 23.21 against 24.23, b32 h64 25.04
-    against 26.27; 152 was 0.3-1.4 us slower than 144 with a sink (..._1750_joined_scopes_sink.csv).
+    against 26.27; 152 was 0.3-1.4 us slower than 144 with a sink (..._1751_joined_scopes_sink.csv).
     The one-split build with a sink: its f16 producer loop spills 6 LDL / 6 STL a tile at 128 (sm_90 lab), and
     on an H100 it took 106.75 us at b64 h128 topk2048 against 86.08 without the sink; at 144, 88.41
     (136: 89.39), and 35.42 -> 32.08 us at topk512, while without a sink 144 took 91.02 against 86.08 (the softmax
