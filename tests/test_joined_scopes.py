@@ -177,3 +177,13 @@ def test_the_extra_scope_runs_its_bf16_second_pass(monkeypatch):
     _, swapped = _tweaked_scope_as_extra("cuda")
     swapped["q"] = swapped["q"].repeat(1, 1, 4, 1)  # 64 heads: rung 15's group
     _against_the_reference(swapped, monkeypatch)
+
+
+@pytest.mark.parametrize("shared", [None, "cache", "topk_length"], ids=["distinct", "one-cache", "one-topk_length"])
+def test_a_plan_binds_each_scope_to_its_own_input(monkeypatch, shared):
+    """The plan matches the joined launch's arguments to the call's inputs by data_ptr; where one tensor is passed
+    for both scopes, the x_ names say which input an argument is."""
+    from test_two_scopes import assert_each_scope_bound, two_scope_plan
+    monkeypatch.setattr(wgmma_ws_h64, "require_sm90", lambda q, name: None)
+    (launch,) = two_scope_plan(RUNG, 64, shared).launches  # one split of 64 joined tokens: direct, no combine
+    assert_each_scope_bound(launch)

@@ -112,17 +112,29 @@ def test_a_direct_launch_never_has_two_scopes(monkeypatch):
 def test_a_plan_binds_each_scope_to_its_own_input(monkeypatch, shared):
     """The plan matches arguments to inputs by data_ptr; where one tensor is passed for both scopes, the launcher's
     x_ names say which input an argument is, so a later call with two different tensors still reads each right."""
-    from workbench import plan as plan_mod
     monkeypatch.setattr(wgmma, "require_sm90", lambda q, name: None)
-    case = build_case(batch=2, heads=16, topk=40, block_size=64, topk_length=True, extra_topk=24,
+    partial, _combine = two_scope_plan("wgmma_f16", 16, shared).launches
+    assert_each_scope_bound(partial)
+
+
+def two_scope_plan(impl, heads, shared):
+    """A plan of ``impl`` for a call of two scopes with topk lengths (b2, topk 40 + 24, pages of 64); ``shared``:
+    the input ("cache", "topk_length") passed for both scopes, or None."""
+    from workbench import plan as plan_mod
+    case = build_case(batch=2, heads=heads, topk=40, block_size=64, topk_length=True, extra_topk=24,
                       extra_block_size=64, extra_topk_length=True, seed=6)
     user = {name: None for name in decode.INPUT_NAMES}
     user.update({k: v for k, v in case.kwargs().items() if k in user})
     if shared:
         user[f"extra_{shared}"] = user[shared]
-    plan = plan_mod.build_plan(user, sm_scale=case.sm_scale, impl="wgmma_f16", config=None, output_slots=False)
-    partial, _combine = plan.launches
-    slots = {arg: i for arg, i, _ in partial.slots}
+    return plan_mod.build_plan(user, sm_scale=case.sm_scale, impl=impl, config=None, output_slots=False)
+
+
+def assert_each_scope_bound(launch):
+    """Each scope's arguments of a planned launch (scope 1's, and the extra scope's named x_) read that scope's
+    input."""
+    from workbench import plan as plan_mod
+    slots = {arg: i for arg, i, _ in launch.slots}
     for arg, name in [("cache_u8", "cache"), ("x_cache_u8", "extra_cache"), ("idx_ptr", "indices"),
                       ("x_idx_ptr", "extra_indices"), ("topk_len_ptr", "topk_length"),
                       ("x_topk_len_ptr", "extra_topk_length")]:

@@ -228,13 +228,12 @@ class Workspace:
 
 
 def spec_split_plans(spec, *, queries: int, heads: int, topks, num_sms: int) -> tuple[SplitPlan, ...]:
-    """The split plans (one per KV scope of ``topks`` indices; one over them all for a ``joined_scopes`` kernel)
-    split kernel ``spec`` runs. A launch per scope fills
-    the SMs on its own; scopes in one launch (KernelSpec.two_scopes) fill them together, each with a share of the
+    """The split plans (one per KV scope of ``topks`` indices; one over them all for a ``joined_scopes`` kernel,
+    whose splits read each query's index rows joined) split kernel ``spec`` runs. A launch per scope fills the SMs
+    on its own; scopes in one launch (KernelSpec.two_scopes) fill them together, each with a share of the
     programs in proportion to its topk: planned apart, b8 h128 at the production shape (topk 128 + 512) made 160
     one-block-per-SM programs on 132 SMs, two waves (wgmma_xchg 26.9 us against FlashMLA's 16.5, exploratory run
     at 4d6704b: data/explore/explore_h200_20261204-1258_two_scopes.csv)."""
-    # KernelSpec.joined_scopes: one plan over each query's index rows joined
     topks = [sum(topks)] if spec.joined_scopes else list(topks)
     wants = [None] * len(topks)
     block_h = spec.split_block_h or NOMINAL_BLOCK_H
