@@ -209,8 +209,9 @@ def test_a_direct_launch_of_more_than_one_split_is_refused():
 
 def test_rung_15_gives_its_producer_more_registers_only_where_its_loop_spills():
     """wgmma_ws_h64.producer_regs: the builds whose producer loop spills at 128 (one split with a sink; two scopes
-    joined) get 144; every other keeps the rung's switches, and the block's 65,536 registers still leave the softmax warpgroup 200 or
-    more. (The launcher applying it needs an sm_90 GPU; the sink explore rows time that build.)"""
+    joined) get 144; every other keeps the rung's switches, and the block's 65,536 registers still leave the softmax
+    warpgroup 200 or more. (tests/test_joined_scopes.py records the launcher applying it; the sink and joined
+    explore rows time those builds.)"""
     from workbench.kernels import wgmma_ws_h64 as ws
     assert ws.producer_regs(True, True) == 144
     assert {ws.producer_regs(d, s, True) for d in (True, False) for s in (True, False)} == {144}

@@ -22,12 +22,18 @@ def test_rung_15_and_only_it_reads_the_scopes_as_one_stream():
     assert not registry.get(RUNG).two_scopes  # its splits are not shared out per scope
 
 
-@pytest.mark.parametrize("batch, heads, topks", [(64, 128, [128, 512]), (8, 64, [128, 512]), (1, 64, [40, 24])],
-                         ids=["b64-h128-production", "b8-h64-production", "b1-h64-odd"])
-def test_one_plan_over_the_joined_rows(batch, heads, topks):
+@pytest.mark.parametrize("batch, heads, topks, want",
+                         [(64, 128, [128, 512], (1, 640)), (16, 128, [128, 512], (4, 192)),
+                          (8, 64, [128, 512], (10, 64)), (1, 64, [40, 24], (1, 64))],
+                         ids=["b64-h128-production", "b16-h128-production", "b8-h64-production", "b1-h64-odd"])
+def test_one_plan_over_the_joined_rows(batch, heads, topks, want):
+    """Hand-derived on 132 SMs, one wave, 64-token granules, over topk + extra topk: b64 h128 128 programs a split,
+    round(132 / 128) = 1 split of 640; b16 h128 32 programs, round(4.125) = 4 splits, 640 / 4 = 160 -> 192 tokens,
+    so ceil(640 / 192) = 4; b8 h64 8 programs, round(16.5) = 16, 40 -> 64 tokens, 10 splits; b1 h64 64 tokens in
+    all, one split. A launch a scope (joined_scopes off) plans each scope apart."""
     spec = registry.get(RUNG)
     (plan,) = decode.spec_split_plans(spec, queries=batch, heads=heads, topks=topks, num_sms=132)
-    assert (plan,) == decode.spec_split_plans(spec, queries=batch, heads=heads, topks=[sum(topks)], num_sms=132)
+    assert (plan.num_splits, plan.tokens_per_split) == want
     apart = decode.spec_split_plans(dataclasses.replace(spec, joined_scopes=False), queries=batch, heads=heads,
                                     topks=topks, num_sms=132)
     assert len(apart) == 2
@@ -94,12 +100,14 @@ def test_the_launch_carries_the_extra_scope_and_its_own_page_shift(monkeypatch, 
     assert (a["BS_SHIFT"], a["X_BS_SHIFT"]) == shifts and (a["TOPK"], a["X_TOPK"]) == (40, 24)
     assert a["x_cache_u8"].data_ptr() == kw["extra_cache"].data_ptr() and a["x_idx_ptr"] is kw["extra_indices"]
     assert a["x_topk_len_ptr"] is kw["extra_topk_length"] and a["x_block_size"] == pages[1]
+    assert a["PRODUCER_REGS"] == 144  # wgmma_ws_h64.producer_regs: the joined producer spills at 128
 
 
 def test_one_scope_leaves_the_extra_arguments_unread(monkeypatch):
     kw = build_case(batch=2, heads=64, topk=40, block_size=64, seed=4).kwargs()
     grid, a = _recorded(monkeypatch, kw)
     assert grid == (1, 2, 2) and a["JOINED"] is False and a["X_TOPK"] == 0 and "X_BS_SHIFT" not in a
+    assert a["PRODUCER_REGS"] == wgmma_ws_h64.SWITCHES["PRODUCER_REGS"]
     assert a["x_idx_ptr"] is kw["indices"]  # a stand-in
 
 
@@ -107,6 +115,14 @@ def test_the_launcher_refuses_splits_that_miss_tokens(monkeypatch):
     kw = build_case(batch=2, heads=64, topk=40, extra_topk=40, seed=4).kwargs()
     with pytest.raises(ValueError, match="do not cover the joined scopes' 40 \\+ 40"):
         _recorded(monkeypatch, kw, extra_cache=kw["extra_cache"], extra_indices=kw["extra_indices"], num_splits=1)
+
+
+def test_the_launcher_refuses_extra_indices_of_other_queries(monkeypatch):
+    kw = build_case(batch=2, heads=64, topk=40, extra_topk=24, seed=4).kwargs()
+    with pytest.raises(ValueError, match="extra_indices"):
+        _recorded(monkeypatch, kw, extra_cache=kw["extra_cache"], extra_indices=kw["extra_indices"][:1])
+    with pytest.raises(ValueError, match="extra_indices"):
+        _recorded(monkeypatch, kw, extra_cache=kw["extra_cache"])
 
 
 # ------------------------------------------------------------------------------------------------ GPU
@@ -171,12 +187,14 @@ def test_joined_scopes_at_the_production_shape(batch, heads, monkeypatch):
 
 @pytest.mark.gpu
 def test_the_extra_scope_runs_its_bf16_second_pass(monkeypatch):
-    """Scale bytes outside the f16 window in the extra scope only: the split's second pass reads both scopes again."""
+    """Scale bytes outside the f16 window in the extra scope only, in one split of 128 tokens that holds both scopes
+    (64 + 64): its bf16 second pass reads both scopes again. (Only the output against the reference is checked
+    here, not that the rerun ran.)"""
     _gpu_only()
     from test_two_scopes import _tweaked_scope_as_extra
     _, swapped = _tweaked_scope_as_extra("cuda")
     swapped["q"] = swapped["q"].repeat(1, 1, 4, 1)  # 64 heads: rung 15's group
-    _against_the_reference(swapped, monkeypatch)
+    _against_the_reference(swapped, monkeypatch, tokens_per_split=128)
 
 
 @pytest.mark.parametrize("shared", [None, "cache", "topk_length"], ids=["distinct", "one-cache", "one-topk_length"])

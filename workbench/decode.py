@@ -298,8 +298,8 @@ class LaunchStage:
 
 def launch_stages(spec, *, q, scopes, attn_sink, sm_scale, config, work: Workspace) -> tuple[LaunchStage, ...]:
     """The launches of one decode, in order: one fused launch, or a partial per scope (one over both scopes for a
-    ``two_scopes`` or ``joined_scopes`` kernel) and the combine, or (a ``direct`` workspace: one split in all) one partial launch that
-    writes out and lse itself.
+    ``two_scopes`` or ``joined_scopes`` kernel) and the combine, or (a ``direct`` workspace: one split in all) one
+    partial launch that writes out and lse itself.
 
     The plain path runs them; a plan runs them once under ``capture_launches`` to bind each launch, so both
     paths share one launch sequence.
@@ -362,9 +362,9 @@ def combine_pdl(spec, s_total: int) -> bool:
 
     For kernels that ask for it (``spec.pdl``: the Gluon rungs, which run only on sm_90), on the GPU, at most
     PDL_MAX_SPLITS splits a row, unless :func:`combine_launch` says otherwise here. Only the combine is ever a
-    PDL launch: with two KV scopes a ``two_scopes`` kernel's one partial launch covers both; another kernel's extra
-    scope partial is an ordinary launch, so it starts after the main scope's partial has finished, and the
-    combine's wait on it covers both. A plan decides once, when it is made.
+    PDL launch: with two KV scopes a ``two_scopes`` or ``joined_scopes`` kernel's one partial launch covers both;
+    another kernel's extra scope partial is an ordinary launch, so it starts after the main scope's partial has
+    finished, and the combine's wait on it covers both. A plan decides once, when it is made.
     """
     if spec.kind != "split" or not spec.pdl or INTERPRET:
         return False

@@ -95,9 +95,9 @@ PORTABLE_H32_MIN_TOKENS_H16 = 8192  # off Hopper, <= 32 heads: from b4 topk2048 
 def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None = None, scopes: int = 1) -> str:
     """What "auto" runs on a GPU of ``capability`` ("sm_90", ...) for a call of this size (a pure rule).
 
-    ``queries`` (b * s_q) tells the rule that a call of ``scopes`` == 1 KV scope makes one split (no combine); a
-    call with an extra scope has two splits at least, so there its query count gives only the tokens a query (None:
-    not known).
+    ``queries`` (b * s_q) tells the rule that a call of ``scopes`` == 1 KV scope makes one split (no combine); with
+    an extra scope its query count gives only the tokens a query (None: not known): the kernels it picks among there
+    run two splits at least, except rung 15, which reads both scopes in one split where the plan makes one.
 
     On sm_90: at <= 16 heads (padded to one 16-head group) "wgmma_xchg" up to XCHG_MAX_TOKENS_H16 tokens,
     "wgmma_ws" from WS_MIN_TOKENS_H16, "wgmma_f16" between, except for a call
@@ -114,18 +114,18 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     (rung 26) for a call of one scope below it, from H32_BAND_MIN_HEAD_TOKENS_SM90 or with H32_BAND_MIN_TOPK_SM90
     tokens a query or more, else "wgmma_xchg"; above it, and on it at 33-63 heads, "wgmma_ws_h64" (a one-split call
     of at most 512 tokens a query at 33-64 heads ran "wgmma_f16" until rung 15 staged its one-split output: b128 h64
-    topk512 35.46 us against wgmma_f16's 41.64 in the H100 crossover at aa7560b). A call of two scopes takes the same
-    steps: rung 15 reads both scopes in each split as one stream (KernelSpec.joined_scopes), and at the production
-    shape (topk 128 + 512, one H100 call at 4ba3b9f with rung 15's joined producer at 144 registers, graph replay,
+    topk512 35.46 us against wgmma_f16's 41.64 in the H100 crossover at aa7560b). A call of two scopes takes the
+    same head-token steps (the 32-head portable band and the one-split pick stay calls of one scope): rung 15 reads
+    both scopes in each split as one stream (KernelSpec.joined_scopes), and at the production shape (topk 128 + 512,
+    one H100 call at 4ba3b9f with rung 15's joined producer at 144 registers, graph replay,
     data/explore/explore_h100_20261207-1743_joined_scopes.csv and ..._1750_joined_scopes_rule.csv) it took b16 h128
     23.21 us against wgmma_xchg's 23.69, b32 h64 25.04 against 25.03, b32 h128 30.54 against 42.99, b64 h64 34.41
     against 47.33, b64 h128 37.37 against 88.71 (FlashMLA 34.83), b128 h64 41.51, b128 h128 71.60 (67.30); below
     2**20, at b8 h64 (2**18.3) 17.55 against 16.95 and at b8 h128 and b16 h64 (2**19.3) within 0.7% of it. Until
-    this step (f0da957-4ba3b9f) calls of two scopes under 2**22 head-tokens stayed on "wgmma_xchg", when rung 15
-    ran a launch a scope and a combine at 1.4-2.0x its time. Two calls on 2**20 at 64 heads go to "wgmma_xchg"
-    unmeasured: a one-split call (b128
-    topk128, which went to "wgmma_f16" before 56c1c77) and a call of two scopes of 2048 tokens a query in all (b8);
-    no sweep has such a shape. At 17-32 heads a call of two scopes from
+    this step (f0da957-4ba3b9f) calls of two scopes under 2**22 head-tokens stayed on "wgmma_xchg", when rung 15 ran
+    a launch a scope and a combine at 1.4-2.0x its time. Two calls on 2**20 at 64 heads go to "wgmma_xchg"
+    unmeasured: a one-split call (b128 topk128, which went to "wgmma_f16" before 56c1c77) and a call of two scopes
+    of 2048 tokens a query in all (b8); no sweep has such a shape. At 17-32 heads a call of two scopes from
     H32_WS_MIN_TOKENS_SM90 tokens still runs rung 15 (unmeasured: no sweep has 32 heads with an extra scope). Any
     other GPU: :func:`portable_kernel`.
 

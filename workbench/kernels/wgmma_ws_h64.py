@@ -13,9 +13,9 @@ decode, the block's three warpgroups have unequal shares:
   (gluon_common.stage_q), while the softmax warpgroup waits for it, then O[:, 256:], rescaled by the factors,
   += P V[:, 256:];
 - the producer (PRODUCER_WARPS at PRODUCER_REGS, 4 at 128; 144 in a call of one split with an attention sink,
-  whose build spilled at 128 and took 1.2x the time: producer_regs): gathers and dequantises each 64-token tile
-  into a ring of NUM_BUFS K tiles, one tile of words in registers, dequantised and stored half a tile at a time
-  (gluon_common.produce_k_tiles_in_halves).
+  whose build spilled at 128 and took 1.2x the time, and over two scopes joined: producer_regs): gathers and
+  dequantises each 64-token tile into a ring of NUM_BUFS K tiles, one tile of words in registers, dequantised and
+  stored half a tile at a time (gluon_common.produce_range_in_halves, once a scope).
 
 Both PV wgmmas read P from shared memory (P from registers, as FlashMLA's first warpgroup does, cost more
 registers than the softmax warpgroup had: lab). q is loaded and scaled 16 heads at a time: all 64 at once are
@@ -393,7 +393,7 @@ def producer_regs(direct: bool, has_sink: bool, joined: bool = False) -> int:
     6 and 12 LDL a tile at 128, 1 at 136, 0 and 1 at 144 (sm_90 lab); at the production shape on an H100 (one call,
     data/explore/explore_h100_20261207-1743_joined_scopes.csv) 144 took b64 h128 37.37 us against 40.72 at 128 (136:
     37.95), b128 h128 71.60 against 77.89, b64 h64 34.41 against 37.83, b16 h128 23.21 against 24.23, b32 h64 25.04
-    against 26.27; 152 was 0.3-1.4 us slower than 144 with a sink (..._1751_joined_scopes_sink.csv).
+    against 26.27; 152 was 0.1-1.4 us slower than 144 with a sink (..._1751_joined_scopes_sink.csv).
     The one-split build with a sink: its f16 producer loop spills 6 LDL / 6 STL a tile at 128 (sm_90 lab), and
     on an H100 it took 106.75 us at b64 h128 topk2048 against 86.08 without the sink; at 144, 88.41
     (136: 89.39), and 35.42 -> 32.08 us at topk512, while without a sink 144 took 91.02 against 86.08 (the softmax
@@ -437,7 +437,8 @@ def launch_ws_h64_partial(*, q, cache, indices, topk_length, part_out, part_lse,
     grid = (cdiv(h, cfg.BLOCK_H), num_splits, b * s_q)
     switches = {"PF_AHEAD": prefetch_ahead(grid[0], tokens_per_split), **switches}
     # the registry passes a copy of SWITCHES, so a count equal to SWITCHES' reads as not named: an A/B that names
-    # another count keeps it, one that names 128 for a one-split call with a sink gets 144
+    # another count keeps it, one that names 128 gets producer_regs' count (144 joined, or in a one-split call with a
+    # sink), so the joined build at 128 cannot be timed from here (its rows: 4ba3b9f, before this rule)
     if switches.get("PRODUCER_REGS") == SWITCHES["PRODUCER_REGS"]:
         switches["PRODUCER_REGS"] = producer_regs(direct, attn_sink is not None, joined)
     launch(ws_h64_partial_kernel, grid, dict(**args, **constexprs, BLOCK_H=cfg.BLOCK_H,
