@@ -244,6 +244,36 @@ def test_rung_15s_f16_loops_read_little_local_memory(pf_ahead, direct):
                                                                              producer.count("STL"))
 
 
+
+@pytest.mark.parametrize("direct", [False, True], ids=["partials", "one_split"])
+@pytest.mark.parametrize("pf_ahead", [1, 2], ids=["one_head_group", "two_head_groups"])
+def test_rung_15s_joined_build_keeps_its_f16_loops_out_of_local_memory(pf_ahead, direct):
+    """Rung 15 over two scopes joined (JOINED, the extra scope in pages of 64, the producer at the 144 registers
+    wgmma_ws_h64.producer_regs gives it): the f16 pass's producer runs one loop a scope, and both stay within the
+    one-scope build's bounds (the test above); the consumers' f16 loops touch no local memory. At 128 registers
+    the two producer loops spilled 14 and 10 LDL a tile at one tile ahead (7 and 8 at two; lab), and the
+    production shape took 1.04-1.10x the time of 144 on an H100
+    (data/explore/explore_h100_20261207-1743_joined_scopes.csv)."""
+    from workbench.kernels import wgmma_ws_h64
+    from workbench.lab import sass_loops
+    regs = wgmma_ws_h64.producer_regs(direct, False, joined=True)
+    code = ("import json; from workbench.lab.resources import compiled_sass\n"
+            "print(json.dumps(compiled_sass('wgmma_ws_h64', 'sm_90', {'BLOCK_H': 64, 'BLOCK_T': 64, 'num_warps': 4},"
+            f" DIRECT={direct}, PF_AHEAD={pf_ahead}, JOINED=True, X_BS_SHIFT=6, PRODUCER_REGS={regs})))")
+    sass = json.loads(without_interpreter(code).splitlines()[-1])
+    found = [lp for lp in sass_loops.innermost(sass_loops.loops(sass)) if lp.count("HGMMA") or lp.count("LDG")]
+    f16_mma = [lp for lp in found if lp.count("HGMMA") and all(
+        ".F32 " in t and ".BF16" not in t for _, t in lp.body if sass_loops.opcode(t) == "HGMMA")]
+    # the f16 pass's producer loops: gathers and the f16 pair converts (F2FP), then the f16 dequant's HMUL2
+    producers = [lp for lp in found if not lp.count("HGMMA") and lp.count("LDG") and lp.count("F2FP")
+                 and lp.count("HMUL2")]
+    assert len(f16_mma) == 2 and len(producers) == 2, [(hex(lp.first), lp.opcodes()) for lp in found]
+    assert [(hex(lp.first), lp.count("LDL"), lp.count("STL")) for lp in f16_mma
+            if lp.count("LDL") or lp.count("STL")] == []
+    stores = 1 if pf_ahead == 1 else 4
+    assert all(lp.count("LDL") <= 5 and lp.count("STL") <= stores for lp in producers), [
+        (hex(lp.first), lp.count("LDL"), lp.count("STL")) for lp in producers]
+
 def _cta_barriers_in_called_functions(ptx: str) -> dict[str, int]:
     """Per ``.func`` of a PTX module: its ``bar.sync`` / ``barrier.sync`` with no thread count (the whole CTA's)."""
     found, name, count = {}, None, 0

@@ -389,8 +389,9 @@ def prefetch_ahead(head_groups: int, tokens_per_split: int) -> int:
 
 def producer_regs(direct: bool, has_sink: bool, joined: bool = False) -> int:
     """The producer's registers (setmaxnreg; the softmax warpgroup gets what it leaves): SWITCHES' 128, or 144 in a
-    call of one split with an attention sink, or over two scopes joined. The joined build's f16 producer loops spill
-    6 and 12 LDL a tile at 128, 1 at 136, 0 and 1 at 144 (sm_90 lab); at the production shape on an H100 (one call,
+    call of one split with an attention sink, or over two scopes joined. The joined build's f16 producer loops (one a
+    scope) spill 14 and 10 LDL a tile at 128, 1 and 4 at 136, 0 and 0 at 144 (sm_90 lab, one tile ahead; two ahead:
+    7 and 8, 1 and 9, 4 and 3); at the production shape on an H100 (one call,
     data/explore/explore_h100_20261207-1743_joined_scopes.csv) 144 took b64 h128 37.37 us against 40.72 at 128 (136:
     37.95), b128 h128 71.60 against 77.89, b64 h64 34.41 against 37.83, b16 h128 23.21 against 24.23, b32 h64 25.04
     against 26.27; 152 was 0.1-1.4 us slower than 144 with a sink (..._1751_joined_scopes_sink.csv).
