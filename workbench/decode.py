@@ -314,25 +314,22 @@ def launch_stages(spec, *, q, scopes, attn_sink, sm_scale, config, work: Workspa
     # a direct call's one partial launch writes out and lse and reads the sink: no combine follows
     part_out, part_lse = (work.out, work.lse) if work.direct else (work.part_out, work.part_lse)
     direct = dict(direct=True, attn_sink=attn_sink) if work.direct else {}
+    sink = ("attn_sink",) if work.direct else ()
     stages = []
-    if spec.joined_scopes and len(scopes) == 2:  # one partial launch whose splits read both scopes as one stream
-        ((c, ix, tl_), (xc, xix, xtl)), (split,) = scopes, work.splits
-        names = ("q",) + SCOPE_INPUTS[0] + SCOPE_INPUTS[1] + (("attn_sink",) if work.direct else ())
-        stages.append(LaunchStage(names, partial(
+    if len(scopes) == 2 and (spec.joined_scopes or spec.two_scopes):
+        # one partial launch over both scopes, so no launch waits on another: a joined_scopes kernel's splits read
+        # them as one stream (one plan); a two_scopes kernel's extra scope has splits of its own after the first's
+        ((c, ix, tl_), (xc, xix, xtl)), (split, *extra_plan) = scopes, work.splits
+        extra_splits = {} if spec.joined_scopes else dict(extra_num_splits=extra_plan[0].num_splits,
+                                                          extra_tokens_per_split=extra_plan[0].tokens_per_split)
+        stages.append(LaunchStage(("q",) + SCOPE_INPUTS[0] + SCOPE_INPUTS[1] + sink, partial(
             spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,
             split_offset=0, num_splits=split.num_splits, tokens_per_split=split.tokens_per_split, sm_scale=sm_scale,
-            config=config, extra_cache=xc, extra_indices=xix, extra_topk_length=xtl, **direct)))
-    elif spec.two_scopes and len(scopes) == 2:  # one partial launch over both scopes, so no launch waits on another
-        ((c, ix, tl_), (xc, xix, xtl)), (split, xsplit) = scopes, work.splits
-        stages.append(LaunchStage(("q",) + SCOPE_INPUTS[0] + SCOPE_INPUTS[1], partial(
-            spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,
-            split_offset=0, num_splits=split.num_splits, tokens_per_split=split.tokens_per_split, sm_scale=sm_scale,
-            config=config, extra_cache=xc, extra_indices=xix, extra_topk_length=xtl,
-            extra_num_splits=xsplit.num_splits, extra_tokens_per_split=xsplit.tokens_per_split)))
+            config=config, extra_cache=xc, extra_indices=xix, extra_topk_length=xtl, **extra_splits, **direct)))
     else:
         offset = 0
         for names, (c, ix, tl_), split in zip(SCOPE_INPUTS, scopes, work.splits):
-            stages.append(LaunchStage(("q",) + names + (("attn_sink",) if work.direct else ()), partial(
+            stages.append(LaunchStage(("q",) + names + sink, partial(
                 spec.launch, q=q, cache=c, indices=ix, topk_length=tl_, part_out=part_out, part_lse=part_lse,
                 split_offset=offset, num_splits=split.num_splits, tokens_per_split=split.tokens_per_split,
                 sm_scale=sm_scale, config=config, **direct)))
