@@ -380,10 +380,10 @@ def test_pf2_memcheck_runs_its_script_under_memcheck(tmp_path):
 
 
 @pytest.mark.parametrize("num_sms", [132], ids=["h100_h200"])
-def test_the_pf2_memcheck_case_reaches_two_tiles_ahead_and_no_catalogue_case_does(num_sms):
-    """The split plan rung 15 runs at the script's shape gives 2 head groups splits of 512 tokens or more, so the
-    launcher picks PF_AHEAD 2 (what the script then checks on the GPU); at every catalogue case and its GPU version
-    it picks 1, which is why the script exists."""
+def test_the_pf2_memcheck_cases_reach_two_tiles_ahead_and_no_catalogue_case_does(num_sms):
+    """The split plans rung 15 runs at the script's two shapes (one scope, and the joined production sizes) give 2
+    head groups splits of 512 tokens or more, so the launcher picks PF_AHEAD 2 (what the script then checks on the
+    GPU); at every catalogue case and its GPU version it picks 1, which is why the script exists."""
     import importlib.util
 
     from workbench import decode, registry
@@ -400,8 +400,10 @@ def test_the_pf2_memcheck_case_reaches_two_tiles_ahead_and_no_catalogue_case_doe
         plans = decode.spec_split_plans(rung, queries=queries, heads=heads, topks=topks, num_sms=num_sms)
         return max(wgmma_ws_h64.prefetch_ahead(-(-heads // 64), p.tokens_per_split) for p in plans)
 
-    entry = script.case_entry()
-    assert entry.id == f"{script.ENTRY}@b16-h128-k2048" and pf(entry.spec) == 2
+    for name, (entry_id, scale, joined) in script.CALLS.items():
+        entry = script.case_entry(name)
+        assert entry.id.startswith(f"{entry_id}@b{scale['batch']}-h128-") and pf(entry.spec) == 2, name
+        assert bool(entry.spec.get("extra_topk")) == joined, name
     for e in catalogue.CATALOGUE:
         for c in (e, e.scaled()):
             if c is not None:
