@@ -27,8 +27,9 @@
 #   sanitizer case; SANITIZE_ARGS adds arguments to each `check --sanitize` (e.g. "--case ID --combine serial") and
 #   SANITIZER_FLAGS to each compute-sanitizer, both named in the log's file name (<tool>_<impl>_case-ID_...log);
 #   WS_PROBES=1 runs scripts/ws_protocol_probe.py's variants under racecheck (racecheck_probe_<variant>.log);
-#   PF2_MEMCHECK=1 runs scripts/memcheck_pf2.py under memcheck (sanitizer_wgmma_ws_h64_pf2.log: rung 15's build for
-#   two head groups and long splits, which no catalogue case reaches);
+#   PF2_MEMCHECK=1 runs scripts/memcheck_pf2.py under memcheck (sanitizer_wgmma_ws_h64_pf2.log: rung 15's builds for
+#   two head groups and long splits, one scope and the two joined at the production shape's sizes, which no
+#   catalogue case reaches);
 #   every log starts with its command and ends with "# exit <status>" (124: timed out);
 #   NCU="impl=JSON-config ..." profiles each impl once at b64 h16 topk2048 (NCU_HEADS, NCU_BATCH, NCU_TOPK to change
 #   the shape; a batch or topk changed is named in the file: ncu_<impl>_h<heads>_b<batch>_k<topk>.txt): its partial
