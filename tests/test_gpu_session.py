@@ -379,19 +379,49 @@ def test_pf2_memcheck_runs_its_script_under_memcheck(tmp_path):
     assert (out / "sanitizer_wgmma_ws_h64_pf2.log").read_text().startswith("# compute-sanitizer --tool memcheck")
 
 
+def _memcheck_pf2_script():
+    import importlib.util
+    spec_ = importlib.util.spec_from_file_location("memcheck_pf2", ROOT / "scripts" / "memcheck_pf2.py")
+    script = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(script)
+    return script
+
+
+@pytest.mark.parametrize("joined_launch", [True, False], ids=["joined_launch", "per_scope_launches"])
+def test_the_pf2_memcheck_script_fails_a_joined_call_that_ran_no_joined_launch(monkeypatch, capsys, joined_launch):
+    """The script records what rung 15's launcher hands to ``launch`` (grid, PF_AHEAD, JOINED), and fails its
+    ``joined`` call unless a launch there ran at PF_AHEAD 2 with JOINED: a decode that went back to a launch per
+    scope would run memcheck over a build the production sweep no longer times. (The GPU half, the call itself,
+    is ``run_sanitizer_case``'s, stood in for here.)"""
+    from workbench import gpu_check
+    from workbench.kernels import wgmma_ws_h64
+    script = _memcheck_pf2_script()
+    launched = []
+
+    def inner(kernel, grid, args):
+        launched.append(args)
+    monkeypatch.setattr(wgmma_ws_h64, "launch", inner)
+
+    def call(impl, entry):
+        joined = bool(entry.spec.get("extra_topk")) and joined_launch
+        wgmma_ws_h64.launch(None, (2, 1, entry.spec["batch"]), dict(PF_AHEAD=2, JOINED=joined))
+    monkeypatch.setattr(gpu_check, "run_sanitizer_case", call)
+    assert script.main(["one-scope"]) == 0
+    assert script.main(["joined"]) == (0 if joined_launch else 1)
+    assert len(launched) == 2 and wgmma_ws_h64.launch is inner  # each launch passed on, the launcher put back
+    assert ("no launch ran at PF_AHEAD 2 joined" in capsys.readouterr().err) != joined_launch
+    assert script.main(["two-scopes"]) == 2
+
+
 @pytest.mark.parametrize("num_sms", [132], ids=["h100_h200"])
 def test_the_pf2_memcheck_cases_reach_two_tiles_ahead_and_no_catalogue_case_does(num_sms):
     """The split plans rung 15 runs at the script's two shapes (one scope, and the joined production sizes) give 2
     head groups splits of 512 tokens or more, so the launcher picks PF_AHEAD 2 (what the script then checks on the
     GPU); at every catalogue case and its GPU version it picks 1, which is why the script exists."""
-    import importlib.util
-
     from workbench import decode, registry
     from workbench.format import cases as catalogue
     from workbench.kernels import wgmma_ws_h64
-    spec_ = importlib.util.spec_from_file_location("memcheck_pf2", ROOT / "scripts" / "memcheck_pf2.py")
-    script = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(script)
+    script = _memcheck_pf2_script()
     rung = registry.get("wgmma_ws_h64")
 
     def pf(s):
