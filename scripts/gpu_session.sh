@@ -19,7 +19,9 @@
 #   under `timeout ${GPU_TEST_TIMEOUT:-540}` (exit 124), so a kernel that hangs fails the step, not the whole call;
 #   GPU_TESTS="tests/test_a.py ..." limits that step to those files (default: tests);
 #   CHECK_IMPLS="a b" limits the correctness table to those kernels (and any "auto" named); CHECK_JOBS=N checks
-#   them in N processes at once (the check is bound by one core's compiling) and merges their rows into one table;
+#   them in N processes at once (the check is bound by one core's compiling) and merges their rows into one table:
+#   the kernels are dealt to min(N, kernels) groups, and with more processes than kernels each group's cases are
+#   split among N // groups of them (`check --shard I/N`), so one slow kernel's check no longer sets the time;
 #   SANITIZE_IMPLS="a b" limits compute-sanitizer to those kernels (default: every checked kernel; not "auto",
 #   which is refused with a line, as check --sanitize takes kernels);
 #   BUNDLE=1 writes every file into one archive, $OUT/bundle.tgz, at exit (the device tool returns at most 8 files);
@@ -174,16 +176,22 @@ CHECK_IMPLS="${CHECK_IMPLS:-${NOT_HERE:+$HERE_IMPLS}}"  # off Hopper: the kernel
 rc=0
 # --force on check and bench: $OUT collects every step's files, and tee has made each step's log there first
 if [ "${SKIP_CHECK:-0}" != 1 ] && [ "${CHECK_JOBS:-1}" -gt 1 ]; then
-  # the check is compile-bound (one core): CHECK_JOBS processes, each with every CHECK_JOBS-th kernel (auto with the
-  # first), then one table of all their rows (correctness_<gpu>.csv, as one process writes it)
+  # the check is compile-bound (one core): CHECK_JOBS processes, the kernels dealt to `groups` of them, each group's
+  # cases split `shards` ways (rung 15's had reached 32 of 35 catalogue cases after 149 s when a 170-s call ended,
+  # auto's whole check took 69: data/explore/explore_h100_20261207-2227_head_check_partial.log), then one table of
+  # all their rows (correctness_<gpu>.csv, as one process writes it)
   impls=(${CHECK_IMPLS:-${HERE_IMPLS:-$(python3 -c "from workbench.gpu_check import case_impls; print(*case_impls())")}})
+  groups=$(( CHECK_JOBS < ${#impls[@]} ? CHECK_JOBS : ${#impls[@]} )); groups=$(( groups > 0 ? groups : 1 ))
+  shards=$(( CHECK_JOBS / groups ))
   pids=()
-  for ((j = 0; j < CHECK_JOBS; j++)); do
-    part=(); for ((i = j; i < ${#impls[@]}; i += CHECK_JOBS)); do part+=("${impls[i]}"); done
-    [ ${#part[@]} -eq 0 ] && continue
-    python3 -m workbench check --out "$OUT/check_part$j" --force --name "correctness_$GPU_TAG.csv" \
-      --impls "${part[@]}" > "$OUT/check_part$j.log" 2>&1 &
-    pids+=($!)
+  for ((g = 0; g < groups; g++)); do
+    part=(); for ((i = g; i < ${#impls[@]}; i += groups)); do part+=("${impls[i]}"); done
+    for ((k = 0; k < shards; k++)); do
+      j=$((g * shards + k)); shard=(); [ "$shards" -gt 1 ] && shard=(--shard "$k/$shards")
+      python3 -m workbench check --out "$OUT/check_part$j" --force --name "correctness_$GPU_TAG.csv" \
+        --impls "${part[@]}" ${shard[@]+"${shard[@]}"} > "$OUT/check_part$j.log" 2>&1 &
+      pids+=($!)
+    done
   done
   for pid in "${pids[@]}"; do wait "$pid"; rc=$((rc | $?)); done
   tail -n 3 "$OUT"/check_part*.log
@@ -199,6 +207,9 @@ frames = [pd.read_csv(p) for p in done + [c for c in cut if c.endswith(".csv")]]
 if not frames:
     sys.exit(f"{name}: no check process wrote a row ({len(cut)} cut short)")
 table = pd.concat(frames, ignore_index=True)
+from workbench.gpu_check import CHECKS  # noqa: E402 - the order one process writes (shards interleave a check's rows)
+table = table.sort_values("check", key=lambda c: c.map(lambda v: CHECKS.index(v) if v in CHECKS else len(CHECKS)),
+                          kind="stable")
 # the whole table's name only when every process finished: a cut-short run's rows stay a .partial.csv
 target = f"{out}/{name}.csv" if not cut else f"{out}/{name}.partial.csv"
 table.to_csv(target, index=False)

@@ -209,6 +209,24 @@ def test_session_on_an_h200_checks_every_kernel_under_the_old_names(tmp_path):
     assert sorted(checked) == sorted([*ANY_GPU, *SM90_ONLY, "auto"])
 
 
+@pytest.mark.parametrize("jobs, shards", [("2", None), ("7", 2)], ids=["2-jobs", "7-jobs"])
+def test_check_jobs_beyond_the_kernels_split_each_kernels_cases(tmp_path, jobs, shards):
+    """CHECK_JOBS=N over 3 kernels: N // 3 processes share each kernel's cases (check --shard; of 7 jobs, 6 run);
+    with fewer jobs than kernels, the kernels are dealt out whole, as before. One merged table holds every
+    process's rows."""
+    kernels = ("wgmma_ws_h64", "auto", "wgmma_xchg")
+    _, calls, out = _run_session(tmp_path, "NVIDIA H200:90", SKIP_SANITIZE="1", SKIP_BENCH="1", CHECK_JOBS=jobs,
+                                 CHECK_IMPLS=" ".join(kernels))
+    parts = [c.split("--impls ")[1].split() for c in calls if c.startswith("python3 -m workbench check ")]
+    if shards is None:
+        assert len(parts) == 2 and "--shard" not in " ".join(map(" ".join, parts))
+        assert sorted(k for p in parts for k in p) == sorted(kernels)
+    else:
+        assert sorted(parts) == sorted([k, "--shard", f"{s}/{shards}"] for k in kernels for s in range(shards))
+    merged = (out / "correctness_h200.csv").read_text().splitlines()
+    assert len(merged) == 1 + len(parts), "the fake check writes one row a process"
+
+
 @pytest.mark.parametrize("hangs", [False, True], ids=["checks", "check-hangs"])
 def test_cluster_probe_checks_first_and_times_only_if_the_check_ended(tmp_path, hangs):
     """CLUSTER_PROBE=1: the probe's check alone under a short timeout, then check and time into $OUT's table; a check

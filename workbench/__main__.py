@@ -62,6 +62,9 @@ def _out_dir(a, label: str) -> Path:
 
 def _cmd_check(a):
     from .format.cases import SANITIZER
+    if a.sanitize and a.shard:
+        print("check: --shard splits the table's cases; --sanitize runs one case", file=sys.stderr)
+        return 2
     if not a.sanitize and (a.case != SANITIZER or a.combine != "rule"):
         print("check: --case and --combine choose the case of --sanitize; give --sanitize KERNEL", file=sys.stderr)
         return 2
@@ -78,7 +81,7 @@ def _cmd_check(a):
         return 0
     out = _out_dir(a, "check")
     partial = partial_writer(out, a.name)  # what was checked so far, if the run is cut short
-    csv = write_table(run_checks(impls=a.impls, on_rows=partial), out, a.name)
+    csv = write_table(run_checks(impls=a.impls, on_rows=partial, shard=a.shard), out, a.name)
     partial.path.unlink(missing_ok=True)
     df = pd.read_csv(csv)
     bad = df[df["passed"] != True]  # noqa: E712
@@ -138,6 +141,16 @@ def _cmd_resources(a):
         df = sweep_to_csv(arch=a.arch, kernel=a.kernel, csv=a.csv, progress=not a.no_progress)
     print(_resource_table(df))
     return 0
+
+
+def _shard(text: str) -> tuple[int, int]:
+    """'1/3' -> (1, 3), for check --shard; argparse turns the ValueError into a one-line usage error."""
+    from .gpu_check import check_shard
+    try:
+        i, n = text.split("/")
+        return check_shard((int(i), int(n)))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected I/N with 0 <= I < N, e.g. 0/3; got {text!r}") from e
 
 
 def gpu_slug(name: str) -> str:
@@ -254,6 +267,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--case", default=SANITIZER, choices=[e.id for e in catalogue()] + scaled_ids(), metavar="CASE_ID",
                    help=f"with --sanitize: the catalogue entry to run, or an entry's GPU version (<id>@<label>, "
                         f"e.g. one of 128 heads) (default {SANITIZER})")
+    c.add_argument("--shard", type=_shard, default=None, metavar="I/N",
+                   help="check only the I-th of N interleaved parts of the cases (0 <= I < N), so that N processes "
+                        "share one kernel's check; the N tables' rows together are the whole table's")
     c.add_argument("--combine", default="rule", choices=("rule", "pdl", "serial"),
                    help="with --sanitize: launch the combine by decode's rule, always as a programmatic "
                         "dependent, or as an ordinary launch")

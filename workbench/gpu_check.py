@@ -17,6 +17,7 @@ reference, the same ``compare``), ``flashmla_reason`` (why it did not run; empty
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -266,25 +267,48 @@ def write_table(rows: list[dict], out_dir: str | Path, name: str = TABLE_NAME) -
     return csv
 
 
-def run_checks(device="cuda", progress=True, impls=None, on_rows=None) -> list[dict]:
+def run_checks(device="cuda", progress=True, impls=None, on_rows=None, shard: tuple[int, int] | None = None
+               ) -> list[dict]:
     """Every check's rows, as run (``write_table`` orders them and adds the provenance); ``impls``: only these
     (default: ``case_impls()``, every kernel and "auto"); ``on_rows(rows)``: called with the rows so far after
-    each case, so a run cut short (a device call's time limit) still leaves what it checked."""
+    each case, so a run cut short (a device call's time limit) still leaves what it checked.
+
+    ``shard=(i, n)``: only the i-th of n interleaved parts of the work (the golden cases, the catalogue's cases,
+    then each kernel's bitwise case, dealt out in that order), so that n processes check one kernel at once; the
+    n parts' rows together are the whole run's."""
     from tqdm.auto import tqdm
+    i_shard, n_shards = check_shard(shard)
     rows = []
+    unit = itertools.count()
+
+    def mine() -> bool:  # the next unit of work is this shard's
+        return next(unit) % n_shards == i_shard
 
     def add(new):
         rows.extend(new)
         if on_rows is not None:
             on_rows(rows)
-    for name in tqdm(golden_names(), desc="golden", disable=not progress):
+    for name in tqdm([n for n in golden_names() if mine()], desc="golden", disable=not progress):
         add(golden_rows(name, impls=impls, device=device))
-    for i, entry in enumerate(tqdm(gpu_cases(), desc="catalogue", disable=not progress)):
+    cases = [(i, e) for i, e in enumerate(gpu_cases()) if mine()]
+    for i, entry in tqdm(cases, desc="catalogue", disable=not progress):
         add(case_rows(entry, i, impls=impls, device=device))
-    bitwise_case = catalogue.get(catalogue.BITWISE).build(device=device)
-    for impl in [i for i in (impls or checked_impls()) if i in checked_impls()]:
-        add(bitwise_rows(impl, device, bitwise_case))
+    bitwise = [i for i in (impls or checked_impls()) if i in checked_impls() and mine()]
+    if bitwise:
+        bitwise_case = catalogue.get(catalogue.BITWISE).build(device=device)
+        for impl in bitwise:
+            add(bitwise_rows(impl, device, bitwise_case))
     return rows
+
+
+def check_shard(shard) -> tuple[int, int]:
+    """``shard`` as (i, n) with 0 <= i < n (None: the whole run, (0, 1)); ValueError otherwise."""
+    if shard is None:
+        return 0, 1
+    i, n = (int(v) for v in shard)
+    if not 0 <= i < n:
+        raise ValueError(f"shard: expected (i, n) with 0 <= i < n; got {tuple(shard)}")
+    return i, n
 
 
 def partial_writer(out_dir: str | Path, name: str = TABLE_NAME):
