@@ -17,7 +17,6 @@ reference, the same ``compare``), ``flashmla_reason`` (why it did not run; empty
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -278,23 +277,24 @@ def run_checks(device="cuda", progress=True, impls=None, on_rows=None, shard: tu
     n parts' rows together are the whole run's."""
     from tqdm.auto import tqdm
     i_shard, n_shards = check_shard(shard)
-    rows = []
-    unit = itertools.count()
+    # every unit of work in run order; shard i takes every n-th of them from the i-th on
+    units = [*(("golden", n) for n in golden_names()), *(("case", c) for c in enumerate(gpu_cases())),
+             *(("bitwise", i) for i in (impls or checked_impls()) if i in checked_impls())]
+    mine = units[i_shard::n_shards]
 
-    def mine() -> bool:  # the next unit of work is this shard's
-        return next(unit) % n_shards == i_shard
+    def of(kind):
+        return [u for k, u in mine if k == kind]
+    rows = []
 
     def add(new):
         rows.extend(new)
         if on_rows is not None:
             on_rows(rows)
-    for name in tqdm([n for n in golden_names() if mine()], desc="golden", disable=not progress):
+    for name in tqdm(of("golden"), desc="golden", disable=not progress):
         add(golden_rows(name, impls=impls, device=device))
-    cases = [(i, e) for i, e in enumerate(gpu_cases()) if mine()]
-    for i, entry in tqdm(cases, desc="catalogue", disable=not progress):
+    for i, entry in tqdm(of("case"), desc="catalogue", disable=not progress):
         add(case_rows(entry, i, impls=impls, device=device))
-    bitwise = [i for i in (impls or checked_impls()) if i in checked_impls() and mine()]
-    if bitwise:
+    if bitwise := of("bitwise"):
         bitwise_case = catalogue.get(catalogue.BITWISE).build(device=device)
         for impl in bitwise:
             add(bitwise_rows(impl, device, bitwise_case))
