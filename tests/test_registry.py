@@ -115,19 +115,26 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=16, tokens=4 * 2048) == "wgmma_xchg"
     assert registry.resolve("auto", "cuda", heads=16, tokens=4 * 2048 + 1) == "wgmma_f16"
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 640) == "wgmma_f16"  # its tokens in one scope
-    # ... with two scopes (the production shape, b64 topk 128 + extra 512) the two-block rung from 2**15 tokens,
-    # below wgmma_ws's start (production sweep at 1c42267: b64 28.59 us against wgmma_f16's 30.89, b32 20.07
-    # against 16.42)
-    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 640, queries=64, scopes=2) == "wgmma_f16_2cta"
-    assert registry.resolve("auto", "cuda", heads=16, tokens=1 << 15, queries=52, scopes=2) == "wgmma_f16_2cta"
+    # ... with two scopes (the production shape, topk 128 + extra 512) rung 15 from 2**15 tokens, at any size above,
+    # as it reads both scopes as one stream (production sweep at 90799f7: b64 26.93 us against the two-block rung's
+    # 28.04, b128 38.15 against wgmma_ws's 45.27; b32 19.24 against wgmma_f16's 16.04)
+    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 640, queries=64, scopes=2) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=1 << 15, queries=52, scopes=2) == "wgmma_ws_h64"
     assert registry.resolve("auto", "cuda", heads=16, tokens=(1 << 15) - 1, queries=52, scopes=2) == "wgmma_f16"
-    # ... only for rows of fewer than 1024 tokens a query, as measured (640), and only where the queries are known
+    assert registry.resolve("auto", "cuda", heads=16, tokens=128 * 640, queries=128, scopes=2) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=132 * 640, queries=132, scopes=2) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=1 << 24, queries=1 << 15, scopes=2) == "wgmma_ws_h64"
+    # ... only for rows of fewer than 1024 tokens a query, as measured (640), and only where the queries are known;
+    # long rows keep the one-scope steps (wgmma_f16, then wgmma_ws from 65536 tokens)
     assert registry.resolve("auto", "cuda", heads=16, tokens=32 * 1024, queries=32, scopes=2) == "wgmma_f16"
     assert registry.resolve("auto", "cuda", heads=16, tokens=16 * 2560, queries=16, scopes=2) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2560, queries=64, scopes=2) == "wgmma_ws"
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 640, scopes=2) == "wgmma_f16"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=128 * 640, scopes=2) == "wgmma_ws"
     assert registry.resolve("auto", "cuda", heads=16, tokens=32 * 640, queries=32, scopes=2) == "wgmma_f16"
-    assert registry.resolve("auto", "cuda", heads=16, tokens=128 * 640, queries=128, scopes=2) == "wgmma_ws"
-    assert registry.resolve("auto", "cuda", heads=8, tokens=64 * 640, queries=64, scopes=2) == "wgmma_f16_2cta"
+    assert registry.resolve("auto", "cuda", heads=16, tokens=128 * 640, queries=128) == "wgmma_ws"  # one scope
+    assert registry.resolve("auto", "cuda", heads=8, tokens=64 * 640, queries=64, scopes=2) == "wgmma_ws_h64"
+    assert registry.resolve("auto", "cuda", heads=1, tokens=4 * 2048 + 1, queries=64, scopes=2) == "wgmma_f16"
     assert registry.resolve("auto", "cuda", heads=16, tokens=32 * 2048 - 1) == "wgmma_f16"
     assert registry.resolve("auto", "cuda", heads=16, tokens=32 * 2048) == "wgmma_ws"  # from 65536 tokens up
     assert registry.resolve("auto", "cuda", heads=16, tokens=64 * 2048) == "wgmma_ws"
@@ -161,7 +168,7 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
         assert registry.resolve("auto", "cuda", heads=h, tokens=4095) == "wgmma_f16_2cta", h
         assert registry.resolve("auto", "cuda", heads=h, tokens=4096) == "wgmma_xchg", h
         assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 1024 - 1) == "wgmma_xchg", h
-        assert registry.resolve("auto", "cuda", heads=h, tokens=2 * 2048, queries=2) == "portable_ws_h32f", h  # 2**18
+        assert registry.resolve("auto", "cuda", heads=h, tokens=2 * 2048, queries=2) == "portable_ws_h32p", h  # 2**18
         assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 512, queries=8) == "wgmma_xchg", h  # 512 a query
         assert registry.resolve("auto", "cuda", heads=h, tokens=2 * 2048) == "wgmma_xchg", h  # queries unknown
         assert registry.resolve("auto", "cuda", heads=h, tokens=8 * 1024) == "portable_ws_h32f", h
@@ -174,8 +181,12 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=64, tokens=4096) == "wgmma_f16_2cta"  # 2**18, queries unknown
     assert registry.resolve("auto", "cuda", heads=64, tokens=4097) == "wgmma_xchg"
     assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 1024 - 1) == "wgmma_xchg"
-    # ... and from 2**18 for calls of 2048 tokens a query or more (known queries; an extra scope counts its tokens)
-    assert registry.resolve("auto", "cuda", heads=64, tokens=2 * 2048, queries=2) == "portable_ws_h32f"  # b2 topk2048
+    # ... and from 2**18 for calls of 2048 tokens a query or more (known queries; an extra scope counts its tokens),
+    # rung 25 below 2**19 (b1 h128 topk2048: 0.925-0.996x rung 26's time in all 15 H100 crossovers since 2026-12-05;
+    # b2 h64 topk2048: 0.977-0.995x in 14 of them), rung 26 from 2**19
+    assert registry.resolve("auto", "cuda", heads=64, tokens=2 * 2048, queries=2) == "portable_ws_h32p"  # b2 topk2048
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4 * 2048 - 1, queries=2) == "portable_ws_h32p"
+    assert registry.resolve("auto", "cuda", heads=64, tokens=4 * 2048, queries=2) == "portable_ws_h32f"  # 2**19
     # ... for calls of one scope: with an extra scope the portable rungs launch a scope at a time (production b8
     # h128 topk 128 + extra 512 at c8e518c: 27.5 us against wgmma_xchg's 18.8 at dcff189)
     assert registry.resolve("auto", "cuda", heads=64, tokens=2 * 2048, queries=2, scopes=2) == "wgmma_xchg"
@@ -183,9 +194,9 @@ def test_auto_picks_by_device_and_call_size(monkeypatch):
     assert registry.resolve("auto", "cuda", heads=128, tokens=8 * 640, queries=8) == "portable_ws_h32f"
     assert registry.resolve("auto", "cuda", heads=128, tokens=2 * 2048 - 1, queries=2) == "wgmma_xchg"
     assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 512, queries=8) == "wgmma_f16_2cta"  # b8 topk512
-    assert registry.resolve("auto", "cuda", heads=128, tokens=2048, queries=1) == "portable_ws_h32f"  # b1 topk2048
+    assert registry.resolve("auto", "cuda", heads=128, tokens=2048, queries=1) == "portable_ws_h32p"  # b1 topk2048
     assert registry.resolve("auto", "cuda", heads=128, tokens=4 * 512, queries=4) == "wgmma_f16_2cta"  # 2**18 itself
-    assert registry.resolve("auto", "cuda", heads=128, tokens=2048, queries=1) == "portable_ws_h32f"  # long rows
+    assert registry.resolve("auto", "cuda", heads=128, tokens=2048, queries=1) == "portable_ws_h32p"  # long rows
     assert registry.resolve("auto", "cuda", heads=64, tokens=1024, queries=1) == "wgmma_f16_2cta"  # below 2**18
     assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 1024) == "portable_ws_h32f"  # 2**19 head-tokens
     assert registry.resolve("auto", "cuda", heads=64, tokens=8 * 2048 - 1) == "portable_ws_h32f"
@@ -306,13 +317,13 @@ def test_auto_portable_provider_records_what_auto_runs_without_wgmma():
 
 # the sweeps auto_kernel's (sm_90) and portable_kernel's (sm_120) docstrings cite for the rule as it stands, and the
 # margins they claim
-RULE_TABLES = {"sm_90": ("bench_h100_80gb_hbm3_20261207-1403_crossover.csv",
-                         "bench_h100_80gb_hbm3_20261207-1404_heads.csv"),
+RULE_TABLES = {"sm_90": ("bench_h100_80gb_hbm3_20261208-0018_crossover.csv",
+                         "bench_h100_80gb_hbm3_20261208-0019_heads.csv"),
                "sm_120": ("bench_h200_20261205-1812_crossover.csv", "bench_h200_20261205-1815_heads.csv")}
 # (batch, heads, topk): the pick's time over the fastest Hopper rung's where over 2% in either table
-# (docs/decisions.md): none at e44d2e2 under this rule (b8 h64 topk512, 2.9% under the rule before, now picks the
-# fastest, wgmma_f16_2cta); b8 h48 topk2048, 2.0% at cc49d4c, is within it
-HOPPER_MARGINS = {}
+# (docs/decisions.md): b4 h128 topk2048 at 90799f7, wgmma_xchg 21.73 us against rung 15's 21.20 (1.8% at e44d2e2);
+# b1 h128 topk2048, 4.5% there under the rule before (rung 26 against rung 25), is rung 25's own time
+HOPPER_MARGINS = {(4, 128, 2048): 1.025}
 # (batch, heads, topk): the pick's time over the fastest portable rung's where over 0.5% in either table
 # (docs/decisions.md)
 PORTABLE_MARGINS = {(1, 64, 2048): 1.019, (1, 128, 2048): 1.006, (4, 64, 512): 1.007, (4, 128, 512): 1.008,
@@ -366,24 +377,26 @@ def test_the_rule_is_within_its_documented_margin_in_the_tables_it_cites(arch, t
     assert all(m > DEFAULT_MARGINS[arch] for m in margins.values()), margins  # no entry a stale one
 
 
-PRODUCTION_TABLE = "bench_h100_80gb_hbm3_20261207-0033_production.csv"  # auto_kernel's 16-head two-scope band
-# the same sweep again at 8fa7f5d, with the band in auto's rule: a second run it must hold in (auto 28.81 us at b64),
-# and at e44d2e2 (kernel hash 05a692ccfbbd): a third
-PRODUCTION_TABLES = (PRODUCTION_TABLE, "bench_h100_80gb_hbm3_20261207-0300_production.csv",
-                     "bench_h100_80gb_hbm3_20261207-1400_production.csv")
+PRODUCTION_TABLE = "bench_h100_80gb_hbm3_20261208-0022_production.csv"  # every rung by name at 16, 64 and 128 heads
+# (heads, batch): the pick's time over the fastest Hopper rung's where over 3%: b1 and b4 h16, 8.4-8.7 us calls of
+# 8192 tokens at most, where wgmma_xchg and wgmma_f16 trade places run to run (wgmma_f16 0.960-1.042x wgmma_xchg's
+# time at b1-b8 h16 in the six H100 production tables since 2026-12-07)
+PRODUCTION_MARGINS = {(16, 1): 1.031, (16, 4): 1.043}
 
 
-@pytest.mark.parametrize("table", PRODUCTION_TABLES, ids=["cited_0033", "at_the_band_0300", "at_e44d2e2_1400"])
-def test_the_16_head_two_scope_rule_is_within_2_percent_in_the_production_tables(table):
-    """At 16 heads the production sweep times every Hopper rung by name on calls of two scopes (topk 128 + extra 512,
-    b1-b132): the sm_90 rule's pick is within 2% of the fastest there, which the two-block band
-    (TWO_BLOCK_MIN_TOKENS_H16_TWO_SCOPES) makes true at b64, in the table the docstring cites (the band's evidence)
-    and in the sweep run again once the band was in the rule."""
+def test_the_two_scope_rule_is_within_3_percent_in_the_production_table():
+    """The production sweep times every Hopper rung by name on calls of two scopes (topk 128 + extra 512, b1-b132,
+    16, 64 and 128 heads): the sm_90 rule's pick is within 3% of the fastest there, but where PRODUCTION_MARGINS says
+    (each needed: over 3%), in the table the docstring cites. The step this holds up is rung 15 at 16 heads from
+    JOINED_MIN_TOKENS_H16 (b64: 26.93 us against the two-block rung's 28.04; b128 38.15 against wgmma_ws's 45.27)."""
     assert PRODUCTION_TABLE in registry.auto_kernel.__doc__
-    ratios = {b: r for (a, b, h, k), r in _pick_ratios(table).items() if a == "sm_90" and h == 16}
-    assert sorted(ratios) == [1, 2, 4, 8, 16, 32, 64, 128, 132]
-    for b, ratio in ratios.items():
-        assert ratio <= 1.02, (b, ratio)
+    ratios = {(h, b): r for (a, b, h, k), r in _pick_ratios(PRODUCTION_TABLE).items() if a == "sm_90"}
+    assert sorted({h for h, _ in ratios}) == [16, 64, 128]
+    assert sorted(b for h, b in ratios if h == 16) == [1, 2, 4, 8, 16, 32, 64, 128, 132]
+    for key, ratio in ratios.items():
+        assert ratio <= PRODUCTION_MARGINS.get(key, 1.03), (key, ratio)
+    assert all(ratios[key] > 1.03 for key in PRODUCTION_MARGINS), PRODUCTION_MARGINS  # no entry a stale one
+    assert max(ratios[16, b] for b in (64, 128, 132)) <= 1.0 + 1e-9  # rung 15 the fastest where the step sends it
 
 
 def test_every_margin_listed_is_needed():

@@ -53,14 +53,15 @@ ONE_SPLIT_MIN_QUERIES_SM90 = 89     # 17-64 heads: from 89 queries a 64-head blo
                                     # (data/bench_h200_20261204-1125_crossover.csv)
 HEAD_BLOCK = 64                      # 33-63 heads run as one 64-head block, so auto counts them as 64
 WS_MIN_TOKENS_H16 = 65536            # <= 16 heads: from b32 topk2048 the warp-specialised kernel wins
-TWO_BLOCK_MIN_TOKENS_H16_TWO_SCOPES = 1 << 15  # <= 16 heads, a call of two scopes, below WS_MIN_TOKENS_H16: from
-                                     # here the two-block rung (production b64 h16 topk 128 + extra 512, 40,960
-                                     # tokens: 28.59 us against wgmma_f16's 30.89 on the H100 at 1c42267; wgmma_f16
-                                     # 5.6-9.2% slower in every H100 ladder since 2026-12-05 21:38, 12-25% in every
-                                     # H200 one since 2026-12-04 13:19; at b32, 20,480 tokens, 20.07 against 16.42)
-TWO_BLOCK_MAX_TOPK_H16_TWO_SCOPES = 1024  # ... for calls of fewer tokens a query than this on average (the shape
-                                          # measured has 640): a two-scope call of long rows is untimed, and in one
-                                          # scope at 32,768 tokens (b64 topk512) the two-block rung was 17-19% slower
+JOINED_MIN_TOKENS_H16 = 1 << 15       # <= 16 heads, a call of two scopes: from here rung 15 (one padded 64-head
+                                     # block reading both scopes as one stream), at any size above (production b64
+                                     # h16, topk 128 + extra 512, 40,960 tokens: 26.93 us against the two-block
+                                     # rung's 28.04, b128 38.15 against wgmma_ws's 45.27, b132 38.69 against 45.30,
+                                     # on the H100 at 90799f7; at b32, 20,480 tokens, 19.24 against wgmma_f16's 16.04)
+JOINED_MAX_TOPK_H16 = 1024           # ... for calls of fewer tokens a query than this on average (the shape
+                                     # measured has 640): a two-scope call of long rows at 16 heads is untimed, and in
+                                     # one scope rung 15 trails wgmma_ws there (b256 h16 topk2048: 169.7 us
+                                     # against 163.0 in the same H100 crossover)
 XCHG_MAX_TOKENS_H16 = 8192           # <= 16 heads (one 16-head group): up to b4 topk2048 the bf16 rung wins
 TWO_BLOCK_BELOW_HEAD_TOKENS = 1 << 18  # >= 33 heads: below b8 topk512 at h64, b4 topk512 at h128
 XCHG_MAX_HEAD_TOKENS = 1 << 20       # >= 33 heads: up to b8 topk2048 and b32 topk512 at h64, b4 topk2048 and b16
@@ -74,6 +75,9 @@ H32_BAND_MIN_HEAD_TOKENS_SM90 = 1 << 19  # >= 33 heads, below XCHG_MAX_HEAD_TOKE
                                          # (rung 25: 6.4-14.2%) and of the A/B at 875fc90
 H32_BAND_MIN_TOPK_SM90 = 2048  # ... and at 2**18 with 2048 tokens a query (b2 h64, b1 h128 topk2048: rung 25 6-7.4%
                                # at dcff189), not with 512 (b8 h64, b4 h128 topk512: wgmma_xchg 4-8% faster)
+                               # There rung 25 (portable_ws_h32p) itself, below 2**19: it beat rung 26 at b1 h128
+                               # topk2048 in all 15 H100 crossovers since 2026-12-05 (0.925-0.996x its time) and
+                               # at b2 h64 topk2048 in 14 (0.977-0.995x; 1.12x in the first, 2026-12-05 16:16)
 PORTABLE_WS_BELOW_HEAD_TOKENS = 1 << 18  # off Hopper, > 32 heads: below b8 topk512 (b2 topk2048) at h64, b4 topk512
                                          # at h128; then the 32-head groups (rung 25 first: the crossover at dcff189)
 PORTABLE_H32P_BELOW_HEAD_TOKENS = 1 << 19  # off Hopper, > 32 heads: below b4 topk2048 (b16 topk512) at h64 the 32-head
@@ -101,18 +105,20 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
 
     On sm_90: at <= 16 heads (padded to one 16-head group) "wgmma_xchg" up to XCHG_MAX_TOKENS_H16 tokens,
     "wgmma_ws" from WS_MIN_TOKENS_H16, "wgmma_f16" between, except for a call
-    of two scopes from TWO_BLOCK_MIN_TOKENS_H16_TWO_SCOPES with fewer than TWO_BLOCK_MAX_TOPK_H16_TWO_SCOPES tokens a
-    query (queries known), which runs "wgmma_f16_2cta" (the production sweep at 1c42267,
-    data/bench_h100_80gb_hbm3_20261207-0033_production.csv: the one two-scope batch in that band, b64: 28.59 us
-    against wgmma_f16's 30.89; b33-b51 are not timed, so the band's start is placed between b32 and b64). At 17-32
+    of two scopes from JOINED_MIN_TOKENS_H16 with fewer than JOINED_MAX_TOPK_H16 tokens a query (queries known),
+    which runs "wgmma_ws_h64": rung 15 reads both scopes as one stream, where the others launch a scope at a time
+    and combine (the production sweep at 90799f7, data/bench_h100_80gb_hbm3_20261208-0022_production.csv, every rung
+    by name: b64 h16 26.93 us against the two-block rung's 28.04, which the rule ran there from 1c42267 until this
+    step, b128 38.15 against wgmma_ws's 45.27, FlashMLA 49.13; b33-b51 are not timed, so the start is placed between
+    b32 and b64, and calls above b132 are the same kernel on more programs, not a measured pick). At 17-32
     heads "wgmma_ws_h64" from H32_WS_MIN_TOKENS_SM90 tokens, "wgmma_f16" for a one-split call (from
     ONE_SPLIT_MIN_QUERIES_SM90 queries) below it, else "wgmma_f16_2cta" up to TWO_BLOCK_MAX_TOKENS_H64 tokens,
     "portable_ws_h32t" (one 32-head block, mma.sync) from H32_MIN_TOKENS_SM90 tokens, else "wgmma_xchg". At >= 33
     heads, by head-tokens (heads * tokens, 33-63 heads counted as HEAD_BLOCK: they run padded to one 64-head block):
     "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS, and on it from 64 heads unless the rows are long
-    (H32_BAND_MIN_TOPK_SM90 tokens a query); below XCHG_MAX_HEAD_TOKENS, and on it from 64 heads, "portable_ws_h32f"
-    (rung 26) for a call of one scope below it, from H32_BAND_MIN_HEAD_TOKENS_SM90 or with H32_BAND_MIN_TOPK_SM90
-    tokens a query or more, else "wgmma_xchg"; above it, and on it at 33-63 heads, "wgmma_ws_h64" (a one-split call
+    (H32_BAND_MIN_TOPK_SM90 tokens a query); below XCHG_MAX_HEAD_TOKENS, and on it from 64 heads, for a call of one
+    scope below it "portable_ws_h32f" (rung 26) from H32_BAND_MIN_HEAD_TOKENS_SM90, "portable_ws_h32p" (rung 25) below
+    that with H32_BAND_MIN_TOPK_SM90 tokens a query or more (b1 h128 and b2 h64 topk2048), else "wgmma_xchg"; above it, and on it at 33-63 heads, "wgmma_ws_h64" (a one-split call
     of at most 512 tokens a query at 33-64 heads ran "wgmma_f16" until rung 15 staged its one-split output: b128 h64
     topk512 35.46 us against wgmma_f16's 41.64 in the H100 crossover at aa7560b). A call of two scopes takes the
     same head-token steps (the 32-head portable band and the one-split pick stay calls of one scope): rung 15 reads
@@ -131,15 +137,21 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
 
     Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the history
     are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands (the margins:
-    tests/test_registry.py, HOPPER_MARGINS): data/bench_h100_80gb_hbm3_20261207-1403_crossover.csv and
-    data/bench_h100_80gb_hbm3_20261207-1404_heads.csv (an H100, e44d2e2, kernel hash 05a692ccfbbd: this rule; every
-    rung also timed by name; measured under the rule before the 2**18 step at 64 heads): within 2% of the fastest
-    Hopper rung at all 65 crossover shapes and all 16 heads shapes (the largest gap 1.8%, b4 h128 topk2048). That
-    step moved b8 h64 topk512, 2**18 head-tokens at 64 heads, from wgmma_xchg, 2.9% behind there (13.86 us against
-    wgmma_f16_2cta's 13.47; the two-block rung was ahead in 10 of the 12 H100 crossovers since 2026-12-06, by
-    0.2-3.5%, and behind in 2 by 0.1-0.2%).
-    b8 h48 topk2048, 2.0% at cc49d4c, is the pick's own time here. The tables before these (cc49d4c, kernel hash
-    e88dc48456ea, data/archive/): within 2% at all 65 crossover shapes and 15 of the 16 heads shapes. Four of the five
+    tests/test_registry.py, HOPPER_MARGINS and PRODUCTION_MARGINS): data/bench_h100_80gb_hbm3_20261208-0018_crossover.csv,
+    data/bench_h100_80gb_hbm3_20261208-0019_heads.csv and data/bench_h100_80gb_hbm3_20261208-0022_production.csv (an
+    H100, 90799f7, kernel hash c0e8582a6595; every rung also timed by name; measured under the rule before the two
+    steps of the commit after, rung 15 at <= 16 heads with two scopes and rung 25 at 2**18 with long rows): within
+    2% of the fastest Hopper rung at 64 of the 65 crossover shapes (b4 h128 topk2048 2.5%: wgmma_xchg 21.73 us
+    against rung 15's 21.20; 1.8% in the crossover before) and all 16 heads shapes, and within 3% at 25 of the 27
+    production shapes; the two over are b1 and b4 h16, 8.4-8.7 us calls where wgmma_xchg and wgmma_f16 trade places
+    run to run (wgmma_f16 0.960-1.042x wgmma_xchg's time at b1-b8 h16 in the six H100 production tables since
+    2026-12-07). b1 h128 topk2048, 4.5% under the rule before (rung 26 14.24 us against rung 25's 13.63), is rung
+    25's own time now. The tables before these (e44d2e2, kernel hash 05a692ccfbbd, data/archive/): within 2% at all
+    65 crossover shapes and all 16 heads shapes. The 2**18 step at 64 heads moved b8 h64 topk512 from wgmma_xchg,
+    2.9% behind there at e44d2e2 (13.86 us against wgmma_f16_2cta's 13.47; the two-block rung was ahead in 10 of the
+    12 H100 crossovers of 2026-12-06/07, by 0.2-3.5%, and behind in 2 by 0.1-0.2%).
+    b8 h48 topk2048, 2.0% at cc49d4c, is the pick's own time in the heads tables since e44d2e2. The tables before
+    those (cc49d4c, kernel hash e88dc48456ea, data/archive/): within 2% at all 65 crossover shapes and 15 of the 16 heads shapes. Four of the five
     shapes over 2% in the tables at 4f5d850 (b1 h16, b8 h64, b2 h64, b1 h128 topk2048, between rungs whose machine
     code had not changed) were within 1.2% at cc49d4c: run-to-run spread between machines; the fifth, b128 h16
     topk2048, is the step below.
@@ -165,12 +177,10 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     if heads <= 16:
         if tokens <= XCHG_MAX_TOKENS_H16:
             return "wgmma_xchg"
-        if tokens >= WS_MIN_TOKENS_H16:
-            return "wgmma_ws"
-        short_rows = queries is not None and not _rows_at_least(TWO_BLOCK_MAX_TOPK_H16_TWO_SCOPES, tokens=tokens,
-                                                                queries=queries)
-        band = scopes == 2 and tokens >= TWO_BLOCK_MIN_TOKENS_H16_TWO_SCOPES and short_rows
-        return "wgmma_f16_2cta" if band else "wgmma_f16"
+        short_rows = queries is not None and not _rows_at_least(JOINED_MAX_TOPK_H16, tokens=tokens, queries=queries)
+        if scopes == 2 and tokens >= JOINED_MIN_TOKENS_H16 and short_rows:
+            return "wgmma_ws_h64"
+        return "wgmma_ws" if tokens >= WS_MIN_TOKENS_H16 else "wgmma_f16"
     one_split = scopes == 1 and queries is not None and queries >= ONE_SPLIT_MIN_QUERIES_SM90
     if heads <= 32:
         if tokens >= H32_WS_MIN_TOKENS_SM90:
@@ -194,8 +204,11 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     if work < XCHG_MAX_HEAD_TOKENS or (work == XCHG_MAX_HEAD_TOKENS and heads >= HEAD_BLOCK):
         # one scope only: the portable rungs launch a scope at a time (production b8 h128, topk 128 + extra 512,
         # 2**19.3 head-tokens: 27.5 us against wgmma_xchg's 18.8; the production sweeps at c8e518c and dcff189)
-        band = scopes == 1 and work < XCHG_MAX_HEAD_TOKENS and (work >= H32_BAND_MIN_HEAD_TOKENS_SM90 or long_rows)
-        return "portable_ws_h32f" if band else "wgmma_xchg"
+        if scopes != 1 or work == XCHG_MAX_HEAD_TOKENS:
+            return "wgmma_xchg"
+        if work >= H32_BAND_MIN_HEAD_TOKENS_SM90:
+            return "portable_ws_h32f"
+        return "portable_ws_h32p" if long_rows else "wgmma_xchg"
     return "wgmma_ws_h64"
 
 

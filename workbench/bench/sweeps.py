@@ -99,8 +99,8 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
         # too, with the Hopper rungs the rule picks among for such calls by name
         # (until f0da957 these batches were eager only, and rung 15, then a launch a scope, ran them at up to twice
         # wgmma_xchg's time unseen; since rung 15 reads both scopes as one stream the rule's two-scope step is gone)
-        # At 16 heads every batch, graph replay only, every rung by name: the rule's two-scope band at 16 heads
-        # (registry.TWO_BLOCK_MIN_TOKENS_H16_TWO_SCOPES) rests on these rows, and no other sweep times such calls
+        # At 16 heads every batch, graph replay only, every rung by name: the rule's two-scope step at 16 heads
+        # (registry.JOINED_MIN_TOKENS_H16) rests on these rows, and no other sweep times such calls
         plan = []
         for h in (64, 128):
             for b in BATCHES:
