@@ -33,6 +33,9 @@
 #   two head groups and long splits, one scope and the two joined at the production shape's sizes, which no
 #   catalogue case reaches);
 #   every log starts with its command and ends with "# exit <status>" (124: timed out);
+#   $OUT/steps.log has a UTC time stamp as each step starts (setup, check, gpu_tests, sanitize, bench <sweep>,
+#   baseline <sweep>, explore, ncu <impl>) and as the call exits (with its status), so a step's length is the gap to
+#   the next line, for planning the next call's limits;
 #   NCU="impl=JSON-config ..." profiles each impl once at b64 h16 topk2048 (NCU_HEADS, NCU_BATCH, NCU_TOPK to change
 #   the shape; a batch or topk changed is named in the file: ncu_<impl>_h<heads>_b<batch>_k<topk>.txt): its partial
 #   kernel (a name with "partial"; FlashMLA's: "splitkv") of the last call, which workbench.lab.profile runs in the
@@ -74,6 +77,8 @@ if [ "${BUNDLE:-0}" = 1 ]; then
   BUNDLE_TO="$OUT"; OUT=$(mktemp -d)
 fi
 trap 'exit 143' TERM INT HUP  # so that the exit trap below runs when a call's timeout stops the script
+stamp() { echo "$(date -u +%FT%TZ) $*" >> "$OUT/steps.log"; }  # a step starts now (how long each took)
+stamp setup
 ROOT_DIR=$PWD UNPATCH=""  # UNPATCH: the PATCHES applied below, newest first
 apply_patch() {  # apply_patch [-R] FILE: git apply, or patch(1) where this copy has no git
   local rev=""; [ "$1" = -R ] && { rev=-R; shift; }
@@ -82,6 +87,7 @@ apply_patch() {  # apply_patch [-R] FILE: git apply, or patch(1) where this copy
   else patch -p1 --batch --forward --quiet < "$1"; fi
 }
 on_exit() {
+  stamp "exit $?"
   # PATCHES are taken back out of this copy, so that the next session of the same device call starts from the tree
   # it was given (a second PATCHES run would otherwise fail to apply, and a third patch would stack on the first
   # while its rows named only its own)
@@ -175,6 +181,7 @@ PY
 CHECK_IMPLS="${CHECK_IMPLS:-${NOT_HERE:+$HERE_IMPLS}}"  # off Hopper: the kernels that run here (and auto)
 rc=0
 # --force on check and bench: $OUT collects every step's files, and tee has made each step's log there first
+[ "${SKIP_CHECK:-0}" != 1 ] && stamp check
 if [ "${SKIP_CHECK:-0}" != 1 ] && [ "${CHECK_JOBS:-1}" -gt 1 ]; then
   # the check is compile-bound (one core): CHECK_JOBS processes, the kernels dealt to `groups` of them, each group's
   # cases split `shards` ways (rung 15's had reached 32 of 35 catalogue cases after 149 s when a 170-s call ended,
@@ -227,6 +234,7 @@ elif [ "${SKIP_CHECK:-0}" != 1 ]; then
 fi
 checkpoint
 if [ "${SKIP_PYTEST_GPU:-0}" != 1 ]; then
+  stamp gpu_tests
   WORKBENCH_CHECK_OUT="$OUT" WORKBENCH_CHECK_NAME="correctness_${GPU_TAG}_pytest.csv" TRITON_INTERPRET=0 \
     timeout "${GPU_TEST_TIMEOUT:-540}" python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider --continue-on-collection-errors ${GPU_TESTS:-tests} \
     2>&1 | tee "$OUT/pytest_gpu.log" | tail -40
@@ -252,6 +260,7 @@ sanitize() {  # sanitize TOOL LOG-PREFIX IMPL: one kernel's sanitizer case under
     ${SANITIZER_FLAGS:-} python3 -m workbench check --sanitize "$3" ${SANITIZE_ARGS:-}
 }
 if [ "${SKIP_SANITIZE:-${SKIP_CHECK:-0}}" != 1 ]; then
+  stamp sanitize
   for impl in ${SANITIZE_IMPLS:-${HERE_KERNELS:-$(python3 -c "from workbench.gpu_check import checked_impls; print(*checked_impls())")}}; do
     sanitize memcheck sanitizer "$impl"
   done
@@ -259,6 +268,7 @@ fi
 for impl in ${RACECHECK_IMPLS:-}; do sanitize racecheck racecheck "$impl"; done
 for impl in ${SYNCCHECK_IMPLS:-}; do sanitize synccheck synccheck "$impl"; done
 if [ "${PF2_MEMCHECK:-0}" = 1 ]; then  # rung 15's PF 2 build, which no catalogue case reaches
+  stamp pf2_memcheck
   SANITIZED=1
   logged "$OUT/sanitizer_wgmma_ws_h64_pf2.log" compute-sanitizer --tool memcheck --print-limit 20 \
     python3 scripts/memcheck_pf2.py
@@ -294,6 +304,7 @@ if [ -n "${SANITIZED:-}" ]; then
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   for sweep in $SWEEPS; do
+    stamp bench "$sweep"
     python3 -m workbench bench --sweep "$sweep" --out "$OUT" --force --name "bench_$sweep.csv" --no-progress 2>&1 \
       | tee "$OUT/bench_$sweep.log" | tail -40
     checkpoint
@@ -304,6 +315,7 @@ if [ -n "${BASELINE:-}" ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
   # ignored path), in the same device call, so a kernel change is judged against the code it replaces measured in
   # one run; its rows carry BASELINE_COMMIT as their commit
   for sweep in $SWEEPS; do
+    stamp baseline "$sweep"
     (cd "$BASELINE" && PYTHONPATH=/tmp/site WORKBENCH_COMMIT="${BASELINE_COMMIT:-baseline}" \
       python3 -m workbench bench --sweep "$sweep" --out "$OUT/baseline" --name "bench_$sweep.csv" --no-progress 2>&1 \
       | tee "$OUT/baseline_bench_$sweep.log" | tail -20)
@@ -317,6 +329,7 @@ if [ -n "${EXPLORE:-}" ]; then
   here=$PWD
   explore() {  # explore NAME CSV LOG PROVIDERS ARGS: this tree's explore.py into CSV and LOG; its exit status,
     # said, joins rc
+    stamp "$1"
     timeout "${EXPLORE_TIMEOUT:-300}" python3 "$here/scripts/explore.py" $4 $5 --csv "$2" > "$3" 2>&1
     local x=$?; rc=$((rc | x)); echo "$1: exit $x"; grep -v "it/s\]" "$3" | tail -60
     checkpoint
@@ -335,6 +348,7 @@ if [ -n "${EXPLORE:-}" ]; then
 fi
 for item in ${NCU:-}; do
   impl="${item%%=*}"; cfg="${item#*=}"
+  stamp ncu "$impl"
   kname=partial; [ "$impl" = flashmla ] && kname=splitkv  # FlashMLA's partial: flash_fwd_splitkv_mla_fp8_sparse_kernel
   count=1  # the partial of the last call (workbench.lab.profile runs it in the NVTX range "profiled"); with its
   # combine, the launch after it (FlashMLA's: flash_fwd_mla_combine_kernel)

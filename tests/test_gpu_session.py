@@ -456,3 +456,17 @@ def test_the_pf2_memcheck_cases_reach_two_tiles_ahead_and_no_catalogue_case_does
         for c in (e, e.scaled()):
             if c is not None:
                 assert pf(c.spec) == 1, c.id
+
+
+def test_steps_log_stamps_each_step_and_the_exit(tmp_path):
+    """$OUT/steps.log: one UTC time stamp as each step starts and one at exit with the call's status, in the order the
+    steps ran, so the next call's limits can be planned from the gaps (a call's wall time alone does not say which
+    step took it)."""
+    import datetime
+    _, _, out = _run_session(tmp_path, "NVIDIA H200:90", "headline", "ladder", SKIP_SANITIZE="1", CHECK_JOBS="1",
+                             EXPLORE="auto", EXPLORE_ARGS="--shape 64,128,2048")
+    lines = (out / "steps.log").read_text().splitlines()
+    stamps, steps = zip(*(line.split(" ", 1) for line in lines))
+    assert list(steps) == ["setup", "check", "bench headline", "bench ladder", "explore", "exit 0"], lines
+    times = [datetime.datetime.strptime(t, "%Y-%m-%dT%H:%M:%SZ") for t in stamps]
+    assert times == sorted(times)
