@@ -99,16 +99,18 @@ def sweep_shapes(name: str) -> list[tuple[BenchShape, tuple[str, ...], tuple[str
         # too, with the Hopper rungs the rule picks among for such calls by name
         # (until f0da957 these batches were eager only, and rung 15, then a launch a scope, ran them at up to twice
         # wgmma_xchg's time unseen; since rung 15 reads both scopes as one stream the rule's two-scope step is gone)
-        # At 16 heads every batch, graph replay only, every rung by name: the rule's two-scope step at 16 heads
-        # (registry.JOINED_MIN_TOKENS_H16) rests on these rows, and no other sweep times such calls
+        # At 16 and 32 heads every batch, graph replay only, every rung by name: the rule's two-scope step at 16
+        # heads (registry.JOINED_MIN_TOKENS_H16) rests on these rows, and no other sweep times such calls; at 32
+        # heads (128 heads over four GPUs) the rule's 17-32-head steps were set on calls of one scope, and send
+        # 16,384-32,767 tokens of two scopes to a portable rung, which launches a scope at a time (unmeasured)
         plan = []
         for h in (64, 128):
             for b in BATCHES:
                 shape = BenchShape(b, h, 128, block_size=256, extra_topk=512, extra_block_size=64)
                 plan.append((shape, fast, ("eager", "graph"), None))
                 plan.append((shape, CROSSOVER_PROVIDERS if b <= 8 else TWO_SCOPE_HOPPER_RUNGS, ("graph",), None))
-        plan += [(BenchShape(b, 16, 128, block_size=256, extra_topk=512, extra_block_size=64),
-                  fast + CROSSOVER_PROVIDERS, ("graph",), None) for b in BATCHES]
+        plan += [(BenchShape(b, h, 128, block_size=256, extra_topk=512, extra_block_size=64),
+                  fast + CROSSOVER_PROVIDERS, ("graph",), None) for h in (16, 32) for b in BATCHES]
         return plan
     if name == "baselines":  # the seed and the default beside SIMT, so that the speed-ups over SIMT are one run's
         return [(BenchShape(b, 64, 2048), ("simt", "reference", "mma", "auto"), ("eager",), None)
