@@ -207,7 +207,8 @@ import glob, os, shutil, sys
 import pandas as pd
 out, name = sys.argv[1:3]
 done, cut = [], []  # a process that finished wrote <name>.csv; one cut short left <name>.partial.csv, or nothing
-for d in sorted(glob.glob(f"{out}/check_part*/")):
+# by process number (check_part10 after check_part9), so that rows keep the order one process would write
+for d in sorted(glob.glob(f"{out}/check_part*/"), key=lambda d: int(d.rstrip("/").rsplit("check_part", 1)[1])):
     final, partial = f"{d}{name}.csv", f"{d}{name}.partial.csv"
     done.append(final) if os.path.exists(final) else cut.append(partial if os.path.exists(partial) else d)
 frames = [pd.read_csv(p) for p in done + [c for c in cut if c.endswith(".csv")]]

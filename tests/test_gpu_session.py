@@ -120,7 +120,7 @@ if [ "$1" = "-m" ] && [ "$2" = "workbench" ]; then
   if [ "$3" = "check" ]; then
     dir=""; name=""; prev=""
     for a in "$@"; do [ "$prev" = "--out" ] && dir="$a"; [ "$prev" = "--name" ] && name="$a"; prev="$a"; done
-    [ -n "$dir" ] && [ -n "$name" ] && mkdir -p "$dir" && printf 'check,impl,passed\\nx,y,True\\n' > "$dir/$name"
+    [ -n "$dir" ] && [ -n "$name" ] && mkdir -p "$dir" && printf 'check,impl,passed\\nx,%s,True\\n' "${{dir##*/}}" > "$dir/$name"
   fi
   exit 0
 fi
@@ -225,6 +225,15 @@ def test_check_jobs_beyond_the_kernels_split_each_kernels_cases(tmp_path, jobs, 
         assert sorted(parts) == sorted([k, "--shard", f"{s}/{shards}"] for k in kernels for s in range(shards))
     merged = (out / "correctness_h200.csv").read_text().splitlines()
     assert len(merged) == 1 + len(parts), "the fake check writes one row a process"
+
+
+def test_the_merged_check_keeps_the_processes_in_their_numbers_order_past_ten(tmp_path):
+    """Twelve check processes (one kernel's cases in twelve shards): the merged table takes check_part10 and 11
+    after check_part9, not after check_part1 as a sort by name would, so its rows keep one process's order."""
+    _, _, out = _run_session(tmp_path, "NVIDIA H200:90", SKIP_SANITIZE="1", SKIP_BENCH="1", CHECK_JOBS="12",
+                             CHECK_IMPLS="wgmma_ws_h64")
+    import pandas as pd
+    assert list(pd.read_csv(out / "correctness_h200.csv").impl) == [f"check_part{j}" for j in range(12)]
 
 
 @pytest.mark.parametrize("hangs", [False, True], ids=["checks", "check-hangs"])
