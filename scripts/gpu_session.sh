@@ -33,9 +33,11 @@
 #   two head groups and long splits, one scope and the two joined at the production shape's sizes, which no
 #   catalogue case reaches);
 #   every log starts with its command and ends with "# exit <status>" (124: timed out);
-#   $OUT/steps.log has a UTC time stamp as each step starts (setup, check, gpu_tests, sanitize, bench <sweep>,
-#   baseline <sweep>, explore, ncu <impl>) and as the call exits (with its status), so a step's length is the gap to
-#   the next line, for planning the next call's limits;
+#   $OUT/steps.log has a UTC time stamp as each step starts (setup, check, gpu_tests, sanitize, racecheck <impl>,
+#   synccheck <impl>, pf2_memcheck, ws_probes, cluster_probe, bench <sweep>, baseline <sweep>, explore, baseline
+#   explore, ncu <impl>) and as the call exits (with its status), so a step's length is the gap to the next line, for
+#   planning the next call's limits; with BUNDLE=1 it is also kept beside bundle.tgz, as each line is written, so a
+#   call killed mid-step still says which step it was in;
 #   NCU="impl=JSON-config ..." profiles each impl once at b64 h16 topk2048 (NCU_HEADS, NCU_BATCH, NCU_TOPK to change
 #   the shape; a batch or topk changed is named in the file: ncu_<impl>_h<heads>_b<batch>_k<topk>.txt): its partial
 #   kernel (a name with "partial"; FlashMLA's: "splitkv") of the last call, which workbench.lab.profile runs in the
@@ -77,7 +79,10 @@ if [ "${BUNDLE:-0}" = 1 ]; then
   BUNDLE_TO="$OUT"; OUT=$(mktemp -d)
 fi
 trap 'exit 143' TERM INT HUP  # so that the exit trap below runs when a call's timeout stops the script
-stamp() { echo "$(date -u +%FT%TZ) $*" >> "$OUT/steps.log"; }  # a step starts now (how long each took)
+stamp() {  # a step starts now (how long each took); beside the bundle too, which a SIGKILL leaves a step behind
+  local line; line="$(date -u +%FT%TZ) $*"
+  echo "$line" >> "$OUT/steps.log"; [ -z "$BUNDLE_TO" ] || echo "$line" >> "$BUNDLE_TO/steps.log"
+}
 stamp setup
 ROOT_DIR=$PWD UNPATCH=""  # UNPATCH: the PATCHES applied below, newest first
 apply_patch() {  # apply_patch [-R] FILE: git apply, or patch(1) where this copy has no git
@@ -266,8 +271,8 @@ if [ "${SKIP_SANITIZE:-${SKIP_CHECK:-0}}" != 1 ]; then
     sanitize memcheck sanitizer "$impl"
   done
 fi
-for impl in ${RACECHECK_IMPLS:-}; do sanitize racecheck racecheck "$impl"; done
-for impl in ${SYNCCHECK_IMPLS:-}; do sanitize synccheck synccheck "$impl"; done
+for impl in ${RACECHECK_IMPLS:-}; do stamp racecheck "$impl"; sanitize racecheck racecheck "$impl"; done
+for impl in ${SYNCCHECK_IMPLS:-}; do stamp synccheck "$impl"; sanitize synccheck synccheck "$impl"; done
 if [ "${PF2_MEMCHECK:-0}" = 1 ]; then  # rung 15's PF 2 build, which no catalogue case reaches
   stamp pf2_memcheck
   SANITIZED=1
@@ -275,6 +280,7 @@ if [ "${PF2_MEMCHECK:-0}" = 1 ]; then  # rung 15's PF 2 build, which no catalogu
     python3 scripts/memcheck_pf2.py
 fi
 if [ "${WS_PROBES:-0}" = 1 ]; then  # the race-free probes: what racecheck reports on Triton's protocol alone
+  stamp ws_probes
   for v in "" "--blocks 528" "--pre --cbar --epi" "--pre --cbar --epi --blocks 528" \
            "--no-handoff --pre --cbar --epi --blocks 528" "--no-handoff --blocks 528" "--no-handoff --cbar --blocks 528" \
            "--no-handoff --pre --blocks 528" "--no-handoff --epi --blocks 528" "--no-handoff --capture --blocks 528" \
@@ -285,6 +291,7 @@ if [ "${WS_PROBES:-0}" = 1 ]; then  # the race-free probes: what racecheck repor
   done
 fi
 if [ "${CLUSTER_PROBE:-0}" = 1 ]; then
+  stamp cluster_probe
   LOG_TIMEOUT="${PROBE_CHECK_TIMEOUT:-120}" logged "$OUT/cluster_probe_check.log" \
     python3 scripts/cluster_share_probe.py --check
   if ! grep -q '^# exit 124$' "$OUT/cluster_probe_check.log"; then

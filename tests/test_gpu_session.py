@@ -348,7 +348,7 @@ def test_bundle_puts_every_file_of_the_call_into_one_archive(tmp_path):
     stdout, _, out = _run_session(tmp_path, "NVIDIA H200:90", copy=("workbench",), SKIP_CHECK="1", SKIP_SANITIZE="1",
                                   SKIP_BENCH="1", PATCHES=str(patch), TMPDIR=str(tmp_path), EXPLORE="auto",
                                   EXPLORE_ARGS="--shape 64,128,2048", BUNDLE="1")
-    assert sorted(p.name for p in out.iterdir()) == ["bundle.tgz"]
+    assert sorted(p.name for p in out.iterdir()) == ["bundle.tgz", "steps.log"]  # the log also beside it
     with tarfile.open(out / "bundle.tgz") as t:
         names = {n.removeprefix("./") for n in t.getnames()}
     assert {"explore.csv", "explore.log", "baseline/explore.csv"} <= names, names
@@ -368,10 +368,14 @@ def test_sanitize_refuses_auto_with_a_line_and_runs_the_kernels_named(tmp_path):
 
 def test_a_killed_call_still_returns_the_bundle_of_the_steps_before(tmp_path):
     """BUNDLE=1 rewrites the archive after each step: a call killed past its limit (SIGKILL: no exit trap runs)
-    returns the files of the steps that ended, here the patched explore's table while the baseline's run hangs."""
+    returns the files of the steps that ended, here the patched explore's table while the baseline's run hangs, and
+    steps.log beside the archive says which step it was killed in."""
     import tarfile
 
     def has_explore(out):
+        steps = out / "steps.log"
+        if not (steps.exists() and "baseline explore" in steps.read_text()):
+            return False
         try:
             with tarfile.open(out / "bundle.tgz") as t:
                 return "./explore.csv" in t.getnames()
@@ -382,7 +386,9 @@ def test_a_killed_call_still_returns_the_bundle_of_the_steps_before(tmp_path):
     out = _run_session(tmp_path, "NVIDIA H200:90", copy=("workbench",), SKIP_CHECK="1", SKIP_SANITIZE="1",
                        SKIP_BENCH="1", PATCHES=str(patch), TMPDIR=str(tmp_path), EXPLORE="auto",
                        EXPLORE_ARGS="--shape 64,128,2048", BUNDLE="1", EXPLORE_HANGS="1", kill_when=has_explore)
-    assert sorted(p.name for p in out.iterdir()) == ["bundle.tgz"]
+    assert sorted(p.name for p in out.iterdir()) == ["bundle.tgz", "steps.log"]
+    assert [line.split(" ", 1)[1] for line in (out / "steps.log").read_text().splitlines()] == [
+        "setup", "explore", "baseline explore"]  # no exit line: killed in the baseline's explore
     with tarfile.open(out / "bundle.tgz") as t:
         names = set(t.getnames())
     assert {"./explore.csv", "./explore.log"} <= names and "./baseline/explore.csv" not in names, names

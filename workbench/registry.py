@@ -118,9 +118,10 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     "wgmma_f16_2cta" below TWO_BLOCK_BELOW_HEAD_TOKENS, and on it from 64 heads unless the rows are long
     (H32_BAND_MIN_TOPK_SM90 tokens a query); below XCHG_MAX_HEAD_TOKENS, and on it from 64 heads, for a call of one
     scope below it "portable_ws_h32f" (rung 26) from H32_BAND_MIN_HEAD_TOKENS_SM90, "portable_ws_h32p" (rung 25) below
-    that with H32_BAND_MIN_TOPK_SM90 tokens a query or more (b1 h128 and b2 h64 topk2048), else "wgmma_xchg"; above it, and on it at 33-63 heads, "wgmma_ws_h64" (a one-split call
-    of at most 512 tokens a query at 33-64 heads ran "wgmma_f16" until rung 15 staged its one-split output: b128 h64
-    topk512 35.46 us against wgmma_f16's 41.64 in the H100 crossover at aa7560b). A call of two scopes takes the
+    that with H32_BAND_MIN_TOPK_SM90 tokens a query or more (b1 h128 and b2 h64 topk2048), else "wgmma_xchg";
+    above it, and on it at 33-63 heads, "wgmma_ws_h64" (a one-split call of at most 512 tokens a query at 33-64
+    heads ran "wgmma_f16" until rung 15 staged its one-split output: b128 h64 topk512 35.46 us against wgmma_f16's
+    41.64 in the H100 crossover at aa7560b). A call of two scopes takes the
     same head-token steps (the 32-head portable band and the one-split pick stay calls of one scope): rung 15 reads
     both scopes in each split as one stream (KernelSpec.joined_scopes), and at the production shape (topk 128 + 512,
     one H100 call at 4ba3b9f with rung 15's joined producer at 144 registers, graph replay,
@@ -137,8 +138,8 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
 
     Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the history
     are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands (the margins:
-    tests/test_registry.py, HOPPER_MARGINS and PRODUCTION_MARGINS): data/bench_h100_80gb_hbm3_20261208-0018_crossover.csv,
-    data/bench_h100_80gb_hbm3_20261208-0019_heads.csv and data/bench_h100_80gb_hbm3_20261208-0022_production.csv (an
+    tests/test_registry.py, HOPPER_MARGINS and PRODUCTION_MARGINS):
+    data/bench_h100_80gb_hbm3_20261208-0018_crossover.csv, data/bench_h100_80gb_hbm3_20261208-0019_heads.csv and data/bench_h100_80gb_hbm3_20261208-0022_production.csv (an
     H100, 90799f7, kernel hash c0e8582a6595; every rung also timed by name; measured under the rule before the two
     steps of the commit after, rung 15 at <= 16 heads with two scopes and rung 25 at 2**18 with long rows): within
     2% of the fastest Hopper rung at 64 of the 65 crossover shapes (b4 h128 topk2048 2.5%: wgmma_xchg 21.73 us
@@ -151,8 +152,8 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     2.9% behind there at e44d2e2 (13.86 us against wgmma_f16_2cta's 13.47; the two-block rung was ahead in 10 of the
     12 H100 crossovers of 2026-12-06/07, by 0.2-3.5%, and behind in 2 by 0.1-0.2%).
     b8 h48 topk2048, 2.0% at cc49d4c, is the pick's own time in the heads tables since e44d2e2. The tables before
-    those (cc49d4c, kernel hash e88dc48456ea, data/archive/): within 2% at all 65 crossover shapes and 15 of the 16 heads shapes. Four of the five
-    shapes over 2% in the tables at 4f5d850 (b1 h16, b8 h64, b2 h64, b1 h128 topk2048, between rungs whose machine
+    those (cc49d4c, kernel hash e88dc48456ea, data/archive/): within 2% at all 65 crossover shapes and 15 of the 16
+    heads shapes. Four of the five shapes over 2% in the tables at 4f5d850 (b1 h16, b8 h64, b2 h64, b1 h128 topk2048, between rungs whose machine
     code had not changed) were within 1.2% at cc49d4c: run-to-run spread between machines; the fifth, b128 h16
     topk2048, is the step below.
     At <= 16 heads the 64-head block ran calls from 2**18 tokens until rung 13's barriers were cut (4f5d850); since
