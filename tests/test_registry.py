@@ -388,8 +388,9 @@ def test_the_two_scope_rule_is_within_3_percent_in_the_production_table():
     """The production sweep times the Hopper rungs by name on calls of two scopes (topk 128 + extra 512, b1-b132, 16,
     64 and 128 heads; every rung at 16 heads and up to b8, from b16 at 64 and 128 heads the four the rule picks among
     there, sweeps.TWO_SCOPE_HOPPER_RUNGS): the sm_90 rule's pick is within 3% of the fastest timed, at every one of
-    the 27 shapes, but where PRODUCTION_MARGINS says (each needed: over 3%), in the table the docstring cites. The step this holds up is rung 15 at 16 heads from
-    JOINED_MIN_TOKENS_H16 (b64: 26.93 us against the two-block rung's 28.04; b128 38.15 against wgmma_ws's 45.27)."""
+    the 27 shapes, but where PRODUCTION_MARGINS says (each needed: over 3%), in the table the docstring cites. The
+    step this holds up is rung 15 at 16 heads from JOINED_MIN_TOKENS_H16 (b64: 26.93 us against the two-block rung's
+    28.04; b128 38.15 against wgmma_ws's 45.27)."""
     assert PRODUCTION_TABLE in registry.auto_kernel.__doc__
     ratios = {(h, b): r for (a, b, h, k), r in _pick_ratios(PRODUCTION_TABLE).items() if a == "sm_90"}
     assert sorted({h for h, _ in ratios}) == [16, 64, 128] and len(ratios) == 27  # no pick without its by-name row

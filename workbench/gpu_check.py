@@ -278,8 +278,9 @@ def run_checks(device="cuda", progress=True, impls=None, on_rows=None, shard: tu
     from tqdm.auto import tqdm
     i_shard, n_shards = check_shard(shard)
     # every unit of work in run order; shard i takes every n-th of them from the i-th on
+    checked = checked_impls()
     units = [*(("golden", n) for n in golden_names()), *(("case", c) for c in enumerate(gpu_cases())),
-             *(("bitwise", i) for i in (impls or checked_impls()) if i in checked_impls())]
+             *(("bitwise", i) for i in (impls or checked) if i in checked)]
     mine = units[i_shard::n_shards]
 
     def of(kind):

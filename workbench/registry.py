@@ -139,11 +139,12 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     Why: the crossover and heads sweeps, each rule checked by the next sweeps; the tables, the margins and the history
     are in docs/decisions.md ("What `auto` runs on sm_90"). The tables that hold the rule as it stands (the margins:
     tests/test_registry.py, HOPPER_MARGINS and PRODUCTION_MARGINS):
-    data/bench_h100_80gb_hbm3_20261208-0018_crossover.csv, data/bench_h100_80gb_hbm3_20261208-0019_heads.csv and data/bench_h100_80gb_hbm3_20261208-0022_production.csv (an
-    H100, 90799f7, kernel hash c0e8582a6595; every rung also timed by name; measured under the rule before the two
-    steps of the commit after, rung 15 at <= 16 heads with two scopes and rung 25 at 2**18 with long rows): within
-    2% of the fastest Hopper rung at 64 of the 65 crossover shapes (b4 h128 topk2048 2.5%: wgmma_xchg 21.73 us
-    against rung 15's 21.20; 1.8% in the crossover before) and all 16 heads shapes, and within 3% at 25 of the 27
+    data/bench_h100_80gb_hbm3_20261208-0018_crossover.csv, data/bench_h100_80gb_hbm3_20261208-0019_heads.csv and
+    data/bench_h100_80gb_hbm3_20261208-0022_production.csv (an H100, 90799f7, kernel hash c0e8582a6595; every rung
+    also timed by name; measured under the rule before the two steps of the commit after, rung 15 at <= 16 heads
+    with two scopes and rung 25 at 2**18 with long rows): within 2% of the fastest Hopper rung at 64 of the 65
+    crossover shapes (b4 h128 topk2048 2.5%: wgmma_xchg 21.73 us against rung 15's 21.20; 1.8% in the crossover
+    before) and all 16 heads shapes, and within 3% at 25 of the 27
     production shapes; the two over are b1 and b4 h16, 8.4-8.7 us calls where wgmma_xchg and wgmma_f16 trade places
     run to run (wgmma_f16 0.960-1.042x wgmma_xchg's time at b1-b8 h16 in the six H100 production tables since
     2026-12-07). b1 h128 topk2048, 4.5% under the rule before (rung 26 14.24 us against rung 25's 13.63), is rung
@@ -153,9 +154,9 @@ def auto_kernel(capability: str, *, heads: int, tokens: int, queries: int | None
     12 H100 crossovers of 2026-12-06/07, by 0.2-3.5%, and behind in 2 by 0.1-0.2%).
     b8 h48 topk2048, 2.0% at cc49d4c, is the pick's own time in the heads tables since e44d2e2. The tables before
     those (cc49d4c, kernel hash e88dc48456ea, data/archive/): within 2% at all 65 crossover shapes and 15 of the 16
-    heads shapes. Four of the five shapes over 2% in the tables at 4f5d850 (b1 h16, b8 h64, b2 h64, b1 h128 topk2048, between rungs whose machine
-    code had not changed) were within 1.2% at cc49d4c: run-to-run spread between machines; the fifth, b128 h16
-    topk2048, is the step below.
+    heads shapes. Four of the five shapes over 2% in the tables at 4f5d850 (b1 h16, b8 h64, b2 h64, b1 h128
+    topk2048, between rungs whose machine code had not changed) were within 1.2% at cc49d4c: run-to-run spread
+    between machines; the fifth, b128 h16 topk2048, is the step below.
     At <= 16 heads the 64-head block ran calls from 2**18 tokens until rung 13's barriers were cut (4f5d850); since
     then rung 13 was ahead of it at b128, b192 and b256 h16 topk2048 (one H100 call: 86.88 / 157.30 / 165.37 us
     against 87.23 / 163.42 / 167.53, data/explore/explore_h100_20261207-0950_h16_step.csv; in the crossover at cc49d4c
